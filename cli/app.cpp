@@ -1,0 +1,40 @@
+#include "cli/app.hpp"
+
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "sim/error.hpp"
+
+namespace zerolens::cli {
+
+int run(int argc, char** argv) {
+  CLI::App app{"zerolens: plan, simulate, run and visualise ZeRO data-parallel training.\n"
+               "Memory per rank and device, traffic per link, for DP and ZeRO-1/2/3 with CPU/NVMe offload."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "zerolens 0.1.0");
+  CommandRegistry registry;
+  register_plan_command(app, registry);
+  register_presets_command(app, registry);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    const int code = app.exit(error);
+    return code == 0 ? kExitOk : kExitInvalidInput;
+  }
+  try {
+    return registry.run_selected();
+  } catch (const InputError& error) {
+    std::cerr << "error: " << error.what() << '\n';
+    return kExitInvalidInput;
+  } catch (const std::exception& error) {
+    std::cerr << "internal error: " << error.what() << '\n';
+    return kExitInternal;
+  }
+}
+
+}  // namespace zerolens::cli

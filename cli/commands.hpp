@@ -1,0 +1,45 @@
+#pragma once
+// Subcommands register themselves with the app and a callback run after parsing.
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "sim/error.hpp"
+
+namespace zerolens::cli {
+
+class CommandRegistry {
+ public:
+  void add(CLI::App* command, std::function<int()> action) { commands_.push_back({command, std::move(action)}); }
+  int run_selected() const;
+
+ private:
+  struct Entry {
+    CLI::App* command;
+    std::function<int()> action;
+  };
+  std::vector<Entry> commands_;
+};
+
+// Where a command writes: stdout, or the file named by -o.
+class Output {
+ public:
+  explicit Output(const std::string& path);
+  std::ostream& stream() { return path_.empty() ? std::cout : file_; }
+
+ private:
+  std::string path_;
+  std::ofstream file_;
+};
+
+void print_warnings(const Diagnostics& diagnostics);
+
+void register_plan_command(CLI::App& app, CommandRegistry& registry);
+void register_presets_command(CLI::App& app, CommandRegistry& registry);
+
+}  // namespace zerolens::cli

@@ -1,0 +1,27 @@
+#pragma once
+// Text and CSV renderings of plans and planning views. JSON lives in sim (plan_json.hpp).
+#include <ostream>
+#include <vector>
+
+#include "sim/estimators.hpp"
+#include "sim/plan.hpp"
+#include "sim/planning.hpp"
+
+namespace zerolens::cli {
+
+void print_plan(std::ostream& out, const Plan& plan, SizeUnit unit, bool show_components);
+void print_plan_csv(std::ostream& out, const Plan& plan);
+
+void print_compare(std::ostream& out, const std::vector<VariantPlan>& plans, SizeUnit unit);
+void print_compare_csv(std::ostream& out, const std::vector<VariantPlan>& plans);
+
+void print_max_models(std::ostream& out, const std::vector<MaxModel>& results, const PlanRequest& base);
+void print_max_models_csv(std::ostream& out, const std::vector<MaxModel>& results);
+
+// DeepSpeed's estimator table for stages 2 and 3 next to zerolens's model-state figure and full
+// figure for the same settings.
+void print_deepspeed_estimates(std::ostream& out, const PlanRequest& base, SizeUnit unit);
+
+std::string describe_setup(const Plan& plan);
+
+}  // namespace zerolens::cli

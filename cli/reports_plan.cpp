@@ -1,0 +1,151 @@
+// The `zerolens plan` table and CSV.
+#include <string>
+
+#include "cli/reports.hpp"
+#include "cli/table.hpp"
+
+namespace zerolens::cli {
+namespace {
+
+std::string yes_no(bool value) { return value ? "yes" : "NO"; }
+
+std::string precision_label(const TrainingConfig& config) {
+  return to_string(config.precision.precision);
+}
+
+std::string stage_label(const TrainingConfig& config) {
+  std::string label = config.zero.stage == 0 ? "DP (stage 0)" : "ZeRO-" + std::to_string(config.zero.stage);
+  if (config.zero.stage >= 1 && config.zero.offload_optimizer.device != OffloadDevice::None) {
+    label += ", optimizer offload " + std::string(to_string(config.zero.offload_optimizer.device));
+  }
+  if (config.zero.stage == 3 && config.zero.offload_param.device != OffloadDevice::None) {
+    label += ", param offload " + std::string(to_string(config.zero.offload_param.device));
+  }
+  return label;
+}
+
+void print_memory(std::ostream& out, const Plan& plan, SizeUnit unit) {
+  out << "Memory at the peak of one step (" << unit_name(unit)
+      << (unit == SizeUnit::GB ? " = 1e9 bytes" : " = 2^30 bytes")
+      << "); GPU per rank, CPU and NVMe per node (" << plan.device(Device::Cpu).ranks_sharing
+      << " ranks share a node)\n";
+  Table table({"category", "GPU/rank", "CPU/node", "NVMe/node"});
+  auto value = [&](Bytes bytes) { return format_size_value(bytes, unit); };
+  for (int c = 0; c < kCategoryCount; ++c) {
+    std::vector<std::string> row{to_string(Category(c))};
+    for (const auto& device : plan.devices) row.push_back(value(device.categories[std::size_t(c)]));
+    table.add_row(row);
+  }
+  table.add_separator();
+  auto row_of = [&](const std::string& name, auto&& cell) {
+    std::vector<std::string> row{name};
+    for (const auto& device : plan.devices) row.push_back(cell(device));
+    table.add_row(row);
+  };
+  row_of("peak total", [&](const DeviceReport& d) { return value(d.peak); });
+  row_of("capacity", [&](const DeviceReport& d) { return value(d.capacity); });
+  row_of("headroom", [&](const DeviceReport& d) { return value(d.headroom()); });
+  row_of("fits", [&](const DeviceReport& d) { return yes_no(d.fits()); });
+  table.print(out);
+  const auto& gpu = plan.device(Device::Gpu);
+  out << "  GPU peak reached: "
+      << (gpu.peak_op >= 0 ? plan.schedule.describe(std::size_t(gpu.peak_op), plan.request.model)
+                           : std::string("at initialisation"))
+      << "\n";
+}
+
+void print_components(std::ostream& out, const Plan& plan, SizeUnit unit) {
+  out << "\nWhere the bytes go at each device's peak (" << unit_name(unit) << ")\n";
+  Table table({"component", "category", "GPU/rank", "CPU/node", "NVMe/node"});
+  for (int c = 0; c < kComponentCount; ++c) {
+    bool any = false;
+    for (const auto& device : plan.devices) any = any || device.components[std::size_t(c)] != 0;
+    if (!any) continue;
+    std::vector<std::string> row{to_string(Component(c)), to_string(category_of(Component(c)))};
+    for (const auto& device : plan.devices) row.push_back(format_size_value(device.components[std::size_t(c)], unit));
+    table.add_row(row);
+  }
+  table.print(out);
+}
+
+void print_comm(std::ostream& out, const Plan& plan, SizeUnit unit) {
+  out << "\nCommunication per rank per step (" << unit_name(unit) << "; traffic = bytes sent by a rank)\n";
+  Table table({"collective", "calls", "message bytes", "traffic"});
+  for (int k = 0; k < kOpKindCount; ++k) {
+    const auto& totals = plan.comm.collectives[std::size_t(k)];
+    if (totals.calls == 0) continue;
+    table.add_row({to_string(OpKind(k)), std::to_string(totals.calls), format_size_value(totals.bytes, unit, 3),
+                   format_size_value(totals.traffic_bytes, unit, 3)});
+  }
+  table.print(out);
+  const auto& links = plan.comm.links;
+  const auto& cluster = plan.request.cluster;
+  Table link_table({"link", "bytes per rank"});
+  link_table.add_row({"intra-node (" + cluster.node.intra_node.name + ")", format_size_value(links.intra_node, unit, 3)});
+  link_table.add_row({"inter-node (" + cluster.inter_node.name + ")", format_size_value(links.inter_node, unit, 3)});
+  link_table.add_row({"PCIe host-to-device", format_size_value(links.pcie_h2d, unit, 3)});
+  link_table.add_row({"PCIe device-to-host", format_size_value(links.pcie_d2h, unit, 3)});
+  link_table.add_row({"NVMe read", format_size_value(links.nvme_read, unit, 3)});
+  link_table.add_row({"NVMe write", format_size_value(links.nvme_write, unit, 3)});
+  out << '\n';
+  link_table.print(out);
+}
+
+}  // namespace
+
+std::string describe_setup(const Plan& plan) {
+  const auto& r = plan.request;
+  const auto& cluster = r.cluster;
+  std::string text = r.model.name + " (" + format_count(double(r.model.parameter_count())) +
+                     " parameters) on " + cluster.name + ": " + std::to_string(r.dp_size) + " x " +
+                     cluster.gpu.name + " (" + std::to_string(cluster.nodes) + " node" +
+                     (cluster.nodes > 1 ? "s" : "") + " x " + std::to_string(cluster.node.gpus_per_node) +
+                     ")\n";
+  text += stage_label(r.config) + ", " + precision_label(r.config) + ", " + to_string(r.config.optimizer.type) +
+          "; micro-batch " + std::to_string(plan.batch.micro_batch_per_gpu) + " x seq " +
+          std::to_string(plan.seq_len) + ", gradient accumulation " +
+          std::to_string(plan.batch.gradient_accumulation_steps) + ", global batch " +
+          std::to_string(plan.batch.train_batch_size) + "; activation checkpointing " +
+          (r.config.activation_checkpointing.enabled ? "on" : "off") +
+          (r.options.model_states_only ? "; model states only" : "");
+  return text;
+}
+
+void print_plan(std::ostream& out, const Plan& plan, SizeUnit unit, bool show_components) {
+  out << "zerolens plan: " << describe_setup(plan) << "\n\n";
+  print_memory(out, plan, unit);
+  if (show_components) print_components(out, plan, unit);
+  print_comm(out, plan, unit);
+  for (const auto& note : plan.notes) out << "note: " << note << '\n';
+  out << (plan.fits() ? "\nVerdict: fits.\n" : "\nVerdict: does NOT fit.\n");
+}
+
+void print_plan_csv(std::ostream& out, const Plan& plan) {
+  out << "section,item,key,value\n";
+  for (const auto& device : plan.devices) {
+    const std::string name = to_string(device.device);
+    for (int c = 0; c < kCategoryCount; ++c) {
+      out << "memory," << name << ',' << to_string(Category(c)) << ',' << device.categories[std::size_t(c)] << '\n';
+    }
+    out << "memory," << name << ",total," << device.peak << '\n';
+    out << "memory," << name << ",capacity," << device.capacity << '\n';
+    out << "memory," << name << ",fits," << (device.fits() ? 1 : 0) << '\n';
+  }
+  for (int k = 0; k < kOpKindCount; ++k) {
+    const auto& totals = plan.comm.collectives[std::size_t(k)];
+    if (totals.calls == 0) continue;
+    const std::string name = to_string(OpKind(k));
+    out << "collective," << name << ",calls," << totals.calls << '\n';
+    out << "collective," << name << ",bytes," << totals.bytes << '\n';
+    out << "collective," << name << ",traffic_bytes," << totals.traffic_bytes << '\n';
+  }
+  const auto& links = plan.comm.links;
+  out << "link,intra_node,bytes," << links.intra_node << '\n'
+      << "link,inter_node,bytes," << links.inter_node << '\n'
+      << "link,pcie_h2d,bytes," << links.pcie_h2d << '\n'
+      << "link,pcie_d2h,bytes," << links.pcie_d2h << '\n'
+      << "link,nvme_read,bytes," << links.nvme_read << '\n'
+      << "link,nvme_write,bytes," << links.nvme_write << '\n';
+}
+
+}  // namespace zerolens::cli

@@ -1,0 +1,127 @@
+// Names of the schedule's enums, as used in JSON, traces, tables and the GUI.
+#include "sim/schedule.hpp"
+
+namespace zerolens {
+
+const char* to_string(Device device) {
+  switch (device) {
+    case Device::Gpu: return "gpu";
+    case Device::Cpu: return "cpu";
+    case Device::Nvme: return "nvme";
+  }
+  return "gpu";
+}
+
+const char* to_string(Category category) {
+  switch (category) {
+    case Category::Params: return "params";
+    case Category::Grads: return "grads";
+    case Category::MasterParams: return "master_params";
+    case Category::OptimizerStates: return "optimizer_states";
+    case Category::Activations: return "activations";
+    case Category::Buffers: return "buffers";
+    case Category::Overhead: return "overhead";
+  }
+  return "params";
+}
+
+const char* to_string(Component component) {
+  switch (component) {
+    case Component::ParamsFull: return "params_full";
+    case Component::ParamsPartition: return "params_partition";
+    case Component::ParamsPersistent: return "params_persistent";
+    case Component::GradsFull: return "grads_full";
+    case Component::GradsPartition: return "grads_partition";
+    case Component::MasterPartition: return "master_params_partition";
+    case Component::OptimizerStatePartition: return "optimizer_states_partition";
+    case Component::ActivationsStored: return "activations_stored";
+    case Component::ActivationCheckpoints: return "activation_checkpoints";
+    case Component::ActivationWorking: return "activation_working_set";
+    case Component::GatheredParams: return "gathered_params";
+    case Component::UnreducedGrads: return "unreduced_grads";
+    case Component::ReduceBucket: return "reduce_bucket";
+    case Component::Fp32GradCast: return "fp32_grad_cast";
+    case Component::OffloadStaging: return "offload_staging";
+    case Component::NvmeSwapBuffers: return "nvme_swap_buffers";
+    case Component::CudaContext: return "cuda_context";
+    case Component::LibraryWorkspace: return "library_workspace";
+    case Component::Fragmentation: return "fragmentation";
+  }
+  return "params_full";
+}
+
+Category category_of(Component component) {
+  switch (component) {
+    case Component::ParamsFull:
+    case Component::ParamsPartition:
+    case Component::ParamsPersistent: return Category::Params;
+    case Component::GradsFull:
+    case Component::GradsPartition: return Category::Grads;
+    case Component::MasterPartition: return Category::MasterParams;
+    case Component::OptimizerStatePartition: return Category::OptimizerStates;
+    case Component::ActivationsStored:
+    case Component::ActivationCheckpoints:
+    case Component::ActivationWorking: return Category::Activations;
+    case Component::GatheredParams:
+    case Component::UnreducedGrads:
+    case Component::ReduceBucket:
+    case Component::Fp32GradCast:
+    case Component::OffloadStaging:
+    case Component::NvmeSwapBuffers: return Category::Buffers;
+    case Component::CudaContext:
+    case Component::LibraryWorkspace:
+    case Component::Fragmentation: return Category::Overhead;
+  }
+  return Category::Buffers;
+}
+
+const char* to_string(Stream stream) {
+  switch (stream) {
+    case Stream::Compute: return "compute";
+    case Stream::Collective: return "collective";
+    case Stream::H2D: return "h2d";
+    case Stream::D2H: return "d2h";
+    case Stream::Nvme: return "nvme";
+    case Stream::Cpu: return "cpu";
+  }
+  return "compute";
+}
+
+const char* to_string(OpKind kind) {
+  switch (kind) {
+    case OpKind::Forward: return "forward";
+    case OpKind::Backward: return "backward";
+    case OpKind::Recompute: return "recompute";
+    case OpKind::AllGather: return "all_gather";
+    case OpKind::ReduceScatter: return "reduce_scatter";
+    case OpKind::AllReduce: return "all_reduce";
+    case OpKind::Broadcast: return "broadcast";
+    case OpKind::Release: return "release";
+    case OpKind::CopyH2D: return "copy_h2d";
+    case OpKind::CopyD2H: return "copy_d2h";
+    case OpKind::NvmeRead: return "nvme_read";
+    case OpKind::NvmeWrite: return "nvme_write";
+    case OpKind::OptimizerStep: return "optimizer_step";
+    case OpKind::OverflowCheck: return "overflow_check";
+    case OpKind::GradNorm: return "grad_norm";
+    case OpKind::LossScaleUpdate: return "loss_scale_update";
+  }
+  return "forward";
+}
+
+const char* to_string(Phase phase) {
+  switch (phase) {
+    case Phase::Forward: return "forward";
+    case Phase::Backward: return "backward";
+    case Phase::Reduce: return "reduce";
+    case Phase::Optimizer: return "optimizer";
+  }
+  return "forward";
+}
+
+bool is_collective(OpKind kind) {
+  return kind == OpKind::AllGather || kind == OpKind::ReduceScatter || kind == OpKind::AllReduce ||
+         kind == OpKind::Broadcast || kind == OpKind::OverflowCheck || kind == OpKind::GradNorm;
+}
+
+}  // namespace zerolens
