@@ -73,7 +73,9 @@ double quantity(const json& value, const std::string& where, Quantity kind) {
 }
 
 Bytes bytes_value(const json& value, const std::string& where) {
-  return Bytes(std::llround(quantity(value, where, Quantity::Bytes)));
+  const double bytes = quantity(value, where, Quantity::Bytes);
+  if (bytes > 0x1p62) throw InputError(where, "must be at most 2^62 bytes");
+  return Bytes(std::llround(bytes));
 }
 
 void read_link(const json& block, const std::string& where, LinkSpec& link, Diagnostics& diagnostics) {
@@ -138,7 +140,7 @@ Cluster cluster_from_json(const json& document, Diagnostics& diagnostics) {
     }
   }
   if (const json* v = member(document, "name")) cluster.name = as_string(*v, "name");
-  if (const json* v = member(document, "nodes")) cluster.nodes = int(as_int(*v, "nodes", 1, 1 << 24));
+  if (const json* v = member(document, "nodes")) cluster.nodes = int(as_int(*v, "nodes", 1, 1 << 20));
   if (const json* v = member(document, "gpu")) read_gpu(*v, cluster.gpu, diagnostics);
   if (const json* v = member(document, "node")) read_node(*v, cluster.node, diagnostics);
   if (const json* v = member(document, "inter_node")) read_link(*v, "inter_node", cluster.inter_node, diagnostics);

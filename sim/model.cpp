@@ -40,6 +40,18 @@ Elements Layer::numel() const {
   return count;
 }
 
+namespace {
+// Activation figures are computed in double precision; anything past 2^60 bytes (1 EiB) is a
+// mistyped batch or sequence length, not a plan, and would overflow the 64-bit sums downstream.
+Bytes activation_figure(double bytes) {
+  if (!(bytes < 0x1p60)) {
+    throw InputError("micro-batch x seq-len", "activation memory of one layer exceeds 2^60 bytes; reduce the "
+                                              "micro-batch or the sequence length");
+  }
+  return Bytes(std::llround(bytes));
+}
+}  // namespace
+
 ActivationBytes Layer::activation_bytes(std::int64_t micro_batch, std::int64_t seq_len,
                                         Bytes activation_element_bytes) const {
   const double tokens = double(micro_batch) * double(seq_len);
@@ -47,15 +59,14 @@ ActivationBytes Layer::activation_bytes(std::int64_t micro_batch, std::int64_t s
   const double e = double(activation_element_bytes);
   const ActivationTerms& t = activations;
   ActivationBytes bytes;
-  bytes.stored = Bytes(std::llround(
+  bytes.stored = activation_figure(
       tokens * (e * t.elements + t.mask_bytes +
-                s * (e * t.elements_per_position + t.mask_bytes_per_position) + t.fixed_bytes)));
-  bytes.checkpoint = Bytes(std::llround(tokens * e * t.checkpoint_elements));
-  bytes.forward_working = Bytes(
-      std::llround(tokens * (e * t.forward_working_elements + t.forward_working_fixed_bytes)));
-  bytes.backward_working = Bytes(std::llround(
+                s * (e * t.elements_per_position + t.mask_bytes_per_position) + t.fixed_bytes));
+  bytes.checkpoint = activation_figure(tokens * e * t.checkpoint_elements);
+  bytes.forward_working = activation_figure(tokens * (e * t.forward_working_elements + t.forward_working_fixed_bytes));
+  bytes.backward_working = activation_figure(
       tokens * (e * (t.backward_working_elements + s * t.backward_working_elements_per_position) +
-                t.backward_working_fixed_bytes)));
+                t.backward_working_fixed_bytes));
   return bytes;
 }
 
@@ -68,9 +79,15 @@ void TransformerShape::validate(const std::string& where) const {
   auto require = [&](bool ok, const std::string& key, const std::string& why) {
     if (!ok) throw InputError(where.empty() ? key : where + "." + key, why);
   };
-  require(layers > 0, "layers", "must be positive");
-  require(hidden > 0, "hidden", "must be positive");
-  require(heads > 0, "heads", "must be positive");
+  // Upper bounds are far beyond any real model and keep every count inside 64 bits.
+  require(layers > 0 && layers <= 10'000, "layers", "must be between 1 and 10000");
+  require(hidden > 0 && hidden <= (1 << 20), "hidden", "must be between 1 and 2^20");
+  require(heads > 0 && heads <= hidden, "heads", "must be between 1 and the hidden size");
+  require(head_dim >= 0 && head_dim <= (1 << 16), "head_dim", "must be between 0 (hidden / heads) and 2^16");
+  require(ffn_hidden <= (1 << 24), "ffn_hidden", "must be at most 2^24");
+  require(vocab <= (1 << 24), "vocab", "must be at most 2^24");
+  require(max_positions <= (1 << 24), "max_positions", "must be at most 2^24");
+  require(extra_params <= (std::int64_t(1) << 40), "extra_params", "must be at most 2^40");
   require(kv_heads > 0 && kv_heads <= heads && heads % kv_heads == 0, "kv_heads",
           "must be positive and divide the number of attention heads");
   require(head_dim > 0 || hidden % heads == 0, "heads", "must divide the hidden size");

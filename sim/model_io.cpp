@@ -87,6 +87,28 @@ std::string read_text(const std::string& path) {
   return text.str();
 }
 
+// Shape errors are reported under the config's own key names.
+void validate_with_hf_keys(const TransformerShape& shape, const std::string& where, bool gpt2) {
+  static const std::map<std::string, std::pair<const char*, const char*>> names = {
+      {"layers", {"n_layer", "num_hidden_layers"}},
+      {"hidden", {"n_embd", "hidden_size"}},
+      {"heads", {"n_head", "num_attention_heads"}},
+      {"kv_heads", {"n_head", "num_key_value_heads"}},
+      {"head_dim", {"n_embd", "head_dim"}},
+      {"ffn_hidden", {"n_inner", "intermediate_size"}},
+      {"vocab", {"vocab_size", "vocab_size"}},
+      {"max_positions", {"n_positions", "max_position_embeddings"}},
+      {"dropout", {"resid_pdrop", "attention_dropout"}}};
+  try {
+    shape.validate("");
+  } catch (const InputError& error) {
+    const auto it = names.find(error.where());
+    const std::string key = it == names.end() ? error.where() : (gpt2 ? it->second.first : it->second.second);
+    const std::string why = std::string(error.what()).substr(error.where().size() + 2);
+    throw InputError(join_key(where, key), why);
+  }
+}
+
 }  // namespace
 
 Model model_from_hf_config(const json& config, Diagnostics& diagnostics, const std::string& name) {
@@ -106,7 +128,7 @@ Model model_from_hf_config(const json& config, Diagnostics& diagnostics, const s
   } else {
     throw InputError(join_key(where, "model_type"), "unsupported model type '" + type + "'; supported: gpt2, llama, mistral");
   }
-  shape.validate(where);
+  validate_with_hf_keys(shape, where, type == "gpt2");
   std::string model_name = std::filesystem::path(name).parent_path().filename().string();
   if (model_name.empty()) model_name = std::filesystem::path(name).stem().string();
   Model model = build_transformer(model_name.empty() ? type : model_name, shape);

@@ -143,14 +143,19 @@ Model model_from_layers_json(const json& document, Diagnostics& diagnostics, con
   if (!layers || !layers->is_array() || layers->empty()) {
     throw InputError(join_key(name, "layers"), "must be a non-empty array of layers");
   }
+  if (layers->size() > 100'000) throw InputError(join_key(name, "layers"), "more than 100000 layers");
   std::map<std::string, int> earlier;
+  Elements total = 0;
   for (std::size_t i = 0; i < layers->size(); ++i) {
     const std::string where = join_key(name, "layers[" + std::to_string(i) + "]");
     model.layers.push_back(read_layer((*layers)[i], where, earlier, model.layers, diagnostics));
     earlier[model.layers.back().name] = int(i);
+    for (const auto& tensor : model.layers.back().params) {
+      total += tensor.numel();  // each tensor is at most 2^50 elements, so this cannot overflow first
+      if (total > std::int64_t(1) << 52) throw InputError(join_key(where, "params"), "the model exceeds 2^52 parameters");
+    }
   }
-  if (model.parameter_count() <= 0) throw InputError(join_key(name, "layers"), "the model has no parameters");
-  if (model.parameter_count() > std::int64_t(1) << 52) throw InputError(join_key(name, "layers"), "more than 2^52 parameters");
+  if (total <= 0) throw InputError(join_key(name, "layers"), "the model has no parameters");
   return model;
 }
 

@@ -41,6 +41,21 @@ void add_notes(Plan& plan) {
   }
 }
 
+// The schedule sums activation bytes in 64 bits; a step that needs more than 2^60 bytes is a
+// mistyped batch or sequence length and is rejected before it can overflow.
+void check_activation_total(const Model& model, std::int64_t micro_batch, std::int64_t seq_len) {
+  if (seq_len > (std::int64_t(1) << 24)) throw InputError("seq_len", "must be at most 2^24");
+  if (micro_batch > (std::int64_t(1) << 30)) throw InputError("train_micro_batch_size_per_gpu", "must be at most 2^30");
+  double total = 0;
+  for (const auto& layer : model.layers) {
+    const ActivationBytes bytes = layer.activation_bytes(micro_batch, seq_len, 4);
+    total += double(bytes.stored) + double(bytes.forward_working) + double(bytes.backward_working);
+  }
+  if (!(total < 0x1p60)) {
+    throw InputError("micro-batch x seq-len", "activations of one step exceed 2^60 bytes; reduce the micro-batch or the sequence length");
+  }
+}
+
 }  // namespace
 
 bool Plan::fits() const {
@@ -57,6 +72,7 @@ Plan make_plan(PlanRequest request) {
   plan.seq_len = request.config.seq_len.value_or(request.model.default_seq_len);
   if (plan.seq_len < 1) throw InputError("seq_len", "must be positive");
   plan.batch = resolve_batch(request.config.batch, request.dp_size);
+  check_activation_total(request.model, plan.batch.micro_batch_per_gpu, plan.seq_len);
   const int gpus_per_node = request.cluster.node.gpus_per_node;
   plan.schedule = build_schedule(request.model, request.config, plan.batch, plan.seq_len,
                                  request.dp_size, gpus_per_node, request.options);

@@ -118,7 +118,8 @@ struct Op {
 
 // A gradient reduce bucket: a run of parameter tensors (global tensor ids) reduced together.
 struct Bucket {
-  std::vector<std::int32_t> tensors;
+  std::uint32_t tensors_begin = 0;  // range in Schedule::bucket_tensors
+  std::uint32_t tensors_count = 0;
   Elements elements = 0;
 };
 
@@ -171,7 +172,12 @@ struct Schedule {
   std::vector<MemEffect> effects;
   std::vector<std::uint32_t> dependencies;
   std::vector<Bucket> buckets;
+  std::vector<std::int32_t> bucket_tensors;  // global tensor ids of all buckets, bucket after bucket
   double fragmentation_fraction = 0;
+
+  std::span<const std::int32_t> tensors_of(const Bucket& bucket) const {
+    return {bucket_tensors.data() + bucket.tensors_begin, bucket.tensors_count};
+  }
 
   std::span<const MemEffect> effects_of(const Op& op) const {
     return {effects.data() + op.effects_begin, op.effects_count};

@@ -76,6 +76,10 @@ class ScheduleBuilder {
     gather_op_.assign(layers, kNoOp);
     prefetched_until_.assign(layers, -1);
     grads_touched_.assign(layers, false);
+    layer_numel_.assign(layers, 0);
+    for (std::size_t t = 0; t < params().tensor_numel.size(); ++t) {
+      layer_numel_[std::size_t(params().tensor_layer[t])] += params().tensor_numel[t];
+    }
     reserve_capacity();
   }
 
@@ -113,7 +117,11 @@ class ScheduleBuilder {
   Effects effects() const { return Effects(options_.model_states_only); }
 
   void reserve_capacity() {
-    const std::size_t per_micro = model_.layers.size() * 8 + 16;
+    // Layers emit a handful of ops each; reduce buckets (one or more per tensor, and at least one
+    // per reduce_bucket_size elements) a few more.
+    const auto tensors = std::size_t(params().tensor_numel.size());
+    const auto buckets = tensors + std::size_t(params().total / std::max<Elements>(1, zero_.reduce_bucket_size));
+    const std::size_t per_micro = model_.layers.size() * 8 + buckets * 4 + 16;
     const auto micro_steps = std::size_t(schedule_.context.grad_accumulation);
     schedule_.ops.reserve(per_micro * micro_steps + 64);
     schedule_.effects.reserve(per_micro * micro_steps * 3 + 64);
@@ -141,7 +149,7 @@ class ScheduleBuilder {
     return model_.layers[layer].activation_bytes(schedule_.context.micro_batch,
                                                  schedule_.context.seq_len, param_bytes_);
   }
-  Elements owner_numel(int owner) const { return model_.layers[std::size_t(owner)].numel(); }
+  Elements owner_numel(int owner) const { return layer_numel_[std::size_t(owner)]; }
   // Stage 3: elements gathered for an owner (non-persistent tensors, padded to dp partitions).
   Elements gathered_elements(int owner) const {
     Elements total = 0;
@@ -431,8 +439,8 @@ class ScheduleBuilder {
     const auto last = params().layer_first_tensor[std::size_t(owner) + 1];
     for (auto t = last; t-- > first;) {
       const Elements numel = params().tensor_numel[std::size_t(t)];
-      if (!bucket_.tensors.empty() && bucket_.elements + numel > zero_.reduce_bucket_size) flush_bucket();
-      bucket_.tensors.push_back(t);
+      if (!pending_.empty() && bucket_.elements + numel > zero_.reduce_bucket_size) flush_bucket();
+      pending_.push_back(t);
       bucket_.elements += numel;
       bucket_producer_ = producer;
     }
@@ -441,9 +449,9 @@ class ScheduleBuilder {
 
   // Elements of the bucket owned by rank 0: stages 1-2 own the flat range [0, flat_partition);
   // stage 3 owns one partition of every tensor.
-  Elements owned_in_bucket(const Bucket& bucket) const {
+  Elements owned_in_bucket() const {
     Elements owned = 0;
-    for (const auto t : bucket.tensors) {
+    for (const auto t : pending_) {
       if (zero_.stage == 3) {
         owned += params().tensor_partition[std::size_t(t)];
       } else {
@@ -467,19 +475,19 @@ class ScheduleBuilder {
     return flat_offsets_[std::size_t(tensor)];
   }
 
-  Elements bucket_message_elements(const Bucket& bucket) const {
-    if (zero_.stage != 3) return bucket.elements;
+  Elements bucket_message_elements() const {
+    if (zero_.stage != 3) return bucket_.elements;
     Elements padded = 0;
-    for (const auto t : bucket.tensors) padded += params().tensor_partition[std::size_t(t)] * dp();
+    for (const auto t : pending_) padded += params().tensor_partition[std::size_t(t)] * dp();
     return padded;
   }
 
   void flush_bucket() {
-    if (bucket_.tensors.empty()) return;
+    if (pending_.empty()) return;
     const bool boundary_reduce = zero_.stage <= 1;
     const Phase phase = boundary_reduce ? Phase::Reduce : Phase::Backward;
-    const Elements owned = owned_in_bucket(bucket_);
-    const Bytes message = bucket_message_elements(bucket_) * grad_bytes_;
+    const Elements owned = owned_in_bucket();
+    const Bytes message = bucket_message_elements() * grad_bytes_;
     Effects fx = effects();
     if (zero_.stage == 0 || (zero_.stage == 1 && !zero_.contiguous_gradients)) {
       fx.add(Device::Gpu, Component::ReduceBucket, message);  // flattened copy for the collective
@@ -512,8 +520,12 @@ class ScheduleBuilder {
                           .bytes = owned * grad_bytes_},
                        effects(), {reduce});
     }
-    schedule_.buckets.push_back(std::move(bucket_));
+    bucket_.tensors_begin = std::uint32_t(schedule_.bucket_tensors.size());
+    bucket_.tensors_count = std::uint32_t(pending_.size());
+    schedule_.bucket_tensors.insert(schedule_.bucket_tensors.end(), pending_.begin(), pending_.end());
+    schedule_.buckets.push_back(bucket_);
     bucket_ = Bucket{};
+    pending_.clear();
   }
 
   void add_grads_partition(Effects& fx, Bytes bytes) {
@@ -526,8 +538,8 @@ class ScheduleBuilder {
     const auto& tensors = params().tensor_numel;
     for (std::size_t t = tensors.size(); t-- > 0;) {
       const Elements numel = tensors[t];
-      if (!bucket_.tensors.empty() && bucket_.elements + numel > zero_.reduce_bucket_size) flush_bucket();
-      bucket_.tensors.push_back(std::int32_t(t));
+      if (!pending_.empty() && bucket_.elements + numel > zero_.reduce_bucket_size) flush_bucket();
+      pending_.push_back(std::int32_t(t));
       bucket_.elements += numel;
       bucket_producer_ = kNoOp;
     }
@@ -666,6 +678,8 @@ class ScheduleBuilder {
   // gradients
   std::vector<bool> grads_touched_;
   Bucket bucket_;
+  std::vector<std::int32_t> pending_;  // tensors of the bucket being filled
+  std::vector<Elements> layer_numel_;  // per layer: elements of the tensors it owns
   std::uint32_t bucket_producer_ = kNoOp;
   std::uint32_t last_reduce_ = kNoOp, last_d2h_ = kNoOp, blocking_reduce_ = kNoOp;
   Bytes grads_partition_bytes_ = 0;  // stages 1-2, on the GPU, freed after the update

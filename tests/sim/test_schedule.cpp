@@ -110,7 +110,7 @@ TEST(ScheduleInvariants, HoldForEveryStageOffloadAndOption) {
     // micro-step (stages 2-3).
     std::map<int, int> reductions;
     for (const auto& bucket : schedule.buckets) {
-      for (const auto tensor : bucket.tensors) reductions[tensor]++;
+      for (const auto tensor : schedule.tensors_of(bucket)) reductions[tensor]++;
     }
     const int expected = c.stage >= 2 ? c.grad_accumulation : 1;
     ASSERT_EQ(reductions.size(), schedule.layout.tensor_numel.size());

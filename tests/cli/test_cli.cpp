@@ -1,0 +1,171 @@
+// Runs the real `zerolens` binary: exit codes, error messages naming the key, and outputs that
+// agree with the simulator's own figures.
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct Result {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+  std::string out;     // stdout only
+};
+
+std::string quote(const std::string& text) {
+  std::string quoted = "'";
+  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+Result run(const std::string& arguments, bool merge = true) {
+  const std::string command = std::string(ZEROLENS_CLI_BINARY) + " " + arguments + (merge ? " 2>&1" : " 2>/dev/null");
+  Result result;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return result;
+  std::array<char, 4096> buffer{};
+  std::size_t read = 0;
+  while ((read = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), read);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (!merge) result.out = result.output;
+  return result;
+}
+
+std::string data(const std::string& name) { return quote(std::string(ZEROLENS_TEST_DATA) + "/" + name); }
+
+void expect_invalid(const std::string& arguments, const std::string& message) {
+  const Result result = run(arguments);
+  EXPECT_EQ(result.exit_code, 2) << arguments << "\n" << result.output;
+  EXPECT_NE(result.output.find(message), std::string::npos) << arguments << "\n" << result.output;
+}
+
+TEST(Cli, HelpEverywhere) {
+  for (const char* command : {"--help", "plan --help", "presets --help"}) {
+    const Result result = run(command);
+    EXPECT_EQ(result.exit_code, 0) << command;
+    EXPECT_NE(result.output.find("Usage"), std::string::npos) << command;
+  }
+  EXPECT_NE(run("plan --help").output.find("--offload-param"), std::string::npos);
+}
+
+TEST(Cli, DefaultPlanPrintsATableWithExplicitUnits) {
+  const Result result = run("plan");
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("GB = 1e9 bytes"), std::string::npos);
+  EXPECT_NE(run("plan --units GiB").output.find("GiB = 2^30 bytes"), std::string::npos);
+}
+
+TEST(Cli, JsonHasTheDocumentedKeysAndModelStatesMatchTheZeroPaper) {
+  // ZeRO paper, Table 1: 7.5B parameters, Nd = 64, P_os+g+p: 16 Psi / Nd = 1.875e9 bytes.
+  const Result result = run("plan --model dense:7.5e9 --gpus 64 --stage 3 --precision fp16 --model-states-only --json", false);
+  ASSERT_EQ(result.exit_code, 0);
+  const auto document = nlohmann::json::parse(result.out);
+  EXPECT_EQ(document.at("schema"), "zerolens.plan");
+  const auto& gpu = document.at("devices").at("gpu").at("bytes");
+  EXPECT_NEAR(gpu.at("total").get<double>(), 16 * 7.5e9 / 64, 16 * 7.5e9 / 64 * 1e-3);
+  EXPECT_EQ(gpu.at("activations").get<std::int64_t>(), 0);
+  EXPECT_EQ(gpu.at("overhead").get<std::int64_t>(), 0);
+  for (const char* collective : {"all_gather", "reduce_scatter"}) {
+    EXPECT_GT(document.at("comm").at("collectives").at(collective).at("calls").get<std::int64_t>(), 0);
+  }
+}
+
+TEST(Cli, CsvAndOutputFile) {
+  const std::string path = testing::TempDir() + "/zerolens_plan.csv";
+  const Result result = run("plan --csv -o " + quote(path));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  std::ifstream file(path);
+  std::string line;
+  std::getline(file, line);
+  EXPECT_EQ(line, "section,item,key,value");
+  bool has_gpu_params = false;
+  while (std::getline(file, line)) has_gpu_params = has_gpu_params || line.rfind("memory,gpu,params,", 0) == 0;
+  EXPECT_TRUE(has_gpu_params);
+}
+
+TEST(Cli, InvalidInputNamesTheKeyAndExitsWithTwo) {
+  expect_invalid("plan --stage 2 --offload-param cpu", "zero_optimization.offload_param.device");
+  expect_invalid("plan --stage 3 --offload-optimizer nvme", "zero_optimization.offload_optimizer.nvme_path");
+  expect_invalid("plan --gpus 8 --train-batch 10 --micro-batch 4", "do not multiply");
+  expect_invalid("plan --reduce-bucket-size -5", "zero_optimization.reduce_bucket_size");
+  expect_invalid("plan --set zero_optimization.reduce_bucket_size=lots", "zero_optimization.reduce_bucket_size");
+  expect_invalid("plan --set nonsense", "--set");
+  expect_invalid("plan --model gpt2-1.5B", "did you mean 'gpt2-1.5b'");
+  expect_invalid("plan --cluster dgx-a100", "did you mean");
+  expect_invalid("plan --stage 5", "--stage");
+  expect_invalid("plan --offload-optimizer disk", "--offload-optimizer");
+  expect_invalid("plan --micro-batch abc", "--micro-batch");
+  expect_invalid("plan --deepspeed-config /nonexistent.json", "cannot read");
+  expect_invalid("plan --hf-config " + data("deepspeed/zero2_offload.json"), "model_type");
+  expect_invalid("plan --deepspeed-config " + data("hf/gpt2.json") + " --set zero_optimization.stage=9",
+                 "zero_optimization.stage");
+  expect_invalid("plan --compare --deepspeed-estimate", "choose one view");
+  expect_invalid("plan --no-such-flag", "no-such-flag");
+}
+
+TEST(Cli, UnparseableJsonIsAnInputError) {
+  const std::string path = testing::TempDir() + "/broken.json";
+  std::ofstream(path) << "{\"zero_optimization\": {\"stage\": 2,";
+  expect_invalid("plan --deepspeed-config " + quote(path), "invalid JSON");
+}
+
+TEST(Cli, UnknownConfigKeysAreWarnedNotFatal) {
+  const std::string path = testing::TempDir() + "/typo.json";
+  std::ofstream(path) << R"({"zero_optimization": {"stage": 2, "reduce_bucket_sise": 5e8}})";
+  const Result result = run("plan --deepspeed-config " + quote(path));
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("did you mean 'reduce_bucket_size'"), std::string::npos) << result.output;
+}
+
+TEST(Cli, FlagsOverrideTheConfigFile) {
+  const Result from_file = run("plan --json --deepspeed-config " + data("deepspeed/zero2_offload.json"), false);
+  const Result overridden =
+      run("plan --json --deepspeed-config " + data("deepspeed/zero2_offload.json") + " --stage 1 --offload-optimizer none",
+          false);
+  ASSERT_EQ(from_file.exit_code, 0);
+  ASSERT_EQ(overridden.exit_code, 0);
+  const auto a = nlohmann::json::parse(from_file.out);
+  const auto b = nlohmann::json::parse(overridden.out);
+  EXPECT_EQ(a.at("config").at("zero_optimization").at("stage"), 2);
+  EXPECT_EQ(b.at("config").at("zero_optimization").at("stage"), 1);
+  EXPECT_GT(a.at("devices").at("cpu").at("bytes").at("optimizer_states").get<std::int64_t>(), 0);
+  EXPECT_EQ(b.at("devices").at("cpu").at("bytes").at("optimizer_states").get<std::int64_t>(), 0);
+}
+
+TEST(Cli, RequireFitExitsWithOneWhenItDoesNotFit) {
+  EXPECT_EQ(run("plan --model gpt3-175b --gpus 8 --require-fit").exit_code, 1);
+  EXPECT_EQ(run("plan --model gpt2-124m --gpus 8 --precision bf16 --require-fit").exit_code, 0);
+}
+
+TEST(Cli, PlanningViews) {
+  const Result compare = run("plan --model gpt2-1.5b --cluster dgx-a100-40gb --gpus 8 --precision fp16 --compare");
+  ASSERT_EQ(compare.exit_code, 0) << compare.output;
+  for (const char* label : {"DP", "ZeRO-1", "ZeRO-2", "ZeRO-3"}) EXPECT_NE(compare.output.find(label), std::string::npos) << label;
+  const Result estimate = run("plan --model gpt2-1.5b --gpus 8 --deepspeed-estimate");
+  ASSERT_EQ(estimate.exit_code, 0) << estimate.output;
+  EXPECT_NE(estimate.output.find("ZeRO-3 opt:cpu param:cpu"), std::string::npos) << estimate.output;
+  const Result largest = run("plan --cluster dgx-a100-80gb --gpus 8 --precision bf16 --max-model --json", false);
+  ASSERT_EQ(largest.exit_code, 0);
+  const auto rows = nlohmann::json::parse(largest.out).at("variants");
+  ASSERT_GE(rows.size(), 4u);
+  // More partitioning never shrinks the largest model that fits: DP <= ZeRO-1 <= ZeRO-2 <= ZeRO-3.
+  for (std::size_t i = 1; i < 4; ++i) {
+    EXPECT_LE(rows[i - 1].at("parameter_count").get<double>(), rows[i].at("parameter_count").get<double>()) << i;
+  }
+}
+
+TEST(Cli, Presets) {
+  const Result result = run("presets");
+  EXPECT_EQ(result.exit_code, 0);
+  EXPECT_NE(result.output.find("124439808"), std::string::npos);
+  EXPECT_NE(result.output.find("dgx-h100"), std::string::npos);
+}
+
+}  // namespace

@@ -1,0 +1,25 @@
+// Fuzzes the DeepSpeed/ColossalAI config parser: any input either parses or raises InputError, and
+// whatever parses writes back to DeepSpeed JSON that parses to the same document.
+#include <cstdint>
+#include <cstdlib>
+
+#include <nlohmann/json.hpp>
+
+#include "sim/config.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const auto document = nlohmann::json::parse(data, data + size, nullptr, false);
+  if (document.is_discarded()) return 0;
+  for (const std::optional<std::int64_t> hidden : {std::optional<std::int64_t>(), std::optional<std::int64_t>(4096)}) {
+    zerolens::Diagnostics diagnostics;
+    try {
+      const zerolens::TrainingConfig config = zerolens::parse_training_config(document, diagnostics, hidden);
+      const nlohmann::json written = zerolens::to_deepspeed_json(config);
+      const nlohmann::json rewritten = zerolens::to_deepspeed_json(zerolens::parse_deepspeed_config(written, diagnostics));
+      if (written != rewritten) std::abort();
+      if (config.batch.micro_batch_per_gpu || config.batch.train_batch_size) (void)zerolens::resolve_batch(config.batch, 8);
+    } catch (const zerolens::InputError&) {
+    }
+  }
+  return 0;
+}
