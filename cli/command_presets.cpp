@@ -7,12 +7,41 @@
 #include "cli/table.hpp"
 #include "sim/hardware.hpp"
 #include "sim/model.hpp"
+#include "sim/model_io.hpp"
+
+#include <nlohmann/json.hpp>
 
 namespace zerolens::cli {
 
+namespace {
+
+struct PresetsCommand {
+  std::string model_json;    // export this model as a layer list
+  std::string cluster_json;  // export this cluster as JSON
+};
+
+int export_json(const PresetsCommand& command) {
+  Diagnostics diagnostics;
+  if (!command.model_json.empty()) {
+    std::cout << model_to_json(load_model(command.model_json, diagnostics)).dump(2) << '\n';
+  }
+  if (!command.cluster_json.empty()) {
+    std::cout << cluster_to_json(load_cluster(command.cluster_json, diagnostics)).dump(2) << '\n';
+  }
+  print_warnings(diagnostics);
+  return kExitOk;
+}
+
+}  // namespace
+
 void register_presets_command(CLI::App& app, CommandRegistry& registry) {
-  CLI::App* presets = app.add_subcommand("presets", "List model and cluster presets");
-  registry.add(presets, [] {
+  CLI::App* presets = app.add_subcommand("presets", "List model and cluster presets, or export one as JSON");
+  auto command = std::make_shared<PresetsCommand>();
+  presets->add_option("--model-json", command->model_json,
+                      "Print a model (preset, dense:<N> or file) as the layer-list JSON of docs/model-format.md");
+  presets->add_option("--cluster-json", command->cluster_json, "Print a cluster (preset or file) as cluster JSON");
+  registry.add(presets, [command] {
+    if (!command->model_json.empty() || !command->cluster_json.empty()) return export_json(*command);
     Table models({"model", "parameters", "layers", "default seq"});
     for (const auto& name : model_preset_names()) {
       const Model model = model_from_preset(name);

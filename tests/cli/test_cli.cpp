@@ -161,6 +161,14 @@ TEST(Cli, PlanningViews) {
   }
 }
 
+TEST(Cli, ExportedModelReadsBackWithTheSameCount) {
+  const std::string path = testing::TempDir() + "/exported.json";
+  ASSERT_EQ(run("presets --model-json llama2-7b > " + quote(path), false).exit_code, 0);
+  const Result plan = run("plan --json --model " + quote(path), false);
+  ASSERT_EQ(plan.exit_code, 0);
+  EXPECT_EQ(nlohmann::json::parse(plan.out).at("model").at("parameter_count").get<std::int64_t>(), 6'738'415'616);
+}
+
 TEST(Cli, Presets) {
   const Result result = run("presets");
   EXPECT_EQ(result.exit_code, 0);
