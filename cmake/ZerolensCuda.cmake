@@ -15,7 +15,13 @@ if(ZEROLENS_WITH_CUDA)
     enable_language(CUDA)
     set(CMAKE_CUDA_STANDARD 20)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    # CMake 3.25's FindCUDAToolkit tries to mark the CUDA::nvToolsExt target deprecated when the
+    # project requires >= 3.25, and fails on CUDA 13 toolkits (no nvToolsExt) in a fresh Debian 12
+    # root; the deprecation branch is skipped for older minimum versions.
+    set(zerolens_saved_minimum ${CMAKE_MINIMUM_REQUIRED_VERSION})
+    set(CMAKE_MINIMUM_REQUIRED_VERSION 3.24)
     find_package(CUDAToolkit REQUIRED)
+    set(CMAKE_MINIMUM_REQUIRED_VERSION ${zerolens_saved_minimum})
     set(ZEROLENS_HAVE_CUDA ON)
     find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
     find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
