@@ -439,10 +439,12 @@ class ScheduleBuilder {
     const auto last = params().layer_first_tensor[std::size_t(owner) + 1];
     for (auto t = last; t-- > first;) {
       const Elements numel = params().tensor_numel[std::size_t(t)];
+      // DeepSpeed reduces a full bucket from the hook of the gradient that does not fit, so the
+      // reduction waits for the backward that produced that gradient.
+      bucket_producer_ = producer;
       if (!pending_.empty() && bucket_.elements + numel > zero_.reduce_bucket_size) flush_bucket();
       pending_.push_back(t);
       bucket_.elements += numel;
-      bucket_producer_ = producer;
     }
     grads_touched_[std::size_t(owner)] = false;  // the next micro-step allocates them anew
   }
@@ -536,12 +538,13 @@ class ScheduleBuilder {
   // Stages 0-1 reduce all gradients once, at the gradient-accumulation boundary.
   void reduce_at_boundary() {
     const auto& tensors = params().tensor_numel;
+    // The reduction starts after the last backward of the last micro-step.
+    bucket_producer_ = schedule_.ops.empty() ? kNoOp : std::uint32_t(schedule_.ops.size() - 1);
     for (std::size_t t = tensors.size(); t-- > 0;) {
       const Elements numel = tensors[t];
       if (!pending_.empty() && bucket_.elements + numel > zero_.reduce_bucket_size) flush_bucket();
       pending_.push_back(std::int32_t(t));
       bucket_.elements += numel;
-      bucket_producer_ = kNoOp;
     }
     flush_bucket();
   }
