@@ -160,6 +160,7 @@ double op_duration(const Op& op, const ScheduleContext& context, const Cluster& 
 }
 
 Timeline simulate_timeline(const Schedule& schedule, const Cluster& cluster, const TimelineOptions& options) {
+  cluster.validate("cluster");  // every rate must be positive to price an op
   Timeline timeline;
   timeline.ops.resize(schedule.ops.size());
   std::array<double, kStreamCount> stream_free{};

@@ -4,6 +4,7 @@
 
 #include "sim/hardware.hpp"
 #include "sim/plan.hpp"
+#include "sim/timeline.hpp"
 
 namespace zerolens {
 namespace {
@@ -53,6 +54,24 @@ void BM_PlanTrillionParamsMovedRequest(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_PlanTrillionParamsMovedRequest)->Unit(benchmark::kMicrosecond);
+
+// Issue 3: schedule + timeline of GPT-3 175B (96 layers) on 1024 GPUs at stage 3 in under 50 ms.
+void BM_ScheduleAndTimelineGpt3Stage3On1024(benchmark::State& state) {
+  PlanRequest request;
+  request.model = model_from_preset("gpt3-175b");
+  request.config.zero.stage = 3;
+  request.config.precision.precision = Precision::Fp16;
+  request.config.batch.micro_batch_per_gpu = 1;
+  request.config.activation_checkpointing.enabled = true;
+  request.dp_size = 1024;
+  request.cluster = with_ranks(cluster_from_preset("dgx-a100-80gb"), 1024, 8);
+  for (auto _ : state) {
+    Plan plan = make_plan(request);
+    Timeline timeline = simulate_timeline(plan.schedule, plan.request.cluster, TimelineOptions{});
+    benchmark::DoNotOptimize(timeline.step_time);
+  }
+}
+BENCHMARK(BM_ScheduleAndTimelineGpt3Stage3On1024)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace zerolens

@@ -169,6 +169,22 @@ TEST(Cli, ExportedModelReadsBackWithTheSameCount) {
   EXPECT_EQ(nlohmann::json::parse(plan.out).at("model").at("parameter_count").get<std::int64_t>(), 6'738'415'616);
 }
 
+TEST(Cli, TraceWalkthroughWritesBothTraces) {
+  const std::string trace = testing::TempDir() + "/walk.json";
+  const std::string chrome = testing::TempDir() + "/walk.chrome.json";
+  const Result result = run("trace --walkthrough -o " + quote(trace) + " --chrome " + quote(chrome));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("all-gathers layer h.0's parameters"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("reduce-scatters gradient bucket"), std::string::npos);
+  std::ifstream trace_file(trace), chrome_file(chrome);
+  const auto document = nlohmann::json::parse(trace_file);
+  EXPECT_EQ(document.at("ranks").size(), 4u);
+  EXPECT_EQ(document.at("run").at("stage"), 3);
+  EXPECT_FALSE(nlohmann::json::parse(chrome_file).at("traceEvents").empty());
+  expect_invalid("trace --ranks 9 --gpus 4", "--ranks");
+  expect_invalid("trace --algorithm butterfly", "--algorithm");
+}
+
 TEST(Cli, Presets) {
   const Result result = run("presets");
   EXPECT_EQ(result.exit_code, 0);

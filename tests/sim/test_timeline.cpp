@@ -11,7 +11,11 @@ namespace {
 // 1e6 FLOP/s, 1e6 bytes/s between GPUs, no latency: 1000 flops take 1 ms, 1000 bytes 1 ms.
 Cluster slow_cluster() {
   Cluster cluster = testing::test_cluster(8);
-  cluster.gpu.peak_flops_fp32 = 1e6;
+  cluster.gpu.peak_flops_fp32 = cluster.gpu.peak_flops_fp16 = cluster.gpu.peak_flops_bf16 = 1e6;
+  cluster.node.cpu_memory_bandwidth = 1e9;
+  cluster.node.cpu_cores = 16;
+  cluster.gpu.hbm_bandwidth = 1e15;
+  cluster.node.nvme_read_bandwidth = cluster.node.nvme_write_bandwidth = 1e9;
   cluster.gpu.hbm_bandwidth = 1e15;
   cluster.node.intra_node = {"link", 1e6, 0};
   return cluster;
@@ -78,7 +82,7 @@ TEST(Timeline, StreamsNeverRunTwoOpsAtOnceAndDependenciesHold) {
 // nccl-tests bus-bandwidth factors per level: 16 ranks as 2 nodes x 8. An all-reduce of S bytes
 // sends 2 x 7/8 S over NVLink and 2 x 1/2 x S/8 over the network.
 TEST(Collectives, HierarchicalRingMatchesTheBusBandwidthFactors) {
-  Cluster cluster = testing::test_cluster(8);
+  Cluster cluster = slow_cluster();
   cluster.node.intra_node = {"nvlink", 100e9, 2e-6};
   cluster.inter_node = {"ib", 10e9, 5e-6};
   const Bytes s = 800'000'000;
@@ -91,7 +95,7 @@ TEST(Collectives, HierarchicalRingMatchesTheBusBandwidthFactors) {
 }
 
 TEST(Collectives, TreeWinsForSmallAllReducesOnly) {
-  Cluster cluster = testing::test_cluster(8);
+  Cluster cluster = slow_cluster();
   cluster.node.intra_node = {"nvlink", 100e9, 2e-6};
   cluster.inter_node = {"ib", 10e9, 5e-6};
   // 4 bytes on 64 ranks (8 nodes): ring latency 2 x (7 x 2 + 7 x 5) us = 98 us; tree 2 x (3 x 2 + 3 x 5) = 42 us.
@@ -100,6 +104,12 @@ TEST(Collectives, TreeWinsForSmallAllReducesOnly) {
   EXPECT_NEAR(ring, 98e-6, 1e-9);
   EXPECT_NEAR(tree, 42e-6, 1e-9);
   EXPECT_DOUBLE_EQ(collective_seconds(OpKind::AllReduce, 4, 64, cluster, CollectiveAlgorithm::Auto), tree);
+}
+
+TEST(Timeline, RejectsAClusterWithoutRates) {
+  Cluster cluster = slow_cluster();
+  cluster.node.cpu_memory_bandwidth = 0;
+  EXPECT_THROW(simulate_timeline(three_layer_plan(true).schedule, cluster, exact_options()), InputError);
 }
 
 TEST(Timeline, RatesFollowFromTheStepTime) {

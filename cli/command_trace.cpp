@@ -1,0 +1,121 @@
+// `zerolens trace`: the simulated timeline of one training step, written as the project's trace
+// JSON (-o) and as Chrome Trace Event JSON for Perfetto (--chrome); --walkthrough narrates the
+// 4-GPU toy step of the ZeRO walkthrough.
+#include <iomanip>
+#include <iostream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/app.hpp"
+#include "cli/commands.hpp"
+#include "cli/plan_options.hpp"
+#include "sim/trace.hpp"
+
+namespace zerolens::cli {
+namespace {
+
+struct TraceCommand {
+  PlanOptions options;
+  std::string output, chrome, algorithm = "auto";
+  std::optional<int> ranks;
+  double compute_efficiency = TimelineOptions{}.compute_efficiency;
+  double memory_efficiency = TimelineOptions{}.memory_efficiency;
+  double cpu_efficiency = TimelineOptions{}.cpu_efficiency;
+  bool walkthrough = false;
+};
+
+// The walkthrough of the seed document: data split four ways; each GPU keeps its partition of
+// parameters, gradients and optimizer states; every layer's parameters are gathered before its
+// forward and released after; backward gathers again; gradients are reduced to their owners; the
+// owners update their partitions.
+void walkthrough_defaults(PlanOptions& o) {
+  o.model = "gpt2-tiny";
+  o.cluster = "dgx-a100-80gb";
+  o.gpus = o.gpus.value_or(4);
+  o.stage = o.stage.value_or(3);
+  o.precision = o.precision.value_or("fp16");
+  o.micro_batch = o.micro_batch.value_or(1);
+  o.seq_len = o.seq_len.value_or(128);
+  // Every tensor partitioned and nothing kept between forward and backward, as in the walkthrough.
+  o.param_persistence_threshold = o.param_persistence_threshold.value_or(0);
+  o.max_reuse_distance = o.max_reuse_distance.value_or(0);
+  o.prefetch_bucket_size = o.prefetch_bucket_size.value_or(0);
+}
+
+void print_narrative(std::ostream& out, const Plan& plan, const Timeline& timeline) {
+  const Schedule& schedule = plan.schedule;
+  out << "Walkthrough: " << plan.request.model.name << " on " << schedule.context.dp_size
+      << " GPUs, ZeRO stage " << schedule.context.stage << ". Each GPU trains on its quarter of the batch and\n"
+      << "holds 1/" << schedule.context.dp_size
+      << " of every parameter, gradient and optimizer state. One step, as rank 0 sees it\n"
+      << "(every rank does the same on its own data and partition):\n\n";
+  for (std::size_t i = 0; i < schedule.ops.size(); ++i) {
+    out << std::setw(3) << i + 1 << ". [" << std::fixed << std::setprecision(1) << std::setw(7)
+        << timeline.ops[i].start * 1e6 << " us] " << schedule.describe(i, plan.request.model) << '\n';
+  }
+  out << "\nThen the next step starts from the updated partitions.\n\n";
+}
+
+void print_summary(std::ostream& out, const Plan& plan, const Timeline& timeline) {
+  const auto& gpu = plan.device(Device::Gpu);
+  out << std::setprecision(4) << std::defaultfloat;
+  out << "step time            " << timeline.step_time * 1e3 << " ms\n"
+      << "throughput           " << timeline.tokens_per_second << " tokens/s (whole data-parallel group)\n"
+      << "model FLOP/s per GPU " << timeline.model_flops_per_gpu / 1e12 << " TFLOP/s (3 x forward, no recompute); MFU "
+      << timeline.mfu * 100 << "%\n"
+      << "hardware FLOP/s/GPU  " << timeline.hardware_flops_per_gpu / 1e12 << " TFLOP/s (with recompute)\n"
+      << "exposed comm         " << timeline.exposed_communication * 1e3 << " ms (non-compute streams busy while compute idles)\n"
+      << "GPU peak             " << format_bytes(gpu.peak, SizeUnit::GB) << " per rank\n";
+}
+
+int run_trace(TraceCommand& command) {
+  if (command.walkthrough) walkthrough_defaults(command.options);
+  Diagnostics diagnostics;
+  const PlanRequest request = make_plan_request(command.options, diagnostics);
+  print_warnings(diagnostics);
+  TimelineOptions timeline_options{command.compute_efficiency, command.memory_efficiency, command.cpu_efficiency,
+                                   parse_collective_algorithm(command.algorithm)};
+  const Plan plan = make_plan(request);
+  const Timeline timeline = simulate_timeline(plan.schedule, plan.request.cluster, timeline_options);
+  const int ranks = command.ranks.value_or(std::min(plan.schedule.context.dp_size, command.walkthrough ? 4 : 8));
+  const Trace trace = make_trace(plan, timeline, ranks);
+  if (command.walkthrough) print_narrative(std::cout, plan, timeline);
+  print_summary(std::cout, plan, timeline);
+  if (!command.output.empty()) {
+    Output(command.output).stream() << trace_to_json(trace).dump(1) << '\n';
+    std::cout << "trace: " << command.output << " (" << trace.ops.size() << " ops, " << ranks << " ranks)\n";
+  }
+  if (!command.chrome.empty()) {
+    Output(command.chrome).stream() << chrome_trace_json(trace).dump() << '\n';
+    std::cout << "chrome trace: " << command.chrome << " (open in https://ui.perfetto.dev)\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void register_trace_command(CLI::App& app, CommandRegistry& registry) {
+  auto command = std::make_shared<TraceCommand>();
+  CLI::App* trace = app.add_subcommand("trace", "Simulate one training step's timeline and write traces");
+  add_plan_options(*trace, command->options);
+  auto* group = "Timeline and output";
+  trace->add_option("-o,--output", command->output, "Write the zerolens trace JSON (traces/README.md)")->group(group);
+  trace->add_option("--chrome", command->chrome, "Write Chrome Trace Event JSON (opens in Perfetto)")->group(group);
+  trace->add_option("--ranks", command->ranks, "Ranks to record (symmetric; default min(dp, 8))")
+      ->check(CLI::Range(1, 1 << 20))->group(group);
+  trace->add_option("--algorithm", command->algorithm, "Collective algorithm: ring, tree or auto (faster of the two)")
+      ->check(CLI::IsMember({"ring", "tree", "auto"}))->capture_default_str()->group(group);
+  trace->add_option("--compute-efficiency", command->compute_efficiency, "Achieved fraction of peak FLOP/s")
+      ->check(CLI::Range(0.001, 1.0))->capture_default_str()->group(group);
+  trace->add_option("--memory-efficiency", command->memory_efficiency, "Achieved fraction of HBM bandwidth")
+      ->check(CLI::Range(0.001, 1.0))->capture_default_str()->group(group);
+  trace->add_option("--cpu-efficiency", command->cpu_efficiency, "Achieved fraction of host memory bandwidth (CPU Adam)")
+      ->check(CLI::Range(0.001, 1.0))->capture_default_str()->group(group);
+  trace->add_flag("--walkthrough", command->walkthrough,
+                  "The 4-GPU toy step of the ZeRO walkthrough (gpt2-tiny, stage 3, every tensor partitioned)")
+      ->group(group);
+  registry.add(trace, [command] { return run_trace(*command); });
+}
+
+}  // namespace zerolens::cli

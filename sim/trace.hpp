@@ -1,0 +1,61 @@
+#pragma once
+// The project's trace (schema "zerolens.trace", traces/README.md): one training step, op by op, per
+// recorded rank, with start, duration, bytes, flops and the memory on each device after the op.
+// The simulator writes predicted traces; the executor writes measured traces in the same schema so
+// the two can be diffed op by op, and the GUI reads either.
+#include <array>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "sim/plan.hpp"
+#include "sim/timeline.hpp"
+
+namespace zerolens {
+
+inline constexpr int kTraceVersion = 1;
+
+struct TraceOp {
+  int rank = 0;
+  std::int64_t index = 0;  // position in the rank's schedule
+  std::string kind, stream, phase, link;
+  std::int32_t micro_step = 0, layer = -1, bucket = -1, group_size = 1;
+  std::string layer_name;
+  double start = 0, duration = 0;  // seconds
+  Bytes bytes = 0;
+  double flops = 0;
+  std::array<Bytes, kDeviceCount> memory_after{};  // per device (gpu, cpu, nvme), this rank's share
+};
+
+struct TraceRun {
+  std::string model, cluster, precision, optimizer_device, param_device;
+  Elements parameter_count = 0;
+  int dp_size = 1, gpus_per_node = 1, stage = 0;
+  std::int64_t micro_batch = 1, seq_len = 1, grad_accumulation = 1;
+};
+
+struct TraceSummary {
+  double step_time = 0, tokens_per_second = 0, model_flops_per_gpu = 0, mfu = 0, exposed_communication = 0;
+  std::array<Bytes, kDeviceCount> peak{};  // per rank
+};
+
+struct Trace {
+  std::string source = "sim";  // "sim" (predicted) or "exec" (measured)
+  TraceRun run;
+  TraceSummary summary;
+  std::vector<int> ranks;
+  std::vector<TraceOp> ops;  // grouped by rank, in schedule order
+};
+
+// A predicted trace of `ranks` ranks (0..ranks-1; ranks of a data-parallel group are symmetric, so
+// every rank replays the representative rank's schedule).
+Trace make_trace(const Plan& plan, const Timeline& timeline, int ranks);
+nlohmann::json trace_to_json(const Trace& trace);
+// Throws InputError naming the key when the document is not a valid version-1 trace.
+Trace trace_from_json(const nlohmann::json& document);
+// Chrome Trace Event Format (opens in Perfetto): a process per rank, a thread per stream, complete
+// events ("ph": "X") with ts/dur in microseconds, and counter tracks ("ph": "C") of memory per device.
+nlohmann::json chrome_trace_json(const Trace& trace);
+
+}  // namespace zerolens

@@ -1,0 +1,115 @@
+// The trace schema (traces/README.md) and the Chrome Trace Event Format export.
+#include <set>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "sim/trace.hpp"
+#include "test_helpers.hpp"
+
+namespace zerolens {
+namespace {
+
+using nlohmann::json;
+
+Trace sample_trace(int ranks) {
+  TrainingConfig config = testing::mixed_adam(3);
+  config.zero.stage3_param_persistence_threshold = 0;
+  config.zero.offload_optimizer.device = OffloadDevice::Cpu;
+  const Plan plan = testing::plan_of(testing::flat_model(5, 40'000), config, 4, 8);
+  const Timeline timeline = simulate_timeline(plan.schedule, cluster_from_preset("dgx-a100-80gb"), TimelineOptions{});
+  return make_trace(plan, timeline, ranks);
+}
+
+TEST(Trace, RoundTripKeepsEveryOp) {
+  const Trace trace = sample_trace(2);
+  const json document = trace_to_json(trace);
+  const Trace copy = trace_from_json(json::parse(document.dump()));
+  EXPECT_EQ(trace_to_json(copy), document);
+  EXPECT_EQ(copy.ranks, (std::vector<int>{0, 1}));
+  EXPECT_EQ(copy.ops.size(), trace.ops.size());
+  EXPECT_EQ(document.at("schema"), "zerolens.trace");
+}
+
+TEST(Trace, OpsCarryTimesBytesAndMemory) {
+  const Trace trace = sample_trace(1);
+  double last_end = 0;
+  bool saw_collective = false, saw_copy = false;
+  for (const auto& op : trace.ops) {
+    EXPECT_GE(op.duration, 0);
+    last_end = std::max(last_end, op.start + op.duration);
+    saw_collective = saw_collective || (op.link == "network" && op.bytes > 0);
+    saw_copy = saw_copy || op.link == "pcie_d2h";
+    EXPECT_GT(op.memory_after[0], 0);
+  }
+  EXPECT_TRUE(saw_collective);
+  EXPECT_TRUE(saw_copy);
+  EXPECT_DOUBLE_EQ(last_end, trace.summary.step_time);
+}
+
+TEST(Trace, InvalidDocumentsNameTheKey) {
+  json document = trace_to_json(sample_trace(1));
+  auto key_of = [](const json& bad) {
+    try {
+      trace_from_json(bad);
+    } catch (const InputError& error) {
+      return error.where();
+    }
+    return std::string("(no error)");
+  };
+  json wrong = document;
+  wrong["version"] = 2;
+  EXPECT_EQ(key_of(wrong), "version");
+  wrong = document;
+  wrong["ops"][3].erase("start_s");
+  EXPECT_EQ(key_of(wrong), "ops[3].start_s");
+  wrong = document;
+  wrong["ops"][0]["duration_s"] = -1;
+  EXPECT_EQ(key_of(wrong), "ops[0].duration_s");
+  wrong = document;
+  wrong["ops"][1]["memory_after"]["gpu"] = "lots";
+  EXPECT_EQ(key_of(wrong), "ops[1].memory_after.gpu");
+  EXPECT_EQ(key_of(json::array()), "trace");
+}
+
+// Trace Event Format: every event has ph, pid and tid; "X" events have name, ts and dur in
+// microseconds; "C" counters carry numeric args; "M" metadata names processes and threads.
+TEST(ChromeTrace, FollowsTheTraceEventFormat) {
+  const Trace trace = sample_trace(2);
+  const json chrome = chrome_trace_json(trace);
+  const json& events = chrome.at("traceEvents");
+  std::set<std::pair<int, int>> named_threads;
+  std::set<int> named_processes;
+  std::size_t complete = 0, counters = 0;
+  for (const auto& event : events) {
+    const std::string ph = event.at("ph");
+    ASSERT_TRUE(event.at("pid").is_number_integer());
+    if (ph == "M") {
+      if (event.at("name") == "thread_name") named_threads.insert({event.at("pid").get<int>(), event.at("tid").get<int>()});
+      if (event.at("name") == "process_name") named_processes.insert(event.at("pid").get<int>());
+    } else if (ph == "X") {
+      ++complete;
+      ASSERT_TRUE(event.at("tid").is_number_integer());
+      EXPECT_TRUE(named_threads.count({event.at("pid").get<int>(), event.at("tid").get<int>()}));
+      EXPECT_GE(event.at("dur").get<double>(), 0);
+      EXPECT_TRUE(event.at("name").is_string());
+    } else if (ph == "C") {
+      ++counters;
+      for (const auto& value : event.at("args")) EXPECT_TRUE(value.is_number());
+    } else {
+      ADD_FAILURE() << "unexpected phase " << ph;
+    }
+  }
+  EXPECT_EQ(complete, trace.ops.size());
+  EXPECT_EQ(counters, trace.ops.size());
+  EXPECT_EQ(named_processes, (std::set<int>{0, 1}));
+  // ts and dur are microseconds: the last event ends at the step time x 1e6.
+  double end = 0;
+  for (const auto& event : events) {
+    if (event.at("ph") == "X") end = std::max(end, event.at("ts").get<double>() + event.at("dur").get<double>());
+  }
+  EXPECT_NEAR(end, trace.summary.step_time * 1e6, 1e-6);
+}
+
+}  // namespace
+}  // namespace zerolens
