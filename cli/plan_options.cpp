@@ -1,29 +1,16 @@
 #include "cli/plan_options.hpp"
 
 #include <cmath>
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "sim/json_read.hpp"
 #include "sim/model_io.hpp"
 
 namespace zerolens::cli {
 namespace {
 
 using nlohmann::json;
-
-json read_json_file(const std::string& path, const std::string& flag) {
-  std::ifstream file(path);
-  if (!file) throw InputError(flag, "cannot read file '" + path + "'");
-  std::stringstream text;
-  text << file.rdbuf();
-  try {
-    return json::parse(text.str());
-  } catch (const json::parse_error& error) {
-    throw InputError(path, std::string("invalid JSON: ") + error.what());
-  }
-}
 
 json& at_path(json& root, std::initializer_list<const char*> keys) {
   json* node = &root;
@@ -105,7 +92,7 @@ void apply_optimizer_flags(const PlanOptions& o, json& ds) {
 }
 
 Model load_plan_model(const PlanOptions& o, Diagnostics& diagnostics) {
-  Model model = o.hf_config ? model_from_hf_config(read_json_file(*o.hf_config, "--hf-config"),
+  Model model = o.hf_config ? model_from_hf_config(json_read::parse_json_file(*o.hf_config, "--hf-config"),
                                                    diagnostics, *o.hf_config)
                             : load_model(o.model, diagnostics);
   if (o.attention) model = with_attention(model, parse_attention_impl(*o.attention));
@@ -115,7 +102,7 @@ Model load_plan_model(const PlanOptions& o, Diagnostics& diagnostics) {
 TrainingConfig load_plan_config(const PlanOptions& o, const Model& model, Diagnostics& diagnostics) {
   json ds = json::object();
   if (o.deepspeed_config) {
-    ds = read_json_file(*o.deepspeed_config, "--deepspeed-config");
+    ds = json_read::parse_json_file(*o.deepspeed_config, "--deepspeed-config");
     // A ColossalAI document is translated to DeepSpeed keys first so the same flags apply.
     if (ds.is_object() && ds.contains("zero") && ds.at("zero").is_object() && ds.at("zero").contains("level")) {
       ds = to_deepspeed_json(parse_colossalai_config(ds, diagnostics));

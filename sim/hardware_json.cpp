@@ -2,10 +2,7 @@
 // ("80 GiB", "300 GB/s", "200 Gb/s", "5 us", "312 TFLOP/s"). A "base" preset may be extended.
 #include <cctype>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -166,18 +163,8 @@ json cluster_to_json(const Cluster& c) {
 }
 
 Cluster load_cluster(const std::string& spec, Diagnostics& diagnostics) {
-  const bool is_file = spec.find(".json") != std::string::npos || std::filesystem::exists(spec);
-  if (!is_file) return cluster_from_preset(spec);
-  std::ifstream file(spec);
-  if (!file) throw InputError(spec, "cannot read file");
-  std::stringstream text;
-  text << file.rdbuf();
-  json document;
-  try {
-    document = json::parse(text.str());
-  } catch (const json::parse_error& error) {
-    throw InputError(spec, std::string("invalid JSON: ") + error.what());
-  }
+  if (!names_file(spec)) return cluster_from_preset(spec);
+  const json document = parse_json_file(spec, "--cluster");
   try {
     return cluster_from_json(document, diagnostics);
   } catch (const InputError& error) {

@@ -1,6 +1,9 @@
 #include "sim/json_read.hpp"
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 namespace zerolens::json_read {
 
@@ -93,6 +96,22 @@ const json* member(const json& object, const std::string& key) {
   const auto it = object.find(key);
   if (it == object.end() || it->is_null()) return nullptr;
   return &*it;
+}
+
+bool names_file(const std::string& spec) {
+  return spec.find(".json") != std::string::npos || std::filesystem::exists(spec);
+}
+
+json parse_json_file(const std::string& path, const std::string& flag) {
+  std::ifstream file(path);
+  if (!file) throw InputError(flag, "cannot read file '" + path + "'");
+  std::stringstream text;
+  text << file.rdbuf();
+  try {
+    return json::parse(text.str());
+  } catch (const json::parse_error& error) {
+    throw InputError(path, std::string("invalid JSON: ") + error.what());
+  }
 }
 
 void warn_unknown_keys(const json& object, const std::vector<std::string>& known,

@@ -31,6 +31,11 @@ const json& as_object(const json& value, const std::string& where);
 // The member `key` of `object` or nullptr when absent (JSON null counts as absent).
 const json* member(const json& object, const std::string& key);
 
+// True when `spec` names a JSON file rather than a preset (ends in .json or exists on disk).
+bool names_file(const std::string& spec);
+// Reads and parses a JSON file; InputError names the file (or `flag` when it cannot be read).
+json parse_json_file(const std::string& path, const std::string& flag);
+
 // Warns about keys of `object` that are not in `known`, naming the closest known key.
 void warn_unknown_keys(const json& object, const std::vector<std::string>& known,
                        const std::string& where, Diagnostics& diagnostics);

@@ -1,9 +1,7 @@
 #include "sim/model_io.hpp"
 
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -79,14 +77,6 @@ TransformerShape llama_from_hf(const json& c, const std::string& where, const st
   return s;
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) throw InputError(path, "cannot read file");
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
-
 // Shape errors are reported under the config's own key names.
 void validate_with_hf_keys(const TransformerShape& shape, const std::string& where, bool gpt2) {
   static const std::map<std::string, std::pair<const char*, const char*>> names = {
@@ -137,14 +127,8 @@ Model model_from_hf_config(const json& config, Diagnostics& diagnostics, const s
 }
 
 Model load_model(const std::string& spec, Diagnostics& diagnostics) {
-  const bool is_file = spec.find(".json") != std::string::npos || std::filesystem::exists(spec);
-  if (!is_file) return model_from_preset(spec);
-  json document;
-  try {
-    document = json::parse(read_text(spec));
-  } catch (const json::parse_error& error) {
-    throw InputError(spec, std::string("invalid JSON: ") + error.what());
-  }
+  if (!names_file(spec)) return model_from_preset(spec);
+  const json document = parse_json_file(spec, "--model");
   if (document.is_object() && document.contains("layers")) return model_from_layers_json(document, diagnostics, spec);
   if (document.is_object() && document.contains("model_type")) return model_from_hf_config(document, diagnostics, spec);
   throw InputError(spec, "not a model file: expected a Hugging Face config.json (with \"model_type\") or a layer list (with \"layers\")");

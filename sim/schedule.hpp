@@ -86,6 +86,7 @@ const char* to_string(Category category);
 const char* to_string(Component component);
 const char* to_string(Stream stream);
 const char* to_string(OpKind kind);
+const char* to_string(Link link);
 Category category_of(Component component);
 bool is_collective(OpKind kind);
 

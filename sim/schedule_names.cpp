@@ -124,4 +124,16 @@ bool is_collective(OpKind kind) {
          kind == OpKind::Broadcast || kind == OpKind::OverflowCheck || kind == OpKind::GradNorm;
 }
 
+const char* to_string(Link link) {
+  switch (link) {
+    case Link::None: return "none";
+    case Link::Network: return "network";
+    case Link::PcieH2D: return "pcie_h2d";
+    case Link::PcieD2H: return "pcie_d2h";
+    case Link::NvmeRead: return "nvme_read";
+    case Link::NvmeWrite: return "nvme_write";
+  }
+  return "none";
+}
+
 }  // namespace zerolens

@@ -45,6 +45,12 @@ int ranks_on_node(const ScheduleContext& context) {
   return std::max(1, std::min(context.dp_size, context.gpus_per_node));
 }
 
+// The node's drives are shared by its ranks.
+double nvme_seconds(Bytes bytes, double node_bandwidth, const char* key, const ScheduleContext& context) {
+  if (!(node_bandwidth > 0)) throw InputError(std::string("cluster.node.") + key, "must be positive to simulate NVMe offload");
+  return double(bytes) * ranks_on_node(context) / node_bandwidth;
+}
+
 // Sorted, merged [start, end) intervals.
 std::vector<std::pair<double, double>> merged(std::vector<std::pair<double, double>> intervals) {
   std::sort(intervals.begin(), intervals.end());
@@ -145,10 +151,8 @@ double op_duration(const Op& op, const ScheduleContext& context, const Cluster& 
     case Link::Network: return collective_seconds(op.kind, op.bytes, op.group_size, cluster, options.algorithm);
     case Link::PcieH2D:
     case Link::PcieD2H: return cluster.node.pcie.latency + double(op.bytes) / cluster.node.pcie.bandwidth;
-    case Link::NvmeRead:
-      return double(op.bytes) * ranks_on_node(context) / std::max(1.0, cluster.node.nvme_read_bandwidth);
-    case Link::NvmeWrite:
-      return double(op.bytes) * ranks_on_node(context) / std::max(1.0, cluster.node.nvme_write_bandwidth);
+    case Link::NvmeRead: return nvme_seconds(op.bytes, cluster.node.nvme_read_bandwidth, "nvme_read_bandwidth", context);
+    case Link::NvmeWrite: return nvme_seconds(op.bytes, cluster.node.nvme_write_bandwidth, "nvme_write_bandwidth", context);
     case Link::None: break;
   }
   if (op.stream == Stream::Cpu) {

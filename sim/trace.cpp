@@ -10,18 +10,6 @@ namespace {
 using nlohmann::json;
 using namespace json_read;
 
-const char* to_string_link(Link link) {
-  switch (link) {
-    case Link::None: return "none";
-    case Link::Network: return "network";
-    case Link::PcieH2D: return "pcie_h2d";
-    case Link::PcieD2H: return "pcie_d2h";
-    case Link::NvmeRead: return "nvme_read";
-    case Link::NvmeWrite: return "nvme_write";
-  }
-  return "none";
-}
-
 TraceRun run_of(const Plan& plan) {
   const ScheduleContext& c = plan.schedule.context;
   TraceRun run;
@@ -157,7 +145,7 @@ Trace make_trace(const Plan& plan, const Timeline& timeline, int ranks) {
     for (std::size_t i = 0; i < plan.schedule.ops.size(); ++i) {
       const Op& op = plan.schedule.ops[i];
       TraceOp t{.rank = rank, .index = std::int64_t(i), .kind = to_string(op.kind), .stream = to_string(op.stream),
-                .phase = to_string(op.phase), .link = to_string_link(op.link), .micro_step = op.micro_step,
+                .phase = to_string(op.phase), .link = to_string(op.link), .micro_step = op.micro_step,
                 .layer = op.layer, .bucket = op.bucket, .group_size = op.group_size};
       if (op.layer >= 0 && std::size_t(op.layer) < layers.size()) t.layer_name = layers[std::size_t(op.layer)].name;
       t.start = timeline.ops[i].start;

@@ -112,6 +112,22 @@ TEST(Timeline, RejectsAClusterWithoutRates) {
   EXPECT_THROW(simulate_timeline(three_layer_plan(true).schedule, cluster, exact_options()), InputError);
 }
 
+TEST(Timeline, NvmeOffloadWithoutNvmeBandwidthIsAnError) {
+  TrainingConfig config = testing::mixed_adam(3);
+  config.zero.offload_optimizer.device = OffloadDevice::Nvme;
+  config.zero.offload_optimizer.nvme_path = "/nvme";
+  const Plan plan = testing::plan_of(testing::flat_model(4, 200'000), config, 2, 8);
+  Cluster cluster = slow_cluster();
+  cluster.node.nvme_capacity_bytes = 0;
+  cluster.node.nvme_read_bandwidth = cluster.node.nvme_write_bandwidth = 0;
+  try {
+    simulate_timeline(plan.schedule, cluster, exact_options());
+    FAIL() << "expected an error";
+  } catch (const InputError& error) {
+    EXPECT_EQ(error.where().rfind("cluster.node.nvme_", 0), 0u) << error.where();
+  }
+}
+
 TEST(Timeline, RatesFollowFromTheStepTime) {
   const Plan plan = three_layer_plan(true);
   const Timeline timeline = simulate_timeline(plan.schedule, slow_cluster(), exact_options());
