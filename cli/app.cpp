@@ -21,6 +21,7 @@ int run(int argc, char** argv) {
   register_plan_command(app, registry);
   register_presets_command(app, registry);
   register_trace_command(app, registry);
+  register_sweep_command(app, registry);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

@@ -10,6 +10,7 @@
 #include "cli/app.hpp"
 #include "cli/commands.hpp"
 #include "cli/plan_options.hpp"
+#include "cli/timeline_options.hpp"
 #include "sim/trace.hpp"
 
 namespace zerolens::cli {
@@ -17,11 +18,9 @@ namespace {
 
 struct TraceCommand {
   PlanOptions options;
-  std::string output, chrome, algorithm = "auto";
+  TimelineFlags timeline;
+  std::string output, chrome;
   std::optional<int> ranks;
-  double compute_efficiency = TimelineOptions{}.compute_efficiency;
-  double memory_efficiency = TimelineOptions{}.memory_efficiency;
-  double cpu_efficiency = TimelineOptions{}.cpu_efficiency;
   bool walkthrough = false;
 };
 
@@ -74,8 +73,7 @@ int run_trace(TraceCommand& command) {
   Diagnostics diagnostics;
   const PlanRequest request = make_plan_request(command.options, diagnostics);
   print_warnings(diagnostics);
-  TimelineOptions timeline_options{command.compute_efficiency, command.memory_efficiency, command.cpu_efficiency,
-                                   parse_collective_algorithm(command.algorithm)};
+  const TimelineOptions timeline_options = command.timeline.options();
   const Plan plan = make_plan(request);
   const Timeline timeline = simulate_timeline(plan.schedule, plan.request.cluster, timeline_options);
   const int ranks = command.ranks.value_or(std::min(plan.schedule.context.dp_size, command.walkthrough ? 4 : 8));
@@ -104,14 +102,7 @@ void register_trace_command(CLI::App& app, CommandRegistry& registry) {
   trace->add_option("--chrome", command->chrome, "Write Chrome Trace Event JSON (opens in Perfetto)")->group(group);
   trace->add_option("--ranks", command->ranks, "Ranks to record (symmetric; default min(dp, 8))")
       ->check(CLI::Range(1, 1 << 20))->group(group);
-  trace->add_option("--algorithm", command->algorithm, "Collective algorithm: ring, tree or auto (faster of the two)")
-      ->check(CLI::IsMember({"ring", "tree", "auto"}))->capture_default_str()->group(group);
-  trace->add_option("--compute-efficiency", command->compute_efficiency, "Achieved fraction of peak FLOP/s")
-      ->check(CLI::Range(0.001, 1.0))->capture_default_str()->group(group);
-  trace->add_option("--memory-efficiency", command->memory_efficiency, "Achieved fraction of HBM bandwidth")
-      ->check(CLI::Range(0.001, 1.0))->capture_default_str()->group(group);
-  trace->add_option("--cpu-efficiency", command->cpu_efficiency, "Achieved fraction of host memory bandwidth (CPU Adam)")
-      ->check(CLI::Range(0.001, 1.0))->capture_default_str()->group(group);
+  add_timeline_options(*trace, command->timeline, group);
   trace->add_flag("--walkthrough", command->walkthrough,
                   "The 4-GPU toy step of the ZeRO walkthrough (gpt2-tiny, stage 3, every tensor partitioned)")
       ->group(group);

@@ -42,5 +42,6 @@ void print_warnings(const Diagnostics& diagnostics);
 void register_plan_command(CLI::App& app, CommandRegistry& registry);
 void register_presets_command(CLI::App& app, CommandRegistry& registry);
 void register_trace_command(CLI::App& app, CommandRegistry& registry);
+void register_sweep_command(CLI::App& app, CommandRegistry& registry);
 
 }  // namespace zerolens::cli

@@ -2,6 +2,7 @@
 // agree with the simulator's own figures.
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <fstream>
@@ -47,7 +48,7 @@ void expect_invalid(const std::string& arguments, const std::string& message) {
 }
 
 TEST(Cli, HelpEverywhere) {
-  for (const char* command : {"--help", "plan --help", "presets --help"}) {
+  for (const char* command : {"--help", "plan --help", "presets --help", "trace --help", "sweep --help"}) {
     const Result result = run(command);
     EXPECT_EQ(result.exit_code, 0) << command;
     EXPECT_NE(result.output.find("Usage"), std::string::npos) << command;
@@ -183,6 +184,53 @@ TEST(Cli, TraceWalkthroughWritesBothTraces) {
   EXPECT_FALSE(nlohmann::json::parse(chrome_file).at("traceEvents").empty());
   expect_invalid("trace --ranks 9 --gpus 4", "--ranks");
   expect_invalid("trace --algorithm butterfly", "--algorithm");
+}
+
+// The sweep's winner, planned again by `zerolens trace` with every micro-step simulated, has the
+// same step time and GPU peak (the sweep extrapolates micro-steps; trace does not).
+TEST(Cli, SweepWinnerAgreesWithTraceOfTheSameConfig) {
+  const std::string base = "--model llama2-7b --gpus 8 --precision bf16 --seq-len 2048 --train-batch 128";
+  const Result sweep = run("sweep " + base + " --json", false);
+  ASSERT_EQ(sweep.exit_code, 0) << sweep.output;
+  const auto document = nlohmann::json::parse(sweep.out);
+  EXPECT_EQ(document.at("schema"), "zerolens.sweep");
+  EXPECT_EQ(document.at("train_batch_size"), 128);
+  const auto& best = document.at("results").at(0);
+  ASSERT_EQ(best.at("rank"), 1);
+  const std::string trace = testing::TempDir() + "/best.json";
+  const std::string flags = " --stage " + std::to_string(best.at("stage").get<int>()) +
+                            " --offload-optimizer " + best.at("offload_optimizer").get<std::string>() +
+                            " --offload-param " + best.at("offload_param").get<std::string>() +
+                            " --micro-batch " + std::to_string(best.at("train_micro_batch_size_per_gpu").get<int>()) +
+                            " --grad-accum " + std::to_string(best.at("gradient_accumulation_steps").get<int>()) +
+                            " --activation-checkpointing " + (best.at("activation_checkpointing").get<bool>() ? "true" : "false");
+  const Result traced = run("trace --model llama2-7b --gpus 8 --precision bf16 --seq-len 2048" + flags + " -o " + quote(trace));
+  ASSERT_EQ(traced.exit_code, 0) << traced.output;
+  std::ifstream trace_file(trace);
+  const auto summary = nlohmann::json::parse(trace_file).at("summary");
+  EXPECT_NEAR(summary.at("step_time_s").get<double>(), best.at("step_time_s").get<double>(),
+              1e-9 * best.at("step_time_s").get<double>());
+  EXPECT_EQ(summary.at("peak_bytes").at("gpu"), best.at("peak_bytes").at("gpu"));
+}
+
+TEST(Cli, SweepTableCsvProgressAndErrors) {
+  const std::string base = "sweep --model gpt2-1.5b --gpus 8 --train-batch 64";
+  const Result table = run(base + " --top 3");
+  ASSERT_EQ(table.exit_code, 0) << table.output;
+  EXPECT_NE(table.output.find("configurations evaluated"), std::string::npos) << table.output;
+  EXPECT_NE(table.output.find("Top 3 by predicted throughput"), std::string::npos) << table.output;
+  const Result csv = run(base + " --csv --stages 1,2 --optimizer-offloads none --checkpointing off", false);
+  ASSERT_EQ(csv.exit_code, 0);
+  // 8 per GPU: micro-batches 1, 2, 4, 8 x stages 1, 2 = 8 rows and the header.
+  EXPECT_EQ(std::count(csv.out.begin(), csv.out.end(), '\n'), 9) << csv.out;
+  const Result progress = run(base + " --progress --stages 0 -o /dev/null");
+  EXPECT_NE(progress.output.find("] 8/8 configurations"), std::string::npos) << progress.output;
+  expect_invalid(base + " --stage 2 --stages 1,2", "--stage/--stages");
+  expect_invalid(base + " --micro-batches 3", "no configuration left");
+  expect_invalid(base + " --param-offloads disk", "--param-offloads");
+  const Result none_fits = run("sweep --model gpt3-175b --gpus 1 --cluster dgx-a100-40gb --optimizer-offloads none --param-offloads none");
+  EXPECT_EQ(none_fits.exit_code, 1) << none_fits.output;
+  EXPECT_NE(none_fits.output.find("Nothing fits"), std::string::npos) << none_fits.output;
 }
 
 TEST(Cli, Presets) {

@@ -1,0 +1,230 @@
+// `zerolens sweep`: every stage x offload x micro-batch x activation-checkpointing combination at a
+// fixed global batch, ranked by predicted throughput; what does not fit is dropped.
+#include <unistd.h>
+
+#include <chrono>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/app.hpp"
+#include "cli/commands.hpp"
+#include "cli/plan_options.hpp"
+#include "cli/table.hpp"
+#include "cli/timeline_options.hpp"
+#include "sim/sweep.hpp"
+
+namespace zerolens::cli {
+namespace {
+
+// Samples per GPU when neither flags nor a DeepSpeed config give a batch size.
+constexpr std::int64_t kDefaultBatchPerRank = 8;
+
+struct SweepCommand {
+  PlanOptions options;
+  TimelineFlags timeline;
+  std::vector<int> stages;
+  std::vector<std::string> optimizer_offloads, param_offloads, checkpointing;
+  std::vector<std::int64_t> micro_batches;
+  int top = 10;
+  bool all = false, json = false, csv = false, quiet = false, progress = false;
+  std::string units = "GB", output;
+};
+
+std::vector<OffloadDevice> devices_of(const std::vector<std::string>& names, const std::string& flag) {
+  std::vector<OffloadDevice> devices;
+  for (const auto& name : names) devices.push_back(parse_offload_device(name, flag));
+  return devices;
+}
+
+// A dimension may be fixed by the plan flag (--stage 3) or listed by the sweep flag (--stages 2,3).
+template <typename Fixed, typename Listed>
+void reject_both(const std::optional<Fixed>& fixed, const std::vector<Listed>& listed, const std::string& names) {
+  if (fixed && !listed.empty()) throw InputError(names, "give one of the two: the first fixes the value, the second lists values to sweep");
+}
+
+SweepSpace space_of(const SweepCommand& c) {
+  const PlanOptions& o = c.options;
+  reject_both(o.stage, c.stages, "--stage/--stages");
+  reject_both(o.offload_optimizer, c.optimizer_offloads, "--offload-optimizer/--optimizer-offloads");
+  reject_both(o.offload_param, c.param_offloads, "--offload-param/--param-offloads");
+  reject_both(o.micro_batch, c.micro_batches, "--micro-batch/--micro-batches");
+  reject_both(o.activation_checkpointing, c.checkpointing, "--activation-checkpointing/--checkpointing");
+  SweepSpace space;
+  if (o.stage) space.stages = {*o.stage};
+  if (!c.stages.empty()) space.stages = c.stages;
+  if (o.offload_optimizer) space.optimizer_devices = devices_of({*o.offload_optimizer}, "--offload-optimizer");
+  if (!c.optimizer_offloads.empty()) space.optimizer_devices = devices_of(c.optimizer_offloads, "--optimizer-offloads");
+  if (o.offload_param) space.param_devices = devices_of({*o.offload_param}, "--offload-param");
+  if (!c.param_offloads.empty()) space.param_devices = devices_of(c.param_offloads, "--param-offloads");
+  if (o.micro_batch) space.micro_batches = {*o.micro_batch};
+  if (!c.micro_batches.empty()) space.micro_batches = c.micro_batches;
+  if (o.activation_checkpointing) space.checkpointing = {*o.activation_checkpointing};
+  if (!c.checkpointing.empty()) {
+    space.checkpointing.clear();
+    for (const auto& value : c.checkpointing) space.checkpointing.push_back(value == "on");
+  }
+  return space;
+}
+
+// The base request; without any batch size given, kDefaultBatchPerRank samples per GPU.
+PlanRequest base_request(const SweepCommand& c, std::vector<std::string>& notes) {
+  Diagnostics diagnostics;
+  PlanRequest request = make_plan_request(c.options, diagnostics);
+  print_warnings(diagnostics);
+  const PlanOptions& o = c.options;
+  if (!o.deepspeed_config && !o.train_batch && !o.micro_batch && !o.grad_accum) {
+    request.config.batch = {.train_batch_size = kDefaultBatchPerRank * request.dp_size};
+    notes.push_back("global batch " + std::to_string(kDefaultBatchPerRank * request.dp_size) + " (" +
+                    std::to_string(kDefaultBatchPerRank) + " per GPU) assumed; set it with --train-batch");
+  }
+  return request;
+}
+
+class ProgressBar {
+ public:
+  explicit ProgressBar(bool enabled) : enabled_(enabled) {}
+  void update(std::int64_t done, std::int64_t total) {
+    if (!enabled_) return;
+    const int width = 40, filled = int(done * width / total);
+    if (filled == last_filled_ && done != total) return;  // redraw only when the bar moves
+    last_filled_ = filled;
+    std::cerr << "\r[" << std::string(std::size_t(filled), '#') << std::string(std::size_t(width - filled), '.')
+              << "] " << done << '/' << total << " configurations" << (done == total ? "\n" : "") << std::flush;
+  }
+
+ private:
+  bool enabled_;
+  int last_filled_ = -1;
+};
+
+std::string fixed(double value, int decimals) {
+  std::ostringstream text;
+  text << std::fixed << std::setprecision(decimals) << value;
+  return text.str();
+}
+
+std::string stage_name(int stage) { return stage == 0 ? "DP" : "ZeRO-" + std::to_string(stage); }
+
+std::vector<std::string> result_row(std::int64_t rank, const SweepResult& r, SizeUnit unit) {
+  const SweepPoint& p = r.point;
+  const auto bytes = [&](Device d) {
+    return r.peak[std::size_t(d)] == 0 ? std::string("-") : format_bytes(r.peak[std::size_t(d)], unit, 1);
+  };
+  return {rank > 0 ? std::to_string(rank) : "-", stage_name(p.stage), to_string(p.optimizer), to_string(p.param),
+          std::to_string(p.micro_batch), std::to_string(p.grad_accumulation), p.checkpointing ? "on" : "off",
+          r.fits ? fixed(r.step_time * 1e3, 1) : "-", r.fits ? fixed(r.tokens_per_second, 0) : "-",
+          r.fits ? fixed(r.model_flops_per_gpu / 1e12, 1) : "-", r.fits ? fixed(r.mfu * 100, 1) : "-",
+          bytes(Device::Gpu), bytes(Device::Cpu), bytes(Device::Nvme),
+          r.fits ? fixed(r.exposed_communication * 1e3, 1) : "-"};
+}
+
+void print_header(std::ostream& out, const SweepReport& report, const PlanRequest& base, double seconds) {
+  const Cluster& cluster = base.cluster;
+  out << "zerolens sweep: " << base.model.name << " (" << format_count(double(base.model.parameter_count()))
+      << " parameters) on " << base.dp_size << " x " << cluster.gpu.name << " (" << cluster.name << "), "
+      << to_string(base.config.precision.precision) << ", global batch " << report.train_batch_size << " ("
+      << report.batch_per_rank << " per GPU)\n"
+      << report.evaluated << " configurations evaluated in " << fixed(seconds, 2) << " s; " << report.fitting
+      << " fit.\n";
+}
+
+void print_sweep(std::ostream& out, const SweepReport& report, const SweepCommand& c, SizeUnit unit) {
+  Table table({"#", "stage", "opt", "param", "micro", "accum", "ckpt", "step ms", "tokens/s", "TFLOP/s/GPU",
+               "MFU %", "GPU peak", "CPU/node", "NVMe/node", "exposed ms"});
+  std::int64_t rank = 0, shown = 0;
+  for (const auto& result : report.results) {
+    if (result.fits) ++rank;
+    if (!result.fits && !c.all) break;
+    if (c.top > 0 && shown == c.top) break;
+    table.add_row(result_row(result.fits ? rank : 0, result, unit));
+    ++shown;
+  }
+  if (report.fitting == 0) out << "\nNothing fits; --all --top 0 lists every configuration with its peaks.\n";
+  else out << "\nTop " << std::min<std::int64_t>(shown, report.fitting) << " by predicted throughput (tokens/s of the whole group):\n";
+  if (shown > 0) table.print(out);
+  for (const auto& note : report.notes) out << "note: " << note << '\n';
+}
+
+void print_sweep_csv(std::ostream& out, const SweepReport& report) {
+  out << "rank,stage,offload_optimizer,offload_param,micro_batch,grad_accumulation,activation_checkpointing,fits,"
+         "step_time_s,tokens_per_s,model_flops_per_gpu,mfu,gpu_peak_bytes,cpu_peak_bytes,nvme_peak_bytes,"
+         "exposed_communication_s\n";
+  std::int64_t rank = 0;
+  for (const auto& r : report.results) {
+    const SweepPoint& p = r.point;
+    out << (r.fits ? std::to_string(++rank) : "") << ',' << p.stage << ',' << to_string(p.optimizer) << ','
+        << to_string(p.param) << ',' << p.micro_batch << ',' << p.grad_accumulation << ',' << int(p.checkpointing)
+        << ',' << int(r.fits) << ',' << std::setprecision(9) << r.step_time << ',' << r.tokens_per_second << ','
+        << r.model_flops_per_gpu << ',' << r.mfu << ',' << r.peak[0] << ',' << r.peak[1] << ',' << r.peak[2] << ','
+        << r.exposed_communication << '\n';
+  }
+}
+
+int run_sweep_command(const SweepCommand& c) {
+  if (c.json && c.csv) throw InputError("--json/--csv", "choose one output format");
+  const SizeUnit unit = parse_size_unit(c.units);
+  const SweepSpace space = space_of(c);
+  std::vector<std::string> notes;
+  const PlanRequest base = base_request(c, notes);
+  ProgressBar bar(!c.quiet && (c.progress || isatty(STDERR_FILENO)));
+  const auto start = std::chrono::steady_clock::now();
+  SweepReport report = run_sweep(base, space, c.timeline.options(),
+                                 [&bar](std::int64_t done, std::int64_t total) { bar.update(done, total); });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  report.notes.insert(report.notes.begin(), notes.begin(), notes.end());
+  Output output(c.output);
+  std::ostream& out = output.stream();
+  if (c.json) {
+    out << sweep_to_json(report, base).dump(2) << '\n';
+  } else if (c.csv) {
+    print_sweep_csv(out, report);
+  } else {
+    print_header(out, report, base, seconds);
+    print_sweep(out, report, c, unit);
+  }
+  return report.fitting > 0 ? kExitOk : kExitCheckFailed;
+}
+
+}  // namespace
+
+void register_sweep_command(CLI::App& app, CommandRegistry& registry) {
+  auto c = std::make_shared<SweepCommand>();
+  CLI::App* sweep = app.add_subcommand(
+      "sweep", "Rank every stage x offload x micro-batch x checkpointing choice that fits by predicted throughput");
+  sweep->footer(
+      "Every planning flag sets the base configuration. --stage, --offload-optimizer, --offload-param,\n"
+      "--micro-batch and --activation-checkpointing fix their dimension; the list flags choose what is swept.\n"
+      "The global batch stays fixed (gradient accumulation follows the micro-batch). Exit status 1 when\n"
+      "no configuration fits.");
+  add_plan_options(*sweep, c->options);
+  auto* dims = "Sweep";
+  sweep->add_option("--stages", c->stages, "ZeRO stages to sweep (default 0,1,2,3)")
+      ->delimiter(',')->check(CLI::Range(0, 3))->group(dims);
+  sweep->add_option("--optimizer-offloads", c->optimizer_offloads, "Optimizer offload devices (default none,cpu,nvme)")
+      ->delimiter(',')->check(CLI::IsMember({"none", "cpu", "nvme"}))->group(dims);
+  sweep->add_option("--param-offloads", c->param_offloads, "Parameter offload devices (default none,cpu,nvme)")
+      ->delimiter(',')->check(CLI::IsMember({"none", "cpu", "nvme"}))->group(dims);
+  sweep->add_option("--micro-batches", c->micro_batches,
+                    "Micro-batch sizes (default: powers of two dividing the batch per GPU)")
+      ->delimiter(',')->check(CLI::PositiveNumber)->group(dims);
+  sweep->add_option("--checkpointing", c->checkpointing, "Activation checkpointing: on, off or on,off (default)")
+      ->delimiter(',')->check(CLI::IsMember({"on", "off"}))->group(dims);
+  auto* out = "Timeline and output";
+  add_timeline_options(*sweep, c->timeline, out);
+  sweep->add_option("--top", c->top, "Rows to show (0: all)")->check(CLI::NonNegativeNumber)->capture_default_str()->group(out);
+  sweep->add_flag("--all", c->all, "Also show the configurations that do not fit (after the ranked ones)")->group(out);
+  sweep->add_flag("--json", c->json, "Versioned JSON (schema zerolens.sweep, docs/sweep.md), every result")->group(out);
+  sweep->add_flag("--csv", c->csv, "CSV, every result")->group(out);
+  sweep->add_option("--units", c->units, "Units of sizes: GB or GiB")
+      ->check(CLI::IsMember({"GB", "GiB", "gb", "gib"}))->capture_default_str()->group(out);
+  sweep->add_flag("--progress", c->progress, "Show the progress bar even when stderr is not a terminal")->group(out);
+  sweep->add_flag("-q,--quiet", c->quiet, "No progress bar")->group(out);
+  sweep->add_option("-o,--output", c->output, "Write to a file instead of standard output")->group(out);
+  registry.add(sweep, [c] { return run_sweep_command(*c); });
+}
+
+}  // namespace zerolens::cli

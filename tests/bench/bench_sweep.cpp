@@ -1,0 +1,61 @@
+// Sweep speed. Acceptance (issue 3): at least 1,000 configurations per second on one core; and
+// ranks are symmetric, so 100,000 ranks cost about what 8 do.
+#include <benchmark/benchmark.h>
+
+#include "sim/hardware.hpp"
+#include "sim/sweep.hpp"
+
+namespace zerolens {
+namespace {
+
+PlanRequest sweep_base(const std::string& model, int ranks, std::int64_t train_batch, std::int64_t seq_len) {
+  PlanRequest request;
+  request.model = model_from_preset(model);
+  request.config.precision.precision = Precision::Bf16;
+  request.config.batch.train_batch_size = train_batch;
+  request.config.seq_len = seq_len;
+  request.dp_size = ranks;
+  request.cluster = with_ranks(cluster_from_preset("dgx-a100-80gb"), ranks, 8);
+  request.cluster.node.nvme_capacity_bytes = Bytes{30} << 40;  // enable the NVMe variants
+  request.cluster.node.nvme_read_bandwidth = request.cluster.node.nvme_write_bandwidth = 25e9;
+  return request;
+}
+
+void run_sweep_benchmark(benchmark::State& state, const PlanRequest& base) {
+  std::int64_t configurations = 0, fitting = 0;
+  for (auto _ : state) {
+    const SweepReport report = run_sweep(base, SweepSpace{}, TimelineOptions{});
+    configurations += report.evaluated;
+    fitting = report.fitting;
+  }
+  state.SetItemsProcessed(configurations);  // items/s = configurations per second
+  state.counters["fitting"] = double(fitting);
+}
+
+// LLaMA-2 7B on one DGX A100 node, 32 samples per GPU: 6 micro-batches x 14 stage/offload x 2.
+void BM_SweepLlama7bOn8(benchmark::State& state) {
+  run_sweep_benchmark(state, sweep_base("llama2-7b", 8, 256, 4096));
+}
+BENCHMARK(BM_SweepLlama7bOn8)->Unit(benchmark::kMillisecond);
+
+// GPT-3 175B (96 layers) on 1024 GPUs, 4 samples per GPU.
+void BM_SweepGpt3On1024(benchmark::State& state) {
+  run_sweep_benchmark(state, sweep_base("gpt3-175b", 1024, 4096, 2048));
+}
+BENCHMARK(BM_SweepGpt3On1024)->Unit(benchmark::kMillisecond);
+
+// One stage-3 plan + timeline at 8 .. 100,000 ranks: the cost must not grow with the rank count.
+void BM_StepAtRankCount(benchmark::State& state) {
+  const int ranks = int(state.range(0));
+  PlanRequest request = sweep_base("llama2-7b", ranks, ranks, 4096);
+  request.config.zero.stage = 3;
+  for (auto _ : state) {
+    const Plan plan = make_plan(request);
+    const Timeline timeline = simulate_timeline(plan.schedule, plan.request.cluster, TimelineOptions{});
+    benchmark::DoNotOptimize(timeline.step_time);
+  }
+}
+BENCHMARK(BM_StepAtRankCount)->Arg(8)->Arg(1024)->Arg(100000)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace zerolens

@@ -1,0 +1,22 @@
+// Fuzzes the trace reader (schema zerolens.trace): any input either yields a trace or raises
+// InputError; a trace read back from its own JSON is the same document, and its Chrome export
+// never fails.
+#include <cstdint>
+#include <cstdlib>
+
+#include <nlohmann/json.hpp>
+
+#include "sim/trace.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const auto document = nlohmann::json::parse(data, data + size, nullptr, false);
+  if (document.is_discarded()) return 0;
+  try {
+    const zerolens::Trace trace = zerolens::trace_from_json(document);
+    const nlohmann::json written = zerolens::trace_to_json(trace);
+    if (zerolens::trace_to_json(zerolens::trace_from_json(written)) != written) std::abort();
+    (void)zerolens::chrome_trace_json(trace).dump();
+  } catch (const zerolens::InputError&) {
+  }
+  return 0;
+}
