@@ -34,6 +34,10 @@ void add_notes(Plan& plan) {
         "activation_checkpointing.partition_activations partitions checkpoints across "
         "model-parallel ranks; with data parallelism only it changes nothing");
   }
+  if (!(plan.request.cluster.gpu.peak_flops(config.precision.precision) > 0)) {
+    plan.notes.push_back(plan.request.cluster.gpu.name + " has no " + to_string(config.precision.precision) +
+                         " support: the memory figures hold, but such a job cannot run on it");
+  }
   if (config.zero.stage == 3) {
     plan.notes.push_back("stage 3: parameters are gathered per layer; prefetch and release follow "
                          "stage3_prefetch_bucket_size, stage3_max_live_parameters and "

@@ -165,6 +165,11 @@ double op_duration(const Op& op, const ScheduleContext& context, const Cluster& 
 
 Timeline simulate_timeline(const Schedule& schedule, const Cluster& cluster, const TimelineOptions& options) {
   cluster.validate("cluster");  // every rate must be positive to price an op
+  if (!(cluster.gpu.peak_flops(schedule.context.precision) > 0)) {
+    // A GPU without the format (V100 and bf16) cannot run the step; pricing it at zero would be wrong.
+    throw InputError("precision", std::string(cluster.gpu.name) + " has no " + to_string(schedule.context.precision) +
+                                      " support (its peak FLOP/s for it is 0); choose another precision");
+  }
   Timeline timeline;
   timeline.ops.resize(schedule.ops.size());
   std::array<double, kStreamCount> stream_free{};

@@ -140,5 +140,17 @@ TEST(Timeline, RatesFollowFromTheStepTime) {
   for (std::size_t i = 1; i < timeline.memory.size(); ++i) EXPECT_LE(timeline.memory[i - 1].time, timeline.memory[i].time);
 }
 
+// V100 has no bf16: pricing its matrix products at a zero rate would give a meaningless step time.
+TEST(Timeline, PrecisionWithoutHardwareSupportIsAnInputError) {
+  Cluster cluster = slow_cluster();
+  cluster.gpu.peak_flops_bf16 = 0;
+  TrainingConfig config = testing::mixed_adam(2, Precision::Bf16);
+  const Plan plan = testing::plan_of(testing::flat_model(3, 1000), config, 2, 8, true);
+  EXPECT_THROW(simulate_timeline(plan.schedule, cluster, exact_options()), InputError);
+  config.precision.precision = Precision::Fp16;
+  const Plan fp16 = testing::plan_of(testing::flat_model(3, 1000), config, 2, 8, true);
+  EXPECT_GT(simulate_timeline(fp16.schedule, cluster, exact_options()).step_time, 0);
+}
+
 }  // namespace
 }  // namespace zerolens
