@@ -1,0 +1,56 @@
+#pragma once
+// The executor's collective engine behind one interface: MPI on CPU (this file's factory), NCCL on
+// GPUs later. Buffers are float32 element spans; sizes are per-rank element counts. Every call is
+// counted (calls, message bytes as nccl-tests counts them) so measured traffic can be compared with
+// the schedule's figures.
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "sim/schedule.hpp"
+
+namespace zerolens::exec {
+
+struct CollectiveCount {
+  std::int64_t calls = 0;
+  Bytes bytes = 0;  // message size: the whole buffer for all-reduce/broadcast, the gathered output for
+                    // all-gather, the input for reduce-scatter (nccl-tests' convention)
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // In place, element-wise sum over ranks.
+  virtual void all_reduce_sum(std::span<float> buffer) = 0;
+  // Sum over ranks of `input` (size() x output.size() elements); rank r keeps block r.
+  virtual void reduce_scatter_sum(std::span<const float> input, std::span<float> output) = 0;
+  // Concatenation of every rank's `input` in rank order into `output` (size() x input.size()).
+  virtual void all_gather(std::span<const float> input, std::span<float> output) = 0;
+  virtual void broadcast(std::span<float> buffer, int root) = 0;
+  // Scalars for control decisions (overflow flags, norms); counted like any collective.
+  virtual double all_reduce_max(double value) = 0;
+  virtual double all_reduce_sum(double value) = 0;
+  virtual void barrier() = 0;
+
+  const CollectiveCount& count(OpKind kind) const { return counts_[std::size_t(kind)]; }
+
+ protected:
+  void record(OpKind kind, Bytes bytes) {
+    auto& count = counts_[std::size_t(kind)];
+    ++count.calls;
+    count.bytes += bytes;
+  }
+
+ private:
+  std::array<CollectiveCount, kOpKindCount> counts_{};
+};
+
+// MPI_COMM_WORLD (MPI is initialised on first use and finalised at exit). A program started
+// without mpirun is a single rank.
+std::unique_ptr<Communicator> make_mpi_communicator();
+
+}  // namespace zerolens::exec

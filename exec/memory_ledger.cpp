@@ -1,0 +1,86 @@
+#include "exec/memory_ledger.hpp"
+
+#include <cstdlib>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace zerolens::exec {
+
+void MemoryLedger::allocate(Device device, Component component, Bytes bytes) {
+  const std::size_t d = index(device);
+  components_[d][std::size_t(component)] += bytes;
+  current_[d] += bytes;
+  if (current_[d] > peak_[d]) {
+    peak_[d] = current_[d];
+    at_peak_[d] = current_categories(device);
+  }
+}
+
+void MemoryLedger::release(Device device, Component component, Bytes bytes) {
+  const std::size_t d = index(device);
+  Bytes& held = components_[d][std::size_t(component)];
+  if (bytes > held) {
+    throw std::logic_error(std::string("memory ledger: freeing more ") + to_string(component) + " on " +
+                           to_string(device) + " than was allocated");
+  }
+  held -= bytes;
+  current_[d] -= bytes;
+}
+
+Bytes MemoryLedger::current(Device device, Component component) const {
+  return components_[index(device)][std::size_t(component)];
+}
+
+CategoryBytes MemoryLedger::current_categories(Device device) const {
+  CategoryBytes categories{};
+  const auto& held = components_[index(device)];
+  for (int c = 0; c < kComponentCount; ++c) categories[std::size_t(category_of(Component(c)))] += held[std::size_t(c)];
+  return categories;
+}
+
+void MemoryLedger::reset_peaks() {
+  for (int d = 0; d < kDeviceCount; ++d) {
+    peak_[std::size_t(d)] = current_[std::size_t(d)];
+    at_peak_[std::size_t(d)] = current_categories(Device(d));
+  }
+}
+
+template <typename T>
+TrackedBuffer<T>::TrackedBuffer(MemoryLedger& ledger, Device device, Component component, std::size_t count,
+                                std::size_t alignment)
+    : ledger_(&ledger), device_(device), component_(component), count_(count) {
+  // aligned_alloc needs a size that is a multiple of the alignment.
+  const std::size_t bytes = (count * sizeof(T) + alignment - 1) / alignment * alignment;
+  data_ = static_cast<T*>(std::aligned_alloc(alignment, bytes == 0 ? alignment : bytes));
+  if (!data_) throw std::bad_alloc();
+  for (std::size_t i = 0; i < count; ++i) new (data_ + i) T{};
+  ledger_->allocate(device_, component_, this->bytes());
+}
+
+template <typename T>
+void TrackedBuffer<T>::reset() {
+  if (!ledger_) return;
+  ledger_->release(device_, component_, bytes());
+  std::free(data_);
+  ledger_ = nullptr;
+  data_ = nullptr;
+  count_ = 0;
+}
+
+template <typename T>
+void TrackedBuffer<T>::swap(TrackedBuffer& other) noexcept {
+  std::swap(ledger_, other.ledger_);
+  std::swap(device_, other.device_);
+  std::swap(component_, other.component_);
+  std::swap(data_, other.data_);
+  std::swap(count_, other.count_);
+}
+
+template class TrackedBuffer<float>;
+template class TrackedBuffer<std::uint16_t>;
+template class TrackedBuffer<std::int32_t>;
+template class TrackedBuffer<std::byte>;
+
+}  // namespace zerolens::exec

@@ -1,0 +1,81 @@
+#pragma once
+// The executor's accounting: every buffer is allocated through a ledger under the simulator's
+// device and component names, so measured memory is reported per device and category exactly as
+// the plan predicts it (current, peak with its breakdown, and samples over time).
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "sim/schedule.hpp"
+
+namespace zerolens::exec {
+
+class MemoryLedger {
+ public:
+  void allocate(Device device, Component component, Bytes bytes);
+  void release(Device device, Component component, Bytes bytes);  // throws std::logic_error below zero
+
+  Bytes current(Device device) const { return current_[index(device)]; }
+  Bytes peak(Device device) const { return peak_[index(device)]; }
+  Bytes current(Device device, Component component) const;
+  // Category breakdown at the moment the device's peak was reached.
+  CategoryBytes categories_at_peak(Device device) const { return at_peak_[index(device)]; }
+  CategoryBytes current_categories(Device device) const;
+
+  // Starts a new peak window at the current level (e.g. after initialisation, per step).
+  void reset_peaks();
+
+ private:
+  static std::size_t index(Device device) { return std::size_t(device); }
+  std::array<ComponentBytes, kDeviceCount> components_{};
+  std::array<Bytes, kDeviceCount> current_{};
+  std::array<Bytes, kDeviceCount> peak_{};
+  std::array<CategoryBytes, kDeviceCount> at_peak_{};
+};
+
+// An owned, aligned array of T accounted in a ledger for its whole life. Move-only.
+template <typename T>
+class TrackedBuffer {
+ public:
+  TrackedBuffer() = default;
+  TrackedBuffer(MemoryLedger& ledger, Device device, Component component, std::size_t count,
+                std::size_t alignment = 64);
+  ~TrackedBuffer() { reset(); }
+  TrackedBuffer(TrackedBuffer&& other) noexcept { swap(other); }
+  TrackedBuffer& operator=(TrackedBuffer&& other) noexcept {
+    if (this != &other) {
+      reset();
+      swap(other);
+    }
+    return *this;
+  }
+  TrackedBuffer(const TrackedBuffer&) = delete;
+  TrackedBuffer& operator=(const TrackedBuffer&) = delete;
+
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  std::size_t size() const { return count_; }
+  Bytes bytes() const { return Bytes(count_ * sizeof(T)); }
+  std::span<T> span() { return {data_, count_}; }
+  std::span<const T> span() const { return {data_, count_}; }
+  T& operator[](std::size_t i) { return data_[i]; }
+  const T& operator[](std::size_t i) const { return data_[i]; }
+  void reset();  // frees now and records it
+
+ private:
+  void swap(TrackedBuffer& other) noexcept;
+  MemoryLedger* ledger_ = nullptr;
+  Device device_ = Device::Gpu;
+  Component component_ = Component::ParamsFull;
+  T* data_ = nullptr;
+  std::size_t count_ = 0;
+};
+
+extern template class TrackedBuffer<float>;
+extern template class TrackedBuffer<std::uint16_t>;
+extern template class TrackedBuffer<std::int32_t>;
+extern template class TrackedBuffer<std::byte>;
+
+}  // namespace zerolens::exec

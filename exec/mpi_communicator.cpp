@@ -1,0 +1,105 @@
+// The MPI communicator: each collective is one MPI call on MPI_COMM_WORLD.
+#include <mpi.h>
+
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+#include "exec/communicator.hpp"
+
+namespace zerolens::exec {
+namespace {
+
+void check(int status, const char* call) {
+  if (status == MPI_SUCCESS) return;
+  char message[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(status, message, &length);
+  throw std::runtime_error(std::string(call) + " failed: " + std::string(message, std::size_t(length)));
+}
+
+// MPI counts are int: larger buffers would need MPI-4's large-count calls.
+int mpi_count(std::size_t elements) {
+  if (elements > std::size_t(2147483647)) throw std::length_error("MPI message over 2^31 elements");
+  return int(elements);
+}
+
+Bytes float_bytes(std::size_t elements) { return Bytes(elements * sizeof(float)); }
+
+void finalize_mpi() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator() {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      int provided = 0;
+      check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+      std::atexit(finalize_mpi);
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void all_reduce_sum(std::span<float> buffer) override {
+    check(MPI_Allreduce(MPI_IN_PLACE, buffer.data(), mpi_count(buffer.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+          "MPI_Allreduce");
+    record(OpKind::AllReduce, float_bytes(buffer.size()));
+  }
+
+  void reduce_scatter_sum(std::span<const float> input, std::span<float> output) override {
+    require_blocks(input.size(), output.size(), "reduce_scatter_sum");
+    check(MPI_Reduce_scatter_block(input.data(), output.data(), mpi_count(output.size()), MPI_FLOAT, MPI_SUM,
+                                   MPI_COMM_WORLD),
+          "MPI_Reduce_scatter_block");
+    record(OpKind::ReduceScatter, float_bytes(input.size()));
+  }
+
+  void all_gather(std::span<const float> input, std::span<float> output) override {
+    require_blocks(output.size(), input.size(), "all_gather");
+    check(MPI_Allgather(input.data(), mpi_count(input.size()), MPI_FLOAT, output.data(), mpi_count(input.size()),
+                        MPI_FLOAT, MPI_COMM_WORLD),
+          "MPI_Allgather");
+    record(OpKind::AllGather, float_bytes(output.size()));
+  }
+
+  void broadcast(std::span<float> buffer, int root) override {
+    check(MPI_Bcast(buffer.data(), mpi_count(buffer.size()), MPI_FLOAT, root, MPI_COMM_WORLD), "MPI_Bcast");
+    record(OpKind::Broadcast, float_bytes(buffer.size()));
+  }
+
+  double all_reduce_max(double value) override { return scalar(value, MPI_MAX); }
+  double all_reduce_sum(double value) override { return scalar(value, MPI_SUM); }
+  void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
+
+ private:
+  void require_blocks(std::size_t whole, std::size_t block, const char* call) const {
+    if (whole != block * std::size_t(size_)) {
+      throw std::invalid_argument(std::string(call) + ": the whole buffer must be ranks x the block");
+    }
+  }
+
+  double scalar(double value, MPI_Op op) {
+    double result = 0;
+    check(MPI_Allreduce(&value, &result, 1, MPI_DOUBLE, op, MPI_COMM_WORLD), "MPI_Allreduce");
+    record(OpKind::AllReduce, Bytes(sizeof(double)));
+    return result;
+  }
+
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_communicator() { return std::make_unique<MpiCommunicator>(); }
+
+}  // namespace zerolens::exec

@@ -1,0 +1,70 @@
+// The MPI communicator, run under mpirun with 1, 2 and 4 ranks (ctest exec.mpi.np*): results
+// against sums worked out in closed form, and the counted bytes against nccl-tests' convention.
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <vector>
+
+#include "exec/communicator.hpp"
+
+namespace zerolens::exec {
+namespace {
+
+Communicator& world() {
+  static const std::unique_ptr<Communicator> communicator = make_mpi_communicator();
+  return *communicator;
+}
+
+// Rank r contributes r + 1 + i at element i: the sum over n ranks is n(n+1)/2 + n i.
+TEST(MpiCommunicator, AllReduceSumsEveryRank) {
+  Communicator& comm = world();
+  const int n = comm.size();
+  std::vector<float> buffer(1000);
+  for (std::size_t i = 0; i < buffer.size(); ++i) buffer[i] = float(comm.rank() + 1) + float(i);
+  const auto before = comm.count(OpKind::AllReduce);
+  comm.all_reduce_sum(buffer);
+  for (std::size_t i = 0; i < buffer.size(); ++i) {
+    ASSERT_EQ(buffer[i], float(n * (n + 1) / 2) + float(n) * float(i)) << i;
+  }
+  EXPECT_EQ(comm.count(OpKind::AllReduce).calls, before.calls + 1);
+  EXPECT_EQ(comm.count(OpKind::AllReduce).bytes, before.bytes + 4000);
+}
+
+TEST(MpiCommunicator, ReduceScatterKeepsThisRanksBlockOfTheSum) {
+  Communicator& comm = world();
+  const int n = comm.size();
+  const std::size_t block = 37;
+  std::vector<float> input(block * std::size_t(n)), output(block);
+  for (std::size_t i = 0; i < input.size(); ++i) input[i] = float(comm.rank()) * 1000 + float(i);
+  comm.reduce_scatter_sum(input, output);
+  const float rank_sum = float(n * (n - 1) / 2) * 1000;
+  for (std::size_t j = 0; j < block; ++j) {
+    const std::size_t i = std::size_t(comm.rank()) * block + j;
+    ASSERT_EQ(output[j], rank_sum + float(n) * float(i)) << j;
+  }
+  EXPECT_EQ(comm.count(OpKind::ReduceScatter).bytes, Bytes(input.size() * 4));
+}
+
+TEST(MpiCommunicator, AllGatherConcatenatesInRankOrderAndBroadcastCopiesTheRoot) {
+  Communicator& comm = world();
+  const int n = comm.size();
+  std::vector<float> input(5, float(comm.rank())), output(5 * std::size_t(n));
+  comm.all_gather(input, output);
+  for (std::size_t i = 0; i < output.size(); ++i) ASSERT_EQ(output[i], float(i / 5)) << i;
+  EXPECT_EQ(comm.count(OpKind::AllGather).bytes, Bytes(output.size() * 4));
+  std::vector<float> buffer(3, float(comm.rank() + 10));
+  comm.broadcast(buffer, n - 1);
+  for (const float value : buffer) EXPECT_EQ(value, float(n - 1 + 10));
+  EXPECT_THROW(comm.all_gather(input, std::span<float>(output.data(), output.size() - 1)), std::invalid_argument);
+}
+
+TEST(MpiCommunicator, ScalarReductions) {
+  Communicator& comm = world();
+  const int n = comm.size();
+  EXPECT_EQ(comm.all_reduce_max(double(comm.rank())), double(n - 1));
+  EXPECT_EQ(comm.all_reduce_sum(1.5), 1.5 * n);
+  comm.barrier();
+}
+
+}  // namespace
+}  // namespace zerolens::exec
