@@ -6,7 +6,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
   qt6-base-dev libqt6charts6-dev qt6-svg-dev libgl-dev
-  libopenmpi-dev openmpi-bin libopenblas-dev liburing-dev fio
+  libopenmpi-dev openmpi-bin libopenblas-dev liburing-dev fio python3-jsonschema
 )
 missing=()
 for package in "${packages[@]}"; do
