@@ -565,6 +565,7 @@ class ScheduleBuilder {
     const std::uint32_t updated = optimizer_device_ == Device::Gpu ? gpu_optimizer(before)
                                                                    : host_optimizer(before);
     if (zero_.stage == 1 || zero_.stage == 2) allgather_updated_params(updated);
+    if (zero_.stage == 3 && params().persistent > 0) allgather_persistent_params(updated);
     if (config_.precision.precision == Precision::Fp16 && config_.precision.loss_scale.dynamic()) {
       emit(Op{.kind = OpKind::LossScaleUpdate, .stream = Stream::Compute, .phase = Phase::Optimizer},
            effects(), {});
@@ -662,6 +663,19 @@ class ScheduleBuilder {
                          .bytes = elements * dp() * param_bytes_},
                       effects(), {previous});
     }
+  }
+
+  // Stage 3: persistent parameters are kept whole on every rank, but their update happens on the
+  // partitions, so DeepSpeed all-gathers them after the step (stage3.py, _post_step).
+  void allgather_persistent_params(std::uint32_t after) {
+    const ParamLayout& p = params();
+    Elements padded = 0;
+    for (std::size_t t = 0; t < p.tensor_numel.size(); ++t) {
+      if (p.tensor_persistent[t]) padded += p.tensor_partition[t] * dp();
+    }
+    emit(Op{.kind = OpKind::AllGather, .stream = Stream::Collective, .phase = Phase::Optimizer,
+            .group_size = dp(), .link = Link::Network, .bytes = padded * param_bytes_},
+         effects(), {after});
   }
 
   const Model& model_;

@@ -170,12 +170,20 @@ TEST(ScheduleStage3, PrefetchGathersUpcomingLayersBeforeTheirForward) {
   EXPECT_EQ(gathered_before_first_forward, (std::vector<int>{0, 1, 2, 3}));
 }
 
-TEST(ScheduleStage3, PersistentParametersAreNeverGathered) {
+// Persistent parameters are never gathered for forward or backward; DeepSpeed all-gathers them once
+// after the optimizer step (stage3.py _post_step), 4 tensors x 4 ranks x 250 elements x 2 bytes.
+TEST(ScheduleStage3, PersistentParametersAreGatheredOnlyAfterTheStep) {
   const Model model = testing::flat_model(4, 1000);
   TrainingConfig config = testing::mixed_adam(3);
   config.zero.stage3_param_persistence_threshold = 1000;  // <= threshold persists (DeepSpeed)
   const Plan plan = testing::plan_of(model, config, 4);
-  EXPECT_EQ(plan.comm.of(OpKind::AllGather).calls, 0);
+  EXPECT_EQ(plan.comm.of(OpKind::AllGather).calls, 1);
+  EXPECT_EQ(plan.comm.of(OpKind::AllGather).bytes, 4 * 4 * 250 * 2);
+  for (const auto& op : plan.schedule.ops) {
+    if (op.kind == OpKind::AllGather) {
+      EXPECT_EQ(op.phase, Phase::Optimizer);
+    }
+  }
   EXPECT_EQ(plan.device(Device::Gpu).components[std::size_t(Component::ParamsPersistent)], 4 * 1000 * 2);
 }
 
