@@ -28,12 +28,18 @@ class Communicator {
   virtual void all_reduce_sum(std::span<float> buffer) = 0;
   // Sum over ranks of `input` (size() x output.size() elements); rank r keeps block r.
   virtual void reduce_scatter_sum(std::span<const float> input, std::span<float> output) = 0;
+  // Sum over ranks of `input`; rank r keeps the counts[r] elements after counts[0..r) (uneven
+  // blocks: a gradient bucket's share of each rank's flat partition).
+  virtual void reduce_scatter_sum(std::span<const float> input, std::span<const int> counts,
+                                  std::span<float> output) = 0;
   // Concatenation of every rank's `input` in rank order into `output` (size() x input.size()).
   virtual void all_gather(std::span<const float> input, std::span<float> output) = 0;
   virtual void broadcast(std::span<float> buffer, int root) = 0;
-  // Scalars for control decisions (overflow flags, norms); counted like any collective.
-  virtual double all_reduce_max(double value) = 0;
-  virtual double all_reduce_sum(double value) = 0;
+  // Scalars for control decisions (overflow flags, gradient norms), counted under `counted_as`.
+  virtual double all_reduce_max(double value, OpKind counted_as = OpKind::AllReduce) = 0;
+  virtual double all_reduce_sum(double value, OpKind counted_as = OpKind::AllReduce) = 0;
+  // The mean loss and other figures the step reports, outside the schedule: not counted.
+  virtual double report_sum(double value) = 0;
   virtual void barrier() = 0;
 
   const CollectiveCount& count(OpKind kind) const { return counts_[std::size_t(kind)]; }

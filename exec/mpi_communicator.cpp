@@ -63,6 +63,19 @@ class MpiCommunicator final : public Communicator {
     record(OpKind::ReduceScatter, float_bytes(input.size()));
   }
 
+  void reduce_scatter_sum(std::span<const float> input, std::span<const int> counts,
+                          std::span<float> output) override {
+    if (counts.size() != std::size_t(size_)) throw std::invalid_argument("reduce_scatter_sum: one count per rank");
+    std::size_t total = 0;
+    for (const int count : counts) total += std::size_t(count);
+    if (total != input.size() || output.size() != std::size_t(counts[std::size_t(rank_)])) {
+      throw std::invalid_argument("reduce_scatter_sum: counts must sum to the input, this rank's count to the output");
+    }
+    check(MPI_Reduce_scatter(input.data(), output.data(), counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+          "MPI_Reduce_scatter");
+    record(OpKind::ReduceScatter, float_bytes(input.size()));
+  }
+
   void all_gather(std::span<const float> input, std::span<float> output) override {
     require_blocks(output.size(), input.size(), "all_gather");
     check(MPI_Allgather(input.data(), mpi_count(input.size()), MPI_FLOAT, output.data(), mpi_count(input.size()),
@@ -76,8 +89,15 @@ class MpiCommunicator final : public Communicator {
     record(OpKind::Broadcast, float_bytes(buffer.size()));
   }
 
-  double all_reduce_max(double value) override { return scalar(value, MPI_MAX); }
-  double all_reduce_sum(double value) override { return scalar(value, MPI_SUM); }
+  double all_reduce_max(double value, OpKind counted_as) override {
+    record(counted_as, Bytes(sizeof(double)));
+    return scalar(value, MPI_MAX);
+  }
+  double all_reduce_sum(double value, OpKind counted_as) override {
+    record(counted_as, Bytes(sizeof(double)));
+    return scalar(value, MPI_SUM);
+  }
+  double report_sum(double value) override { return scalar(value, MPI_SUM); }
   void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
 
  private:
@@ -90,7 +110,6 @@ class MpiCommunicator final : public Communicator {
   double scalar(double value, MPI_Op op) {
     double result = 0;
     check(MPI_Allreduce(&value, &result, 1, MPI_DOUBLE, op, MPI_COMM_WORLD), "MPI_Allreduce");
-    record(OpKind::AllReduce, Bytes(sizeof(double)));
     return result;
   }
 

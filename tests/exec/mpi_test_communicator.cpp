@@ -58,11 +58,32 @@ TEST(MpiCommunicator, AllGatherConcatenatesInRankOrderAndBroadcastCopiesTheRoot)
   EXPECT_THROW(comm.all_gather(input, std::span<float>(output.data(), output.size() - 1)), std::invalid_argument);
 }
 
+// Uneven blocks: rank r keeps r + 1 elements.
+TEST(MpiCommunicator, ReduceScatterWithCountsKeepsUnevenBlocks) {
+  Communicator& comm = world();
+  const int n = comm.size();
+  std::vector<int> counts;
+  for (int r = 0; r < n; ++r) counts.push_back(r + 1);
+  std::vector<float> input(std::size_t(n * (n + 1) / 2));
+  std::iota(input.begin(), input.end(), 0.0f);
+  std::vector<float> output(std::size_t(comm.rank() + 1));
+  comm.reduce_scatter_sum(input, counts, output);
+  const std::size_t first = std::size_t(comm.rank() * (comm.rank() + 1) / 2);
+  for (std::size_t j = 0; j < output.size(); ++j) ASSERT_EQ(output[j], float(n) * float(first + j)) << j;
+  std::vector<float> wrong(output.size() + 1);
+  EXPECT_THROW(comm.reduce_scatter_sum(input, counts, wrong), std::invalid_argument);
+}
+
 TEST(MpiCommunicator, ScalarReductions) {
   Communicator& comm = world();
   const int n = comm.size();
   EXPECT_EQ(comm.all_reduce_max(double(comm.rank())), double(n - 1));
-  EXPECT_EQ(comm.all_reduce_sum(1.5), 1.5 * n);
+  const auto norms = comm.count(OpKind::GradNorm).calls;
+  EXPECT_EQ(comm.all_reduce_sum(1.5, OpKind::GradNorm), 1.5 * n);
+  EXPECT_EQ(comm.count(OpKind::GradNorm).calls, norms + 1);
+  const auto reduces = comm.count(OpKind::AllReduce).calls;
+  EXPECT_EQ(comm.report_sum(2.0), 2.0 * n);
+  EXPECT_EQ(comm.count(OpKind::AllReduce).calls, reduces);  // reporting is not part of the step
   comm.barrier();
 }
 

@@ -1,0 +1,30 @@
+#pragma once
+// What the ZeRO engine needs of a model: forward, recompute and backward of one layer at a time on
+// the current micro-batch, given that layer's full parameter tensors in the order sim's model lists
+// them. Parameters and gradients belong to the engine (which partitions, gathers and reduces them);
+// activations belong to the model, which allocates them through the same memory ledger.
+#include <cstdint>
+#include <span>
+
+namespace zerolens::exec {
+
+using ParamViews = std::span<const std::span<const float>>;
+using GradViews = std::span<const std::span<float>>;
+
+class LayerModel {
+ public:
+  virtual ~LayerModel() = default;
+  // Initial values of a parameter tensor: a function of the tensor id only, so every rank agrees.
+  virtual void init_tensor(std::int32_t tensor, std::span<float> values) const = 0;
+  // The samples of the next micro-step on this rank: global sample ids first .. first + count - 1.
+  virtual void load_batch(std::int64_t first_sample, std::int64_t count) = 0;
+  virtual void forward(std::size_t layer, ParamViews params) = 0;
+  // Activation checkpointing: rebuild what backward needs from the layer's checkpointed input.
+  virtual void recompute(std::size_t layer, ParamViews params) { forward(layer, params); }
+  // Adds scale x d(mean loss of the micro-batch)/d(params) to `grads`.
+  virtual void backward(std::size_t layer, ParamViews params, GradViews grads, float scale) = 0;
+  // Mean loss of the current micro-batch (valid after the last layer's forward).
+  virtual double loss() const = 0;
+};
+
+}  // namespace zerolens::exec

@@ -1,0 +1,29 @@
+#pragma once
+// The optimizer the engine applies to each owned segment of parameters: Adam/AdamW (DeepSpeed and
+// PyTorch semantics: bias correction, eps after the square root, decoupled weight decay for AdamW,
+// L2 added to the gradient for Adam) or SGD with optional momentum. States are laid out per
+// parameter element: Adam keeps (m, v), SGD with momentum keeps the momentum buffer.
+#include <cstdint>
+#include <span>
+
+#include "sim/config.hpp"
+
+namespace zerolens::exec {
+
+class Optimizer {
+ public:
+  explicit Optimizer(const OptimizerConfig& config) : config_(config) {}
+  // State floats per parameter element: 2 (Adam), 1 (SGD with momentum), 0 (SGD).
+  std::size_t state_per_element() const;
+  void begin_step() { ++step_; }
+  std::int64_t step() const { return step_; }
+  // Adam: `first` = m, `second` = v; SGD with momentum: `first` = momentum; unused ones may be empty.
+  void update(std::span<float> params, std::span<const float> grads, std::span<float> first,
+              std::span<float> second) const;
+
+ private:
+  OptimizerConfig config_;
+  std::int64_t step_ = 0;
+};
+
+}  // namespace zerolens::exec

@@ -1,0 +1,46 @@
+#pragma once
+// The ZeRO engine: runs one training step by executing the simulator's schedule op by op on this
+// rank. Stage 0 keeps everything replicated and all-reduces gradients; stages 1-2 own a flat
+// partition of the optimizer states (and, in stage 2, of the gradients) and all-gather updated
+// parameters; stage 3 also partitions every parameter tensor and gathers a layer's tensors before use.
+// Which collective runs when, over which bytes, is the schedule's decision, never the engine's.
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "exec/communicator.hpp"
+#include "exec/layer_model.hpp"
+#include "exec/memory_ledger.hpp"
+#include "exec/optimizer.hpp"
+#include "sim/plan.hpp"
+
+namespace zerolens::exec {
+
+struct StepReport {
+  double loss = 0;       // mean over the global batch
+  double grad_norm = 0;  // of the averaged gradient, before clipping
+};
+
+// Called after every op with its index in the schedule and its start/end in seconds from the step's start.
+using OpCallback = std::function<void(std::size_t op, double start, double end)>;
+
+class ZeroEngine {
+ public:
+  // Throws InputError for what this executor does not run yet (offload, 16-bit precision).
+  ZeroEngine(const Plan& plan, Communicator& comm, LayerModel& model, MemoryLedger& ledger);
+  ~ZeroEngine();
+  ZeroEngine(const ZeroEngine&) = delete;
+  ZeroEngine& operator=(const ZeroEngine&) = delete;
+
+  StepReport step(std::int64_t step_index, const OpCallback& on_op = {});
+  // Every parameter, whole, in tensor order (a collective in stage 3: all ranks must call it).
+  std::vector<float> full_parameters();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace zerolens::exec
