@@ -24,6 +24,21 @@ inline Model flat_model(int tensors, Elements elements_per_tensor) {
   return model;
 }
 
+// A GPT-style transformer of `layers` blocks, 4 heads, ffn = 4 x hidden, vocabulary 8 x hidden and
+// positions 2 x hidden.
+inline Model small_transformer(int layers, std::int64_t hidden, bool tied = true) {
+  TransformerShape shape;
+  shape.layers = layers;
+  shape.hidden = hidden;
+  shape.heads = 4;
+  shape.kv_heads = 4;
+  shape.ffn_hidden = 4 * hidden;
+  shape.vocab = 8 * hidden;
+  shape.max_positions = 2 * hidden;
+  shape.tied_embeddings = tied;
+  return build_transformer("small", shape);
+}
+
 // Mixed-precision Adam (K = 12 bytes of optimizer state per parameter, as in the ZeRO paper).
 inline TrainingConfig mixed_adam(int stage, Precision precision = Precision::Fp16) {
   TrainingConfig config;

@@ -9,18 +9,7 @@
 namespace zerolens {
 namespace {
 
-Model small_transformer(bool tied = true) {
-  TransformerShape shape;
-  shape.layers = 3;
-  shape.hidden = 64;
-  shape.heads = 4;
-  shape.kv_heads = 4;
-  shape.ffn_hidden = 256;
-  shape.vocab = 512;
-  shape.max_positions = 128;
-  shape.tied_embeddings = tied;
-  return build_transformer("small", shape);
-}
+Model small_transformer(bool tied = true) { return testing::small_transformer(3, 64, tied); }
 
 struct Case {
   int stage;

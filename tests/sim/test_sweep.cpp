@@ -13,17 +13,7 @@
 namespace zerolens {
 namespace {
 
-Model small_transformer() {
-  TransformerShape shape;
-  shape.layers = 4;
-  shape.hidden = 128;
-  shape.heads = 4;
-  shape.kv_heads = 4;
-  shape.ffn_hidden = 512;
-  shape.vocab = 1024;
-  shape.max_positions = 256;
-  return build_transformer("small", shape);
-}
+Model small_transformer() { return testing::small_transformer(4, 128); }
 
 Cluster sweep_cluster(Bytes gpu_memory = Bytes{80} << 30) {
   Cluster cluster = testing::test_cluster(4, gpu_memory);
