@@ -1,6 +1,6 @@
 #include "exec/optimizer.hpp"
 
-#include <cmath>
+#include "kernels/optimizer.hpp"
 
 namespace zerolens::exec {
 
@@ -9,32 +9,17 @@ std::size_t Optimizer::state_per_element() const {
   return 2;
 }
 
+// The arithmetic lives in kernels/ (vectorised, multi-threaded, checked against float64).
 void Optimizer::update(std::span<float> params, std::span<const float> grads, std::span<float> first,
                        std::span<float> second) const {
-  const std::size_t n = params.size();
-  const auto lr = float(config_.lr), decay = float(config_.weight_decay);
   if (config_.type == OptimizerType::Sgd) {
-    const auto momentum = float(config_.momentum);
-    for (std::size_t i = 0; i < n; ++i) {
-      float g = grads[i] + decay * params[i];
-      if (momentum > 0) g = first[i] = momentum * first[i] + g;
-      params[i] -= lr * g;
-    }
+    const kernels::SgdConfig sgd{config_.lr, config_.momentum, config_.weight_decay};
+    kernels::sgd_step(params.data(), grads.data(), first.empty() ? nullptr : first.data(), params.size(), sgd);
     return;
   }
-  const double t = double(step_);
-  const auto beta1 = float(config_.beta1), beta2 = float(config_.beta2), eps = float(config_.eps);
-  const auto correction1 = float(1 - std::pow(config_.beta1, t)), correction2 = float(1 - std::pow(config_.beta2, t));
-  const bool decoupled = config_.type == OptimizerType::AdamW;
-  float* m = first.data();
-  float* v = second.data();
-  for (std::size_t i = 0; i < n; ++i) {
-    const float g = decoupled ? grads[i] : grads[i] + decay * params[i];
-    m[i] = beta1 * m[i] + (1 - beta1) * g;
-    v[i] = beta2 * v[i] + (1 - beta2) * g * g;
-    const float update = (m[i] / correction1) / (std::sqrt(v[i] / correction2) + eps);
-    params[i] -= lr * (decoupled ? update + decay * params[i] : update);
-  }
+  const kernels::AdamConfig adam{config_.lr, config_.beta1, config_.beta2, config_.eps, config_.weight_decay,
+                                 config_.type == OptimizerType::AdamW};
+  kernels::adam_step(params.data(), grads.data(), first.data(), second.data(), params.size(), adam, step_);
 }
 
 }  // namespace zerolens::exec

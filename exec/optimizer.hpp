@@ -1,8 +1,7 @@
 #pragma once
-// The optimizer the engine applies to each owned segment of parameters: Adam/AdamW (DeepSpeed and
-// PyTorch semantics: bias correction, eps after the square root, decoupled weight decay for AdamW,
-// L2 added to the gradient for Adam) or SGD with optional momentum. States are laid out per
-// parameter element: Adam keeps (m, v), SGD with momentum keeps the momentum buffer.
+// The optimizer the engine applies to each owned segment of parameters, with the arithmetic in
+// kernels/optimizer.hpp: Adam/AdamW (DeepSpeed and PyTorch semantics) or SGD with optional
+// momentum. Adam keeps (m, v) per element, SGD with momentum its momentum buffer.
 #include <cstdint>
 #include <span>
 

@@ -1,0 +1,91 @@
+#include "kernels/optimizer.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace zerolens::kernels {
+
+namespace {
+
+int thread_count(int requested) {
+#ifdef _OPENMP
+  return requested > 0 ? requested : omp_get_max_threads();
+#else
+  (void)requested;
+  return 1;
+#endif
+}
+
+// Hyperparameters in float, as the loop uses them. 1 - beta and the bias corrections are formed
+// in double first, as PyTorch does: 1 - 0.999f computed in float is 1.3e-5 off (0.999 is inexact).
+struct AdamScalars {
+  float lr, beta1, beta2, one_minus_beta1, one_minus_beta2, eps, decay, correction1, correction2;
+};
+
+// The mode is a template parameter so each loop body is branch-free and vectorizes.
+template <bool decoupled_decay>
+void adam_loop(float* params, const float* grads, float* m, float* v, std::size_t count,
+               const AdamScalars& s, int threads) {
+  (void)threads;  // unused when built without OpenMP
+#pragma omp parallel for simd schedule(static) num_threads(threads) if (count > 4096)
+  for (std::size_t i = 0; i < count; ++i) {
+    const float g = decoupled_decay ? grads[i] : grads[i] + s.decay * params[i];
+    m[i] = s.beta1 * m[i] + s.one_minus_beta1 * g;
+    v[i] = s.beta2 * v[i] + s.one_minus_beta2 * g * g;
+    const float update = (m[i] / s.correction1) / (std::sqrt(v[i] / s.correction2) + s.eps);
+    params[i] -= s.lr * (decoupled_decay ? update + s.decay * params[i] : update);
+  }
+}
+
+template <bool with_momentum>
+void sgd_loop(float* params, const float* grads, float* buffer, std::size_t count, float lr,
+              float momentum, float decay, int threads) {
+  (void)threads;  // unused when built without OpenMP
+#pragma omp parallel for simd schedule(static) num_threads(threads) if (count > 4096)
+  for (std::size_t i = 0; i < count; ++i) {
+    float g = grads[i] + decay * params[i];
+    if constexpr (with_momentum) g = buffer[i] = momentum * buffer[i] + g;
+    params[i] -= lr * g;
+  }
+}
+
+}  // namespace
+
+void adam_step(float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
+               std::size_t count, const AdamConfig& config, std::int64_t step, int threads) {
+  if (step < 1) throw std::invalid_argument("adam_step: step counts from 1");
+  const auto t = double(step);
+  const AdamScalars scalars{float(config.lr),
+                            float(config.beta1),
+                            float(config.beta2),
+                            float(1.0 - config.beta1),
+                            float(1.0 - config.beta2),
+                            float(config.eps),
+                            float(config.weight_decay),
+                            float(1.0 - std::pow(config.beta1, t)),
+                            float(1.0 - std::pow(config.beta2, t))};
+  if (config.adam_w_mode)
+    adam_loop<true>(params, grads, exp_avg, exp_avg_sq, count, scalars, thread_count(threads));
+  else
+    adam_loop<false>(params, grads, exp_avg, exp_avg_sq, count, scalars, thread_count(threads));
+}
+
+void sgd_step(float* params, const float* grads, float* momentum_buffer, std::size_t count,
+              const SgdConfig& config, int threads) {
+  const auto lr = float(config.lr), momentum = float(config.momentum),
+             decay = float(config.weight_decay);
+  if (momentum > 0.0f) {
+    if (momentum_buffer == nullptr)
+      throw std::invalid_argument("sgd_step: momentum needs a momentum buffer");
+    sgd_loop<true>(params, grads, momentum_buffer, count, lr, momentum, decay,
+                   thread_count(threads));
+  } else {
+    sgd_loop<false>(params, grads, nullptr, count, lr, momentum, decay, thread_count(threads));
+  }
+}
+
+}  // namespace zerolens::kernels

@@ -1,0 +1,155 @@
+#include "kernels/attention.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "kernel_test_support.hpp"
+
+namespace zerolens::kernels {
+namespace {
+
+using namespace zerolens::kernels::testing;  // kernel_test_support.hpp
+
+struct AttentionReference {
+  std::vector<double> out;     // [B, T, C]
+  std::vector<double> scores;  // [B, NH, T, T], scaled q.k, 0 where masked
+  std::vector<double> att;     // [B, NH, T, T], causal softmax, 0 where masked
+};
+
+// Causal self-attention in float64, written straight from the definition:
+// att[b,h,t,s] = softmax_s<=t(q[b,t,h] . k[b,s,h] / sqrt(hs)); out[b,t,h] = sum_s att * v[b,s,h].
+AttentionReference attention_reference(const std::vector<double>& qkv,
+                                       const AttentionShape& shape) {
+  const std::size_t B = shape.batch, T = shape.seq_len, C = shape.channels, NH = shape.heads,
+                    hs = C / NH;
+  AttentionReference result{std::vector<double>(B * T * C, 0.0),
+                            std::vector<double>(B * NH * T * T, 0.0),
+                            std::vector<double>(B * NH * T * T, 0.0)};
+  const auto q = [&](std::size_t b, std::size_t t, std::size_t h, std::size_t i) {
+    return qkv[(b * T + t) * 3 * C + h * hs + i];
+  };
+  const auto k = [&](std::size_t b, std::size_t t, std::size_t h, std::size_t i) {
+    return qkv[(b * T + t) * 3 * C + C + h * hs + i];
+  };
+  const auto v = [&](std::size_t b, std::size_t t, std::size_t h, std::size_t i) {
+    return qkv[(b * T + t) * 3 * C + 2 * C + h * hs + i];
+  };
+  for (std::size_t b = 0; b < B; ++b)
+    for (std::size_t h = 0; h < NH; ++h)
+      for (std::size_t t = 0; t < T; ++t) {
+        const std::size_t row = ((b * NH + h) * T + t) * T;
+        double normalizer = 0.0;
+        for (std::size_t s = 0; s <= t; ++s) {
+          double score = 0.0;
+          for (std::size_t i = 0; i < hs; ++i) score += q(b, t, h, i) * k(b, s, h, i);
+          result.scores[row + s] = score / std::sqrt(double(hs));
+          normalizer += std::exp(result.scores[row + s]);
+        }
+        for (std::size_t s = 0; s <= t; ++s)
+          result.att[row + s] = std::exp(result.scores[row + s]) / normalizer;
+        for (std::size_t i = 0; i < hs; ++i) {
+          double sum = 0.0;
+          for (std::size_t s = 0; s <= t; ++s) sum += result.att[row + s] * v(b, s, h, i);
+          result.out[(b * T + t) * C + h * hs + i] = sum;
+        }
+      }
+  return result;
+}
+
+std::size_t qkv_size(const AttentionShape& shape) {
+  return shape.batch * shape.seq_len * 3 * shape.channels;
+}
+std::size_t out_size(const AttentionShape& shape) {
+  return shape.batch * shape.seq_len * shape.channels;
+}
+std::size_t score_size(const AttentionShape& shape) {
+  return shape.batch * shape.heads * shape.seq_len * shape.seq_len;
+}
+
+void check_forward(const AttentionShape& shape, std::mt19937& rng) {
+  const auto qkv = random_floats(qkv_size(shape), rng, -2.0f, 2.0f);
+  std::vector<float> out(out_size(shape), 5.0f), preatt(score_size(shape), 5.0f),
+      att(score_size(shape), 5.0f);
+  attention_forward(out.data(), preatt.data(), att.data(), qkv.data(), shape);
+  const auto reference = attention_reference(to_double(qkv), shape);
+  expect_close(out, reference.out, 1e-4, 1e-5, "out");
+  expect_close(att, reference.att, 1e-4, 1e-6, "att");
+  // preatt: the scores on and below the diagonal, -infinity above it.
+  const std::size_t T = shape.seq_len;
+  for (std::size_t i = 0; i < preatt.size(); ++i) {
+    const std::size_t t = (i / T) % T, s = i % T;
+    if (s > t) {
+      EXPECT_EQ(preatt[i], -std::numeric_limits<float>::infinity()) << "masked preatt " << i;
+    } else {
+      EXPECT_NEAR(preatt[i], reference.scores[i], 1e-5 + 1e-5 * std::abs(reference.scores[i]))
+          << "preatt " << i;
+    }
+  }
+}
+
+TEST(Attention, ForwardMatchesFloat64Reference) {
+  std::mt19937 rng(31);
+  check_forward({2, 5, 12, 3}, rng);
+}
+
+TEST(Attention, ForwardMatchesFloat64ReferenceOnThreadedShape) {
+  std::mt19937 rng(32);
+  check_forward({2, 40, 32, 4}, rng);
+}
+
+TEST(Attention, FirstPositionAttendsOnlyToItself) {
+  std::mt19937 rng(33);
+  const AttentionShape shape{1, 3, 4, 2};
+  const auto qkv = random_floats(qkv_size(shape), rng);
+  std::vector<float> out(out_size(shape)), preatt(score_size(shape)), att(score_size(shape));
+  attention_forward(out.data(), preatt.data(), att.data(), qkv.data(), shape);
+  // Query 0 sees only key 0, so its output is exactly value 0.
+  for (std::size_t c = 0; c < shape.channels; ++c)
+    EXPECT_FLOAT_EQ(out[c], qkv[2 * shape.channels + c]);
+  EXPECT_FLOAT_EQ(att[0], 1.0f);
+}
+
+void check_backward(const AttentionShape& shape, std::size_t sampled, std::mt19937& rng) {
+  const auto qkv = random_floats(qkv_size(shape), rng, -2.0f, 2.0f);
+  const auto probe = random_floats(out_size(shape), rng);
+  std::vector<float> out(out_size(shape)), preatt(score_size(shape)), att(score_size(shape));
+  attention_forward(out.data(), preatt.data(), att.data(), qkv.data(), shape);
+  const auto dinp_before = random_floats(qkv.size(), rng);
+  auto dinp = dinp_before;
+  attention_backward(dinp.data(), probe.data(), qkv.data(), att.data(), shape);
+
+  auto qkv_d = to_double(qkv);
+  const auto probe_d = to_double(probe);
+  const auto objective = [&] { return dot(probe_d, attention_reference(qkv_d, shape).out); };
+  const auto indices =
+      sampled > 0 ? random_indices(qkv.size(), sampled, rng) : std::vector<std::size_t>{};
+  const auto expected = finite_difference_gradient(qkv_d, objective, indices);
+  const auto actual = accumulated(dinp, dinp_before);
+  expect_close(indices.empty() ? actual : gather(actual, indices), expected, 1e-3, 1e-5, "dqkv");
+}
+
+TEST(Attention, BackwardMatchesFiniteDifferencesAndAccumulates) {
+  std::mt19937 rng(34);
+  check_backward({2, 5, 12, 3}, 0, rng);
+}
+
+TEST(Attention, BackwardOnThreadedShapeMatchesSampledFiniteDifferences) {
+  std::mt19937 rng(35);
+  check_backward({2, 40, 32, 4}, 150, rng);
+}
+
+TEST(Attention, RejectsChannelsNotDivisibleByHeads) {
+  const AttentionShape shape{1, 2, 10, 3};
+  std::vector<float> qkv(qkv_size(shape)), out(out_size(shape)), scores(score_size(shape)),
+      att(score_size(shape));
+  EXPECT_THROW(attention_forward(out.data(), scores.data(), att.data(), qkv.data(), shape),
+               std::invalid_argument);
+  EXPECT_THROW(attention_backward(qkv.data(), out.data(), qkv.data(), att.data(), shape),
+               std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace zerolens::kernels
