@@ -29,7 +29,9 @@ using OpCallback = std::function<void(std::size_t op, double start, double end)>
 class ZeroEngine {
  public:
   // Throws InputError for what this executor does not run yet (offload, 16-bit precision).
+  // The engine keeps a reference to `plan`, which must outlive it (hence no temporaries).
   ZeroEngine(const Plan& plan, Communicator& comm, LayerModel& model, MemoryLedger& ledger);
+  ZeroEngine(Plan&& plan, Communicator& comm, LayerModel& model, MemoryLedger& ledger) = delete;
   ~ZeroEngine();
   ZeroEngine(const ZeroEngine&) = delete;
   ZeroEngine& operator=(const ZeroEngine&) = delete;

@@ -68,6 +68,9 @@ void ZeroEngine::State::reduce_bucket_stage3(std::span<const std::int32_t> tenso
 // the schedule says).
 void ZeroEngine::State::reduce_bucket_flat(const Op& op, std::vector<std::int32_t> tensors) {
   std::sort(tensors.begin(), tensors.end());
+  if (tensors.back() - tensors.front() + 1 != std::int32_t(tensors.size())) {
+    throw std::logic_error("schedule error: a stage 0-2 gradient bucket is not a contiguous run of tensors");
+  }
   const Elements first = flat_offset_[std::size_t(tensors.front())];
   const Elements last = flat_offset_[std::size_t(tensors.back())] + layout.tensor_numel[std::size_t(tensors.back())];
   TrackedBuffer<float> bucket(ledger, Device::Gpu, Component::ReduceBucket, std::size_t(last - first));

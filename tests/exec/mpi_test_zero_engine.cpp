@@ -184,9 +184,10 @@ TEST(ZeroEngine, RefusesWhatItCannotRunYet) {
   MemoryLedger ledger;
   PlanRequest request = toy_plan({.stage = 2}, comm.size()).request;
   request.config.precision.precision = Precision::Bf16;
-  EXPECT_THROW(ZeroEngine(make_plan(request), comm, model, ledger), InputError);
-  request = toy_plan({.stage = 2}, comm.size() + 1).request;
-  EXPECT_THROW(ZeroEngine(make_plan(request), comm, model, ledger), InputError);
+  const Plan bf16 = make_plan(request);
+  EXPECT_THROW(ZeroEngine(bf16, comm, model, ledger), InputError);
+  const Plan too_many_ranks = toy_plan({.stage = 2}, comm.size() + 1);
+  EXPECT_THROW(ZeroEngine(too_many_ranks, comm, model, ledger), InputError);
 }
 
 }  // namespace
