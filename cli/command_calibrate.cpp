@@ -30,9 +30,9 @@ struct CalibrateCommand {
 
 // "4096", "64KiB", "1 MiB", "0.5GB".
 Bytes parse_byte_size(const std::string& text, const std::string& flag) {
-  static const std::map<std::string, double> units = {{"", 1},         {"B", 1},           {"KB", 1e3},
-                                                      {"MB", 1e6},     {"GB", 1e9},        {"KiB", 1024.0},
-                                                      {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
+  static const std::map<std::string, double> units = {
+      {"", 1},     {"B", 1},        {"KB", 1e3},        {"MB", 1e6},
+      {"GB", 1e9}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
   std::size_t used = 0;
   double number = 0;
   try {
@@ -43,7 +43,9 @@ Bytes parse_byte_size(const std::string& text, const std::string& flag) {
   std::string unit = text.substr(used);
   unit.erase(0, unit.find_first_not_of(' '));
   const auto it = units.find(unit);
-  if (it == units.end()) throw InputError(flag, "unknown unit '" + unit + "' in '" + text + "' (B, KB, MB, GB, KiB, MiB, GiB)");
+  if (it == units.end())
+    throw InputError(
+        flag, "unknown unit '" + unit + "' in '" + text + "' (B, KB, MB, GB, KiB, MiB, GiB)");
   const double bytes = number * it->second;
   if (!std::isfinite(bytes) || bytes < 1 || bytes > 0x1p50 || bytes != std::floor(bytes)) {
     throw InputError(flag, "'" + text + "' must be a whole number of bytes between 1 and 2^50");
@@ -52,10 +54,12 @@ Bytes parse_byte_size(const std::string& text, const std::string& flag) {
 }
 
 exec::CalibrateOptions make_options(const CalibrateCommand& command) {
-  exec::CalibrateOptions options = command.quick ? exec::quick_calibrate_options() : exec::CalibrateOptions{};
+  exec::CalibrateOptions options =
+      command.quick ? exec::quick_calibrate_options() : exec::CalibrateOptions{};
   if (!command.sizes.empty()) {
     options.message_sizes.clear();
-    for (const auto& size : command.sizes) options.message_sizes.push_back(parse_byte_size(size, "--sizes"));
+    for (const auto& size : command.sizes)
+      options.message_sizes.push_back(parse_byte_size(size, "--sizes"));
   }
   if (!command.gemm_sizes.empty()) options.gemm_sizes = command.gemm_sizes;
   options.nvme_path = command.nvme_path;
@@ -63,7 +67,8 @@ exec::CalibrateOptions make_options(const CalibrateCommand& command) {
   if (command.block_size) {
     const Bytes block = parse_byte_size(*command.block_size, "--block-size");
     if (block % Bytes(exec::kNvmeAlignment) != 0 || block > (Bytes{1} << 30)) {
-      throw InputError("--block-size", "'" + *command.block_size + "' must be a multiple of 4096 bytes, at most 1 GiB");
+      throw InputError("--block-size", "'" + *command.block_size +
+                                           "' must be a multiple of 4096 bytes, at most 1 GiB");
     }
     options.nvme.block_size = std::size_t(block);
   }
@@ -82,10 +87,12 @@ std::string rate(double value, const char* unit, double scale = 1e9) {
 }
 
 void print_host(std::ostream& out, const exec::Calibration& c) {
-  out << "zerolens calibrate: " << c.host << " (" << c.cpu_model << "), " << c.ranks << " rank(s) x " << c.threads
-      << " thread(s), " << c.cpu_cores << " cores, " << format_bytes(c.host_memory, SizeUnit::GiB) << '\n';
+  out << "zerolens calibrate: " << c.host << " (" << c.cpu_model << "), " << c.ranks
+      << " rank(s) x " << c.threads << " thread(s), " << c.cpu_cores << " cores, "
+      << format_bytes(c.host_memory, SizeUnit::GiB) << '\n';
   Table host({"measurement (per rank, all ranks at once)", "rate"});
-  for (const auto& gemm : c.gemm) host.add_row({"GEMM fp32 n=" + std::to_string(gemm.n), rate(gemm.flops_per_second, "GFLOP/s")});
+  for (const auto& gemm : c.gemm)
+    host.add_row({"GEMM fp32 n=" + std::to_string(gemm.n), rate(gemm.flops_per_second, "GFLOP/s")});
   host.add_row({"STREAM copy (8 B/element)", rate(c.copy_bytes_per_second, "GB/s")});
   host.add_row({"STREAM triad (12 B/element)", rate(c.triad_bytes_per_second, "GB/s")});
   host.add_row({"host Adam, parameters", rate(c.adam_parameters_per_second, "Mparam/s", 1e6)});
@@ -98,8 +105,8 @@ void print_io(std::ostream& out, const exec::Calibration& c) {
   if (!c.collectives.empty()) {
     Table collectives({"collective", "bytes", "time us", "algbw GB/s", "busbw GB/s"});
     for (const auto& r : c.collectives) {
-      collectives.add_row({to_string(r.kind), std::to_string(r.bytes), rate(r.seconds, "", 1e-6), rate(r.algbw, ""),
-                           rate(r.busbw, "")});
+      collectives.add_row({to_string(r.kind), std::to_string(r.bytes), rate(r.seconds, "", 1e-6),
+                           rate(r.algbw, ""), rate(r.busbw, "")});
     }
     collectives.print(out);
   } else {
@@ -110,9 +117,10 @@ void print_io(std::ostream& out, const exec::Calibration& c) {
     return;
   }
   const auto& n = *c.nvme;
-  out << "  NVMe " << n.path << ", " << to_string(n.mode) << (n.mode_reason.empty() ? "" : " (" + n.mode_reason + ")")
-      << ", block " << n.block_size << " B, queue depth " << n.queue_depth << ", " << n.bytes_per_rank
-      << " B per rank: write " << rate(n.write_bytes_per_second, "GB/s") << ", read "
+  out << "  NVMe " << n.path << ", " << to_string(n.mode)
+      << (n.mode_reason.empty() ? "" : " (" + n.mode_reason + ")") << ", block " << n.block_size
+      << " B, queue depth " << n.queue_depth << ", " << n.bytes_per_rank << " B per rank: write "
+      << rate(n.write_bytes_per_second, "GB/s") << ", read "
       << rate(n.read_bytes_per_second, "GB/s") << " (whole node)\n";
 }
 
@@ -121,7 +129,8 @@ int run_calibrate(const CalibrateCommand& command) {
   auto comm = exec::make_mpi_communicator();
   const bool writer = comm->rank() == 0;
   std::unique_ptr<Output> output = writer ? std::make_unique<Output>(command.output) : nullptr;
-  std::unique_ptr<Output> report = writer && command.report ? std::make_unique<Output>(*command.report) : nullptr;
+  std::unique_ptr<Output> report =
+      writer && command.report ? std::make_unique<Output>(*command.report) : nullptr;
   exec::Calibration calibration;
   try {
     calibration = exec::calibrate(*comm, options);
@@ -131,7 +140,8 @@ int run_calibrate(const CalibrateCommand& command) {
   if (!writer) return kExitOk;
   print_host(std::cerr, calibration);
   print_io(std::cerr, calibration);
-  output->stream() << cluster_to_json(exec::calibrated_cluster(calibration, command.name)).dump(2) << '\n';
+  output->stream() << cluster_to_json(exec::calibrated_cluster(calibration, command.name)).dump(2)
+                   << '\n';
   if (report) report->stream() << exec::calibration_to_json(calibration).dump(2) << '\n';
   return kExitOk;
 }
@@ -142,27 +152,47 @@ void register_calibrate_command(CLI::App& app, CommandRegistry& registry) {
   auto command = std::make_shared<CalibrateCommand>();
   CLI::App* calibrate = app.add_subcommand(
       "calibrate",
-      "Measure this machine (GEMM, memory bandwidth, host Adam, collectives, NVMe) and write a cluster JSON "
+      "Measure this machine (GEMM, memory bandwidth, host Adam, collectives, NVMe) and write a "
+      "cluster JSON "
       "for --cluster; under mpirun every rank measures and rank 0 writes (docs/calibrate.md)");
-  calibrate->add_option("-o,--output", command->output, "Write the cluster JSON to FILE (default: standard output)");
-  calibrate->add_option("--report", command->report, "Also write every measurement as JSON (schema zerolens.calibration)");
+  calibrate->add_option("-o,--output", command->output,
+                        "Write the cluster JSON to FILE (default: standard output)");
+  calibrate->add_option("--report", command->report,
+                        "Also write every measurement as JSON (schema zerolens.calibration)");
   calibrate->add_option("--name", command->name, "Cluster name (default: calibrated-<host>)");
-  calibrate->add_flag("--quick", command->quick, "Smaller arrays, fewer sizes and repeats: seconds, not a minute");
-  calibrate->add_option("--sizes", command->sizes, "Collective message sizes, e.g. 4KiB,1MiB,16MiB (nccl-tests' S)")
+  calibrate->add_flag("--quick", command->quick,
+                      "Smaller arrays, fewer sizes and repeats: seconds, not a minute");
+  calibrate
+      ->add_option("--sizes", command->sizes,
+                   "Collective message sizes, e.g. 4KiB,1MiB,16MiB (nccl-tests' S)")
       ->delimiter(',');
-  calibrate->add_option("--gemm-sizes", command->gemm_sizes, "GEMM sizes n (n x n x n), e.g. 256,512,1024")->delimiter(',');
-  calibrate->add_option("--repeats", command->repeats, "Timed runs per measurement (default 5, --quick 3)");
-  calibrate->add_option("--threads", command->threads, "OpenMP threads of the STREAM and Adam kernels (default: OpenMP's)");
+  calibrate
+      ->add_option("--gemm-sizes", command->gemm_sizes,
+                   "GEMM sizes n (n x n x n), e.g. 256,512,1024")
+      ->delimiter(',');
+  calibrate->add_option("--repeats", command->repeats,
+                        "Timed runs per measurement (default 5, --quick 3)");
+  calibrate->add_option("--threads", command->threads,
+                        "OpenMP threads of the STREAM and Adam kernels (default: OpenMP's)");
   auto* nvme = "NVMe";
-  calibrate->add_option("--nvme-path", command->nvme_path, "Directory on the NVMe drive to measure (DeepSpeed's nvme_path)")
+  calibrate
+      ->add_option("--nvme-path", command->nvme_path,
+                   "Directory on the NVMe drive to measure (DeepSpeed's nvme_path)")
       ->group(nvme);
-  calibrate->add_option("--nvme-bytes", command->nvme_bytes, "Bytes each rank writes and reads (default 256MiB, --quick 32MiB)")
+  calibrate
+      ->add_option("--nvme-bytes", command->nvme_bytes,
+                   "Bytes each rank writes and reads (default 256MiB, --quick 32MiB)")
       ->group(nvme);
-  calibrate->add_option("--block-size", command->block_size, "I/O piece size, DeepSpeed aio.block_size (default 1MiB)")
+  calibrate
+      ->add_option("--block-size", command->block_size,
+                   "I/O piece size, DeepSpeed aio.block_size (default 1MiB)")
       ->group(nvme);
-  calibrate->add_option("--queue-depth", command->queue_depth, "Pieces in flight, DeepSpeed aio.queue_depth (default 8)")
+  calibrate
+      ->add_option("--queue-depth", command->queue_depth,
+                   "Pieces in flight, DeepSpeed aio.queue_depth (default 8)")
       ->group(nvme);
-  calibrate->add_flag("--buffered", command->buffered, "Use the page cache instead of O_DIRECT")->group(nvme);
+  calibrate->add_flag("--buffered", command->buffered, "Use the page cache instead of O_DIRECT")
+      ->group(nvme);
   registry.add(calibrate, [command] { return run_calibrate(*command); });
 }
 

@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
 #include <exception>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <new>
@@ -29,7 +29,8 @@ template <typename T>
 class HostArray {
  public:
   explicit HostArray(std::size_t count, std::size_t alignment = kNvmeAlignment) : count_(count) {
-    const std::size_t bytes = std::max<std::size_t>(alignment, (count * sizeof(T) + alignment - 1) / alignment * alignment);
+    const std::size_t bytes = std::max<std::size_t>(
+        alignment, (count * sizeof(T) + alignment - 1) / alignment * alignment);
     data_ = static_cast<T*>(std::aligned_alloc(alignment, bytes));
     if (!data_) throw std::bad_alloc();
   }
@@ -44,7 +45,9 @@ class HostArray {
   std::size_t count_ = 0;
 };
 
-double best(const std::vector<double>& times) { return *std::min_element(times.begin(), times.end()); }
+double best(const std::vector<double>& times) {
+  return *std::min_element(times.begin(), times.end());
+}
 
 double median(std::vector<double> times) {
   std::sort(times.begin(), times.end());
@@ -59,7 +62,8 @@ GemmRate measure_gemm(Communicator& comm, std::size_t n, int repeats) {
   const double flops_per_call = 2.0 * double(n) * double(n) * double(n);
   const int calls = int(std::max(1.0, 2e9 / flops_per_call));  // ~2 GFLOP per timed run
   auto run = [&] {
-    for (int call = 0; call < calls; ++call) kernels::matmul_forward(out.data(), inp.data(), weight.data(), nullptr, n, n, n);
+    for (int call = 0; call < calls; ++call)
+      kernels::matmul_forward(out.data(), inp.data(), weight.data(), nullptr, n, n, n);
   };
   run();  // warm-up: BLAS thread pool, page faults
   const double seconds = best(timed_runs(comm, repeats, run)) / calls;
@@ -69,9 +73,18 @@ GemmRate measure_gemm(Communicator& comm, std::size_t n, int repeats) {
 // STREAM arrays and Adam state, allocated together so the runs can alternate.
 struct HostKernels {
   explicit HostKernels(const CalibrateOptions& options)
-      : n(options.stream_elements), p(options.adam_parameters), threads(options.threads),
-        a(n), b(n), c(n), params(p), grads(p), m(p), v(p) {
-    for (float* array : {a.data(), b.data(), c.data()}) kernels::stream_fill(array, 1.0f, n, threads);
+      : n(options.stream_elements),
+        p(options.adam_parameters),
+        threads(options.threads),
+        a(n),
+        b(n),
+        c(n),
+        params(p),
+        grads(p),
+        m(p),
+        v(p) {
+    for (float* array : {a.data(), b.data(), c.data()})
+      kernels::stream_fill(array, 1.0f, n, threads);
     kernels::stream_fill(params.data(), 1.0f, p, threads);
     kernels::stream_fill(grads.data(), 0.01f, p, threads);
     kernels::stream_fill(m.data(), 0.0f, p, threads);
@@ -80,7 +93,9 @@ struct HostKernels {
   }
   void copy() { kernels::stream_copy(a.data(), b.data(), n, threads); }
   void triad() { kernels::stream_triad(a.data(), b.data(), c.data(), 3.0f, n, threads); }
-  void adam() { kernels::adam_step(params.data(), grads.data(), m.data(), v.data(), p, config, ++step, threads); }
+  void adam() {
+    kernels::adam_step(params.data(), grads.data(), m.data(), v.data(), p, config, ++step, threads);
+  }
 
   std::size_t n, p;
   int threads;
@@ -100,7 +115,8 @@ void measure_host_memory(Communicator& comm, const CalibrateOptions& options, Ca
     adam.push_back(timed_runs(comm, 1, [&] { host.adam(); })[0]);
   }
   result.copy_bytes_per_second = double(kernels::kStreamCopyBytesPerElement * host.n) / best(copy);
-  result.triad_bytes_per_second = double(kernels::kStreamTriadBytesPerElement * host.n) / best(triad);
+  result.triad_bytes_per_second =
+      double(kernels::kStreamTriadBytesPerElement * host.n) / best(triad);
   result.adam_parameters_per_second = double(host.p) / best(adam);
   result.adam_bytes_per_second = kAdamBytesPerParameter * result.adam_parameters_per_second;
 }
@@ -128,7 +144,8 @@ std::unique_ptr<NvmeStore> open_store(Communicator& comm, const CalibrateOptions
 NvmeRate measure_nvme(Communicator& comm, const CalibrateOptions& options, NvmeStore& store) {
   const auto bytes = std::size_t(options.nvme_bytes);
   HostArray<std::byte> data(bytes), back(bytes);
-  for (std::size_t i = 0; i < bytes; ++i) data.data()[i] = std::byte((i * 131 + std::size_t(comm.rank())) & 0xff);
+  for (std::size_t i = 0; i < bytes; ++i)
+    data.data()[i] = std::byte((i * 131 + std::size_t(comm.rank())) & 0xff);
   const std::string name = "zerolens-calibrate-rank" + std::to_string(comm.rank());
   const std::span<const std::byte> source(data.data(), bytes);
   const std::span<std::byte> target(back.data(), bytes);
@@ -138,12 +155,19 @@ NvmeRate measure_nvme(Communicator& comm, const CalibrateOptions& options, NvmeS
   on_every_rank(comm, [&] {
     store.remove(name);
     if (!std::equal(source.begin(), source.end(), target.begin())) {
-      throw NvmeError(store.path_of(name), "calibration read back different bytes than it wrote", 0);
+      throw NvmeError(store.path_of(name), "calibration read back different bytes than it wrote",
+                      0);
     }
   });
   const double node_bytes = double(bytes) * comm.size();
-  return {store.directory(), store.mode(),         store.mode_reason(), Bytes(bytes),
-          store.options().block_size, store.options().queue_depth, node_bytes / write, node_bytes / read,
+  return {store.directory(),
+          store.mode(),
+          store.mode_reason(),
+          Bytes(bytes),
+          store.options().block_size,
+          store.options().queue_depth,
+          node_bytes / write,
+          node_bytes / read,
           available_bytes(store.directory())};
 }
 
@@ -151,7 +175,8 @@ std::string cpu_model() {
   std::ifstream cpuinfo("/proc/cpuinfo");
   std::string line;
   while (std::getline(cpuinfo, line)) {
-    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) return line.substr(line.find(':') + 2);
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos)
+      return line.substr(line.find(':') + 2);
   }
   return "unknown CPU";
 }
@@ -178,7 +203,8 @@ void on_every_rank(Communicator& comm, const std::function<void()>& action) {
   }
   const double failed_ranks = comm.report_sum(error ? 1.0 : 0.0);
   if (error) std::rethrow_exception(error);
-  if (failed_ranks > 0) throw std::runtime_error("calibrate: another rank failed (its error is printed by it)");
+  if (failed_ranks > 0)
+    throw std::runtime_error("calibrate: another rank failed (its error is printed by it)");
 }
 
 std::vector<double> timed_runs(Communicator& comm, int repeats, const std::function<void()>& body) {
@@ -210,16 +236,21 @@ CalibrateOptions quick_calibrate_options() {
 void validate(const CalibrateOptions& options) {
   if (options.gemm_sizes.empty()) throw InputError("--gemm-sizes", "give at least one size");
   for (const auto n : options.gemm_sizes) {
-    if (n < 1 || n > 16384) throw InputError("--gemm-sizes", "size " + std::to_string(n) + " must be between 1 and 16384");
+    if (n < 1 || n > 16384)
+      throw InputError("--gemm-sizes",
+                       "size " + std::to_string(n) + " must be between 1 and 16384");
   }
   if (options.message_sizes.empty()) throw InputError("--sizes", "give at least one message size");
   for (const auto bytes : options.message_sizes) {
     if (bytes < 4 || bytes > (Bytes{1} << 32)) {
-      throw InputError("--sizes", "message size " + std::to_string(bytes) + " must be between 4 bytes and 4 GiB");
+      throw InputError("--sizes", "message size " + std::to_string(bytes) +
+                                      " must be between 4 bytes and 4 GiB");
     }
   }
-  if (options.stream_elements < 1024) throw InputError("--stream-elements", "must be at least 1024");
-  if (options.adam_parameters < 1024) throw InputError("--adam-parameters", "must be at least 1024");
+  if (options.stream_elements < 1024)
+    throw InputError("--stream-elements", "must be at least 1024");
+  if (options.adam_parameters < 1024)
+    throw InputError("--adam-parameters", "must be at least 1024");
   if (options.nvme_bytes < 1) throw InputError("--nvme-bytes", "must be positive");
   if (options.repeats < 1) throw InputError("--repeats", "must be at least 1");
 }
@@ -230,7 +261,8 @@ Calibration calibrate(Communicator& comm, const CalibrateOptions& options) {
   const std::unique_ptr<NvmeStore> store = options.nvme_path ? open_store(comm, options) : nullptr;
   Calibration result;
   describe_host(comm, options, result);
-  for (const auto n : options.gemm_sizes) result.gemm.push_back(measure_gemm(comm, n, options.repeats));
+  for (const auto n : options.gemm_sizes)
+    result.gemm.push_back(measure_gemm(comm, n, options.repeats));
   measure_host_memory(comm, options, result);
   result.collectives = measure_collectives(comm, options.message_sizes);
   if (store) result.nvme = measure_nvme(comm, options, *store);

@@ -30,12 +30,13 @@ struct CalibrateOptions {
   std::vector<std::size_t> gemm_sizes = {256, 512, 1024};
   std::size_t stream_elements = std::size_t{1} << 25;  // per array (128 MiB of float)
   std::size_t adam_parameters = std::size_t{1} << 24;  // 64 MiB per array, 4 arrays
-  std::vector<Bytes> message_sizes = {Bytes{4} << 10, Bytes{64} << 10, Bytes{1} << 20, Bytes{16} << 20};
+  std::vector<Bytes> message_sizes = {Bytes{4} << 10, Bytes{64} << 10, Bytes{1} << 20,
+                                      Bytes{16} << 20};
   std::optional<std::string> nvme_path;  // no NVMe measurement without it
   Bytes nvme_bytes = Bytes{256} << 20;   // per rank
   NvmeOptions nvme;
-  int repeats = 5;   // timed runs of each measurement (best for compute and memory, median for I/O)
-  int threads = 0;   // OpenMP threads of the STREAM and Adam kernels (0: the OpenMP default)
+  int repeats = 5;  // timed runs of each measurement (best for compute and memory, median for I/O)
+  int threads = 0;  // OpenMP threads of the STREAM and Adam kernels (0: the OpenMP default)
 };
 // Smaller arrays and fewer sizes: seconds instead of a minute.
 CalibrateOptions quick_calibrate_options();
@@ -44,16 +45,16 @@ void validate(const CalibrateOptions& options);
 
 struct GemmRate {
   std::size_t n = 0;
-  double seconds = 0;            // best call
-  double flops_per_second = 0;   // per rank
+  double seconds = 0;           // best call
+  double flops_per_second = 0;  // per rank
 };
 
 struct CollectiveRate {
   OpKind kind = OpKind::AllReduce;
-  Bytes bytes = 0;       // message size S as nccl-tests counts it
-  double seconds = 0;    // mean per call, slowest rank
-  double algbw = 0;      // bytes/s
-  double busbw = 0;      // bytes/s
+  Bytes bytes = 0;     // message size S as nccl-tests counts it
+  double seconds = 0;  // mean per call, slowest rank
+  double algbw = 0;    // bytes/s
+  double busbw = 0;    // bytes/s
 };
 
 struct NvmeRate {
@@ -72,13 +73,13 @@ struct Calibration {
   std::string host, cpu_model;
   int ranks = 1;
   int cpu_cores = 1;
-  int threads = 1;          // OpenMP threads per rank
+  int threads = 1;  // OpenMP threads per rank
   Bytes host_memory = 0;
   std::vector<GemmRate> gemm;
-  double copy_bytes_per_second = 0;   // per rank
-  double triad_bytes_per_second = 0;  // per rank
-  double adam_parameters_per_second = 0;  // per rank
-  double adam_bytes_per_second = 0;       // per rank
+  double copy_bytes_per_second = 0;         // per rank
+  double triad_bytes_per_second = 0;        // per rank
+  double adam_parameters_per_second = 0;    // per rank
+  double adam_bytes_per_second = 0;         // per rank
   std::vector<CollectiveRate> collectives;  // empty with one rank
   std::optional<NvmeRate> nvme;
 

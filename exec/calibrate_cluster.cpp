@@ -77,32 +77,48 @@ Cluster calibrated_cluster(const Calibration& c, const std::string& name) {
 
 nlohmann::json calibration_to_json(const Calibration& c) {
   nlohmann::json gemm = nlohmann::json::array(), collectives = nlohmann::json::array();
-  for (const auto& g : c.gemm) gemm.push_back({{"n", g.n}, {"seconds", g.seconds}, {"flops_per_second", g.flops_per_second}});
+  for (const auto& g : c.gemm)
+    gemm.push_back({{"n", g.n}, {"seconds", g.seconds}, {"flops_per_second", g.flops_per_second}});
   for (const auto& r : c.collectives) {
-    collectives.push_back({{"collective", to_string(r.kind)}, {"bytes", r.bytes}, {"seconds", r.seconds},
-                           {"algbw", r.algbw}, {"busbw", r.busbw}});
+    collectives.push_back({{"collective", to_string(r.kind)},
+                           {"bytes", r.bytes},
+                           {"seconds", r.seconds},
+                           {"algbw", r.algbw},
+                           {"busbw", r.busbw}});
   }
   nlohmann::json document = {
       {"schema", "zerolens.calibration"},
       {"version", 1},
-      {"host", {{"name", c.host}, {"cpu", c.cpu_model}, {"cores", c.cpu_cores}, {"memory_bytes", c.host_memory},
-                {"ranks", c.ranks}, {"threads_per_rank", c.threads}}},
+      {"host",
+       {{"name", c.host},
+        {"cpu", c.cpu_model},
+        {"cores", c.cpu_cores},
+        {"memory_bytes", c.host_memory},
+        {"ranks", c.ranks},
+        {"threads_per_rank", c.threads}}},
       {"gemm_fp32", gemm},
-      {"memory", {{"counting", "STREAM, float32: copy 8 bytes, triad 12 bytes per element"},
-                  {"copy_bytes_per_second", c.copy_bytes_per_second},
-                  {"triad_bytes_per_second", c.triad_bytes_per_second}}},
-      {"adam", {{"bytes_per_parameter", kAdamBytesPerParameter},
-                {"parameters_per_second", c.adam_parameters_per_second},
-                {"bytes_per_second", c.adam_bytes_per_second},
-                {"over_triad", c.adam_over_triad()}}},
+      {"memory",
+       {{"counting", "STREAM, float32: copy 8 bytes, triad 12 bytes per element"},
+        {"copy_bytes_per_second", c.copy_bytes_per_second},
+        {"triad_bytes_per_second", c.triad_bytes_per_second}}},
+      {"adam",
+       {{"bytes_per_parameter", kAdamBytesPerParameter},
+        {"parameters_per_second", c.adam_parameters_per_second},
+        {"bytes_per_second", c.adam_bytes_per_second},
+        {"over_triad", c.adam_over_triad()}}},
       {"collectives", collectives},
       {"nvme", nullptr}};
   if (c.nvme) {
     const NvmeRate& n = *c.nvme;
-    document["nvme"] = {{"path", n.path}, {"mode", to_string(n.mode)}, {"mode_reason", n.mode_reason},
-                        {"bytes_per_rank", n.bytes_per_rank}, {"block_size", n.block_size},
-                        {"queue_depth", n.queue_depth}, {"write_bytes_per_second", n.write_bytes_per_second},
-                        {"read_bytes_per_second", n.read_bytes_per_second}, {"available_bytes", n.available_bytes}};
+    document["nvme"] = {{"path", n.path},
+                        {"mode", to_string(n.mode)},
+                        {"mode_reason", n.mode_reason},
+                        {"bytes_per_rank", n.bytes_per_rank},
+                        {"block_size", n.block_size},
+                        {"queue_depth", n.queue_depth},
+                        {"write_bytes_per_second", n.write_bytes_per_second},
+                        {"read_bytes_per_second", n.read_bytes_per_second},
+                        {"available_bytes", n.available_bytes}};
   }
   return document;
 }

@@ -10,20 +10,30 @@ namespace zerolens::exec {
 namespace {
 
 // Calls per timed batch: enough that small messages are not all latency noise.
-int calls_for(Bytes bytes) { return int(std::clamp<Bytes>((Bytes{64} << 20) / bytes, 5, 200)); }
+int calls_for(Bytes bytes) {
+  return int(std::clamp<Bytes>((Bytes{64} << 20) / bytes, 5, 200));
+}
 
 CollectiveRate measure(Communicator& comm, OpKind kind, Bytes requested) {
   const auto ranks = std::size_t(comm.size());
   // All-gather and reduce-scatter need S divisible into equal blocks of whole floats.
-  const std::size_t block = std::max<std::size_t>(1, std::size_t(requested) / sizeof(float) / ranks);
-  const std::size_t whole = kind == OpKind::AllReduce ? std::max<std::size_t>(1, std::size_t(requested) / sizeof(float))
-                                                      : block * ranks;
+  const std::size_t block =
+      std::max<std::size_t>(1, std::size_t(requested) / sizeof(float) / ranks);
+  const std::size_t whole = kind == OpKind::AllReduce
+                                ? std::max<std::size_t>(1, std::size_t(requested) / sizeof(float))
+                                : block * ranks;
   std::vector<float> input(whole, 0.0f), output(whole, 0.0f);  // zeros: repeated sums stay finite
   auto call = [&] {
     switch (kind) {
-      case OpKind::AllReduce: comm.all_reduce_sum(input); break;
-      case OpKind::AllGather: comm.all_gather(std::span(input).first(block), output); break;
-      default: comm.reduce_scatter_sum(input, std::span(output).first(block)); break;
+      case OpKind::AllReduce:
+        comm.all_reduce_sum(input);
+        break;
+      case OpKind::AllGather:
+        comm.all_gather(std::span(input).first(block), output);
+        break;
+      default:
+        comm.reduce_scatter_sum(input, std::span(output).first(block));
+        break;
     }
   };
   const int calls = calls_for(requested);
@@ -33,7 +43,8 @@ CollectiveRate measure(Communicator& comm, OpKind kind, Bytes requested) {
   })[0];
   const Bytes bytes = Bytes(whole * sizeof(float));
   const double seconds = batch / calls;
-  return {kind, bytes, seconds, double(bytes) / seconds, bus_bandwidth(kind, bytes, comm.size(), seconds)};
+  return {kind, bytes, seconds, double(bytes) / seconds,
+          bus_bandwidth(kind, bytes, comm.size(), seconds)};
 }
 
 }  // namespace
@@ -43,7 +54,8 @@ double bus_bandwidth(OpKind kind, Bytes bytes, int ranks, double seconds) {
   return double(traffic.intra_node + traffic.inter_node) / seconds;
 }
 
-std::vector<CollectiveRate> measure_collectives(Communicator& comm, const std::vector<Bytes>& message_sizes) {
+std::vector<CollectiveRate> measure_collectives(Communicator& comm,
+                                                const std::vector<Bytes>& message_sizes) {
   std::vector<CollectiveRate> rates;
   if (comm.size() < 2) return rates;
   for (const OpKind kind : {OpKind::AllReduce, OpKind::AllGather, OpKind::ReduceScatter}) {

@@ -16,6 +16,7 @@ std::vector<double> timed_runs(Communicator& comm, int repeats, const std::funct
 void on_every_rank(Communicator& comm, const std::function<void()>& action);
 
 // All-reduce, all-gather and reduce-scatter at each message size (none with a single rank).
-std::vector<CollectiveRate> measure_collectives(Communicator& comm, const std::vector<Bytes>& message_sizes);
+std::vector<CollectiveRate> measure_collectives(Communicator& comm,
+                                                const std::vector<Bytes>& message_sizes);
 
 }  // namespace zerolens::exec

@@ -50,7 +50,20 @@ void MemoryLedger::reset_peaks() {
     peak_[std::size_t(d)] = current_[std::size_t(d)];
     at_peak_[std::size_t(d)] = current_categories(Device(d));
     category_high_[std::size_t(d)] = category_current_[std::size_t(d)];
+    scratch_peak_[std::size_t(d)] = scratch_current_[std::size_t(d)];
   }
+}
+
+void MemoryLedger::allocate_scratch(Device device, Bytes bytes) {
+  Bytes& current = scratch_current_[index(device)];
+  current += bytes;
+  scratch_peak_[index(device)] = std::max(scratch_peak_[index(device)], current);
+}
+
+void MemoryLedger::release_scratch(Device device, Bytes bytes) {
+  Bytes& current = scratch_current_[index(device)];
+  if (bytes > current) throw std::logic_error("memory ledger: scratch released twice");
+  current -= bytes;
 }
 
 template <typename T>

@@ -29,6 +29,14 @@ class MemoryLedger {
   // Starts a new peak window at the current level (e.g. after initialisation, per step).
   void reset_peaks();
 
+  // The CPU backend's own working memory that no plan component describes (the fp32 copy of one
+  // 16-bit layer the fp32 kernels compute on): counted apart, never in current(), peak() or the
+  // categories, so those stay comparable with the plan while this stays visible.
+  void allocate_scratch(Device device, Bytes bytes);
+  void release_scratch(Device device, Bytes bytes);  // throws std::logic_error below zero
+  Bytes scratch_current(Device device) const { return scratch_current_[index(device)]; }
+  Bytes scratch_peak(Device device) const { return scratch_peak_[index(device)]; }
+
  private:
   static std::size_t index(Device device) { return std::size_t(device); }
   std::array<ComponentBytes, kDeviceCount> components_{};
@@ -37,6 +45,8 @@ class MemoryLedger {
   std::array<CategoryBytes, kDeviceCount> at_peak_{};
   std::array<CategoryBytes, kDeviceCount> category_current_{};
   std::array<CategoryBytes, kDeviceCount> category_high_{};
+  std::array<Bytes, kDeviceCount> scratch_current_{};
+  std::array<Bytes, kDeviceCount> scratch_peak_{};
 };
 
 // An owned, aligned array of T accounted in a ledger for its whole life. Move-only.

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "exec/communicator.hpp"
+#include "kernels/precision.hpp"
 
 namespace zerolens::exec {
 namespace {
@@ -26,6 +27,17 @@ int mpi_count(std::size_t elements) {
 
 Bytes float_bytes(std::size_t elements) { return Bytes(elements * sizeof(float)); }
 
+// MPI has no fp16/bf16 sum: user-defined ops add two 16-bit numbers in fp32 and round back, as
+// NCCL's half-type reductions do at every step, so the wire carries 2-byte elements.
+template <float (*Widen)(std::uint16_t), std::uint16_t (*Narrow)(float)>
+void sum_16bit(void* in, void* inout, int* length, MPI_Datatype*) {
+  const auto* a = static_cast<const std::uint16_t*>(in);
+  auto* b = static_cast<std::uint16_t*>(inout);
+  for (int i = 0; i < *length; ++i) b[i] = Narrow(Widen(a[i]) + Widen(b[i]));
+}
+
+Bytes half_bytes(std::size_t elements) { return Bytes(elements * sizeof(std::uint16_t)); }
+
 void finalize_mpi() {
   int finalized = 0;
   MPI_Finalized(&finalized);
@@ -44,6 +56,9 @@ class MpiCommunicator final : public Communicator {
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    // Commutative; freed by MPI_Finalize.
+    check(MPI_Op_create(&sum_16bit<kernels::fp16_to_fp32, kernels::fp32_to_fp16>, 1, &sum_fp16_), "MPI_Op_create");
+    check(MPI_Op_create(&sum_16bit<kernels::bf16_to_fp32, kernels::fp32_to_bf16>, 1, &sum_bf16_), "MPI_Op_create");
   }
 
   int rank() const override { return rank_; }
@@ -65,12 +80,7 @@ class MpiCommunicator final : public Communicator {
 
   void reduce_scatter_sum(std::span<const float> input, std::span<const int> counts,
                           std::span<float> output) override {
-    if (counts.size() != std::size_t(size_)) throw std::invalid_argument("reduce_scatter_sum: one count per rank");
-    std::size_t total = 0;
-    for (const int count : counts) total += std::size_t(count);
-    if (total != input.size() || output.size() != std::size_t(counts[std::size_t(rank_)])) {
-      throw std::invalid_argument("reduce_scatter_sum: counts must sum to the input, this rank's count to the output");
-    }
+    require_counts(input.size(), counts, output.size());
     check(MPI_Reduce_scatter(input.data(), output.data(), counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
           "MPI_Reduce_scatter");
     record(OpKind::ReduceScatter, float_bytes(input.size()));
@@ -87,6 +97,46 @@ class MpiCommunicator final : public Communicator {
   void broadcast(std::span<float> buffer, int root) override {
     check(MPI_Bcast(buffer.data(), mpi_count(buffer.size()), MPI_FLOAT, root, MPI_COMM_WORLD), "MPI_Bcast");
     record(OpKind::Broadcast, float_bytes(buffer.size()));
+  }
+
+  void all_reduce_sum(std::span<std::uint16_t> buffer, Precision format) override {
+    check(MPI_Allreduce(MPI_IN_PLACE, buffer.data(), mpi_count(buffer.size()), MPI_UINT16_T, sum_op(format),
+                        MPI_COMM_WORLD),
+          "MPI_Allreduce");
+    record(OpKind::AllReduce, half_bytes(buffer.size()));
+  }
+
+  void reduce_scatter_sum(std::span<const std::uint16_t> input, std::span<std::uint16_t> output,
+                          Precision format) override {
+    require_blocks(input.size(), output.size(), "reduce_scatter_sum");
+    check(MPI_Reduce_scatter_block(input.data(), output.data(), mpi_count(output.size()), MPI_UINT16_T,
+                                   sum_op(format), MPI_COMM_WORLD),
+          "MPI_Reduce_scatter_block");
+    record(OpKind::ReduceScatter, half_bytes(input.size()));
+  }
+
+  void reduce_scatter_sum(std::span<const std::uint16_t> input, std::span<const int> counts,
+                          std::span<std::uint16_t> output, Precision format) override {
+    require_counts(input.size(), counts, output.size());
+    check(MPI_Reduce_scatter(input.data(), output.data(), counts.data(), MPI_UINT16_T, sum_op(format),
+                             MPI_COMM_WORLD),
+          "MPI_Reduce_scatter");
+    record(OpKind::ReduceScatter, half_bytes(input.size()));
+  }
+
+  void all_gather(std::span<const std::uint16_t> input, std::span<std::uint16_t> output) override {
+    require_blocks(output.size(), input.size(), "all_gather");
+    check(MPI_Allgather(input.data(), mpi_count(input.size()), MPI_UINT16_T, output.data(),
+                        mpi_count(input.size()), MPI_UINT16_T, MPI_COMM_WORLD),
+          "MPI_Allgather");
+    record(OpKind::AllGather, half_bytes(output.size()));
+  }
+
+  bool all_reduce_flag(bool flag, OpKind counted_as) override {
+    std::uint8_t value = flag ? 1 : 0, result = 0;
+    check(MPI_Allreduce(&value, &result, 1, MPI_UINT8_T, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
+    record(counted_as, Bytes(1));
+    return result != 0;
   }
 
   double all_reduce_max(double value, OpKind counted_as) override {
@@ -113,6 +163,20 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
+  void require_counts(std::size_t input, std::span<const int> counts, std::size_t output) const {
+    if (counts.size() != std::size_t(size_)) throw std::invalid_argument("reduce_scatter_sum: one count per rank");
+    std::size_t total = 0;
+    for (const int count : counts) total += std::size_t(count);
+    if (total != input || output != std::size_t(counts[std::size_t(rank_)])) {
+      throw std::invalid_argument("reduce_scatter_sum: counts must sum to the input, this rank's count to the output");
+    }
+  }
+
+  MPI_Op sum_op(Precision format) const {
+    if (format == Precision::Fp32) throw std::invalid_argument("16-bit collective with fp32 format");
+    return format == Precision::Fp16 ? sum_fp16_ : sum_bf16_;
+  }
+
   double scalar(double value, MPI_Op op) {
     double result = 0;
     check(MPI_Allreduce(&value, &result, 1, MPI_DOUBLE, op, MPI_COMM_WORLD), "MPI_Allreduce");
@@ -121,6 +185,7 @@ class MpiCommunicator final : public Communicator {
 
   int rank_ = 0;
   int size_ = 1;
+  MPI_Op sum_fp16_ = MPI_OP_NULL, sum_bf16_ = MPI_OP_NULL;
 };
 
 }  // namespace

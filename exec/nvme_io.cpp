@@ -15,24 +15,30 @@
 namespace zerolens::exec {
 namespace {
 
-Bytes round_up(Bytes value) { return ceil_div(value, Bytes(kNvmeAlignment)) * Bytes(kNvmeAlignment); }
-Bytes round_down(Bytes value) { return value / Bytes(kNvmeAlignment) * Bytes(kNvmeAlignment); }
+Bytes round_up(Bytes value) {
+  return ceil_div(value, Bytes(kNvmeAlignment)) * Bytes(kNvmeAlignment);
+}
+Bytes round_down(Bytes value) {
+  return value / Bytes(kNvmeAlignment) * Bytes(kNvmeAlignment);
+}
 
 void check_name(const std::string& name) {
   bool valid = !name.empty() && name.size() <= 200 && name.front() != '.';
   for (const char c : name) {
-    const bool allowed = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                         c == '.' || c == '_' || c == '-';
+    const bool allowed = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                         (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
     valid = valid && allowed;
   }
   if (!valid) {
-    throw std::invalid_argument("nvme store: object name '" + name +
-                                "' must be 1-200 letters, digits, '.', '_' or '-', not starting with '.'");
+    throw std::invalid_argument(
+        "nvme store: object name '" + name +
+        "' must be 1-200 letters, digits, '.', '_' or '-', not starting with '.'");
   }
 }
 
 void check_options(const NvmeOptions& options) {
-  if (options.block_size == 0 || options.block_size % kNvmeAlignment != 0 || options.block_size > (std::size_t{1} << 30)) {
+  if (options.block_size == 0 || options.block_size % kNvmeAlignment != 0 ||
+      options.block_size > (std::size_t{1} << 30)) {
     throw std::invalid_argument("nvme store: block_size " + std::to_string(options.block_size) +
                                 " must be a positive multiple of 4096 bytes, at most 1 GiB");
   }
@@ -59,7 +65,8 @@ class FileGuard {
 
 std::string probe_path(const std::string& directory) {
   static std::atomic<int> counter{0};
-  return directory + "/.zerolens-probe-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+  return directory + "/.zerolens-probe-" + std::to_string(::getpid()) + "-" +
+         std::to_string(counter++);
 }
 
 // Writes one aligned block; returns 0 or the errno.
@@ -75,12 +82,16 @@ int write_probe_block(int fd) {
 
 }  // namespace
 
-std::string errno_text(int error_number) { return std::strerror(error_number); }
+std::string errno_text(int error_number) {
+  return std::strerror(error_number);
+}
 
 NvmeError::NvmeError(const std::string& path, const std::string& what, int error_number)
     : std::runtime_error(path + ": " + what), path_(path), error_number_(error_number) {}
 
-const char* to_string(NvmeMode mode) { return mode == NvmeMode::Direct ? "direct (O_DIRECT)" : "buffered"; }
+const char* to_string(NvmeMode mode) {
+  return mode == NvmeMode::Direct ? "direct (O_DIRECT)" : "buffered";
+}
 
 NvmeStore::Impl::Impl(const std::string& directory_path, const NvmeOptions& store_options)
     : directory(directory_path), options(store_options) {
@@ -90,9 +101,13 @@ NvmeStore::Impl::Impl(const std::string& directory_path, const NvmeOptions& stor
   start_engine();
 }
 
-NvmeStore::Impl::~Impl() { stop_engine(); }
+NvmeStore::Impl::~Impl() {
+  stop_engine();
+}
 
-int NvmeStore::Impl::open_flags() const { return O_CLOEXEC | (mode == NvmeMode::Direct ? O_DIRECT : 0); }
+int NvmeStore::Impl::open_flags() const {
+  return O_CLOEXEC | (mode == NvmeMode::Direct ? O_DIRECT : 0);
+}
 
 // Decides the mode and proves the directory writable by writing one aligned block.
 void NvmeStore::Impl::probe_directory() {
@@ -115,12 +130,13 @@ void NvmeStore::Impl::probe_directory() {
       mode_reason = "the filesystem refused O_DIRECT (EINVAL)";
       continue;
     }
-    throw NvmeError(directory, "cannot write files in nvme_path: " + errno_text(error_number), error_number);
+    throw NvmeError(directory, "cannot write files in nvme_path: " + errno_text(error_number),
+                    error_number);
   }
 }
 
 std::shared_ptr<NvmeRequest> NvmeStore::Impl::open_write(const std::string& name,
-                                                          std::span<const std::byte> data) {
+                                                         std::span<const std::byte> data) {
   check_name(name);
   auto request = std::make_shared<NvmeRequest>();
   request->is_write = true;
@@ -133,15 +149,20 @@ std::shared_ptr<NvmeRequest> NvmeStore::Impl::open_write(const std::string& name
     request->id = next_id++;
   }
   request->temp_path = directory + "/." + name + ".partial-" + std::to_string(request->id);
-  const int fd = ::open(request->temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | open_flags(), 0644);
-  if (fd < 0) throw NvmeError(request->path, "cannot create " + request->temp_path + ": " + errno_text(errno), errno);
+  const int fd =
+      ::open(request->temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | open_flags(), 0644);
+  if (fd < 0)
+    throw NvmeError(request->path, "cannot create " + request->temp_path + ": " + errno_text(errno),
+                    errno);
   FileGuard guard(fd);
-  if (options.preallocate && request->aligned_end > 0 && ::fallocate(fd, 0, 0, request->aligned_end) != 0) {
+  if (options.preallocate && request->aligned_end > 0 &&
+      ::fallocate(fd, 0, 0, request->aligned_end) != 0) {
     const int error_number = errno;
     if (error_number != EOPNOTSUPP && error_number != ENOSYS) {
       ::unlink(request->temp_path.c_str());
       throw NvmeError(request->path,
-                      "cannot reserve " + std::to_string(request->aligned_end) + " bytes: " + errno_text(error_number),
+                      "cannot reserve " + std::to_string(request->aligned_end) +
+                          " bytes: " + errno_text(error_number),
                       error_number);
     }
   }
@@ -149,10 +170,13 @@ std::shared_ptr<NvmeRequest> NvmeStore::Impl::open_write(const std::string& name
   return request;
 }
 
-std::shared_ptr<NvmeRequest> NvmeStore::Impl::open_read(const std::string& name, std::span<std::byte> destination,
-                                                         Bytes offset) {
+std::shared_ptr<NvmeRequest> NvmeStore::Impl::open_read(const std::string& name,
+                                                        std::span<std::byte> destination,
+                                                        Bytes offset) {
   check_name(name);
-  if (offset < 0) throw std::invalid_argument("nvme store: read offset " + std::to_string(offset) + " is negative");
+  if (offset < 0)
+    throw std::invalid_argument("nvme store: read offset " + std::to_string(offset) +
+                                " is negative");
   auto request = std::make_shared<NvmeRequest>();
   request->path = directory + "/" + name;
   request->user = destination.data();
@@ -164,7 +188,8 @@ std::shared_ptr<NvmeRequest> NvmeStore::Impl::open_read(const std::string& name,
   if (fd < 0) {
     const int error_number = errno;
     const std::string hint = error_number == ENOENT ? " (nothing was written under this name)" : "";
-    throw NvmeError(request->path, "cannot open for reading: " + errno_text(error_number) + hint, error_number);
+    throw NvmeError(request->path, "cannot open for reading: " + errno_text(error_number) + hint,
+                    error_number);
   }
   request->fd = fd;
   std::lock_guard lock(mutex);
@@ -174,10 +199,12 @@ std::shared_ptr<NvmeRequest> NvmeStore::Impl::open_read(const std::string& name,
 
 // Runs on the I/O thread once no piece of the request is in flight.
 void NvmeStore::Impl::commit(NvmeRequest& request) {
-  if (request.is_write && !request.error && ::ftruncate(request.fd, Bytes(request.user_length)) != 0) {
+  if (request.is_write && !request.error &&
+      ::ftruncate(request.fd, Bytes(request.user_length)) != 0) {
     fail(request, errno, "cannot set the file size");
   }
-  if (::close(request.fd) != 0 && request.is_write && !request.error) fail(request, errno, "close failed");
+  if (::close(request.fd) != 0 && request.is_write && !request.error)
+    fail(request, errno, "close failed");
   request.fd = -1;
   if (!request.is_write) return;
   if (!request.error && ::rename(request.temp_path.c_str(), request.path.c_str()) != 0) {
@@ -195,7 +222,8 @@ NvmeTicket NvmeStore::write_async(const std::string& name, std::span<const std::
   return impl_->enqueue(impl_->open_write(name, data));
 }
 
-NvmeTicket NvmeStore::read_async(const std::string& name, std::span<std::byte> destination, Bytes offset) {
+NvmeTicket NvmeStore::read_async(const std::string& name, std::span<std::byte> destination,
+                                 Bytes offset) {
   return impl_->enqueue(impl_->open_read(name, destination, offset));
 }
 
@@ -203,7 +231,8 @@ void NvmeStore::wait(NvmeTicket ticket) {
   std::unique_lock lock(impl_->mutex);
   const auto it = impl_->tickets.find(ticket.id);
   if (it == impl_->tickets.end()) {
-    throw std::invalid_argument("nvme store: ticket " + std::to_string(ticket.id) + " is unknown or already waited");
+    throw std::invalid_argument("nvme store: ticket " + std::to_string(ticket.id) +
+                                " is unknown or already waited");
   }
   const std::shared_ptr<NvmeRequest> request = it->second;
   impl_->request_done.wait(lock, [&] { return request->finished; });
@@ -215,7 +244,8 @@ bool NvmeStore::done(NvmeTicket ticket) const {
   std::lock_guard lock(impl_->mutex);
   const auto it = impl_->tickets.find(ticket.id);
   if (it == impl_->tickets.end()) {
-    throw std::invalid_argument("nvme store: ticket " + std::to_string(ticket.id) + " is unknown or already waited");
+    throw std::invalid_argument("nvme store: ticket " + std::to_string(ticket.id) +
+                                " is unknown or already waited");
   }
   return it->second->finished;
 }
@@ -246,7 +276,8 @@ bool NvmeStore::contains(const std::string& name) const {
 Bytes NvmeStore::size_of(const std::string& name) const {
   check_name(name);
   struct stat info {};
-  if (::stat(path_of(name).c_str(), &info) != 0) throw NvmeError(path_of(name), errno_text(errno), errno);
+  if (::stat(path_of(name).c_str(), &info) != 0)
+    throw NvmeError(path_of(name), errno_text(errno), errno);
   return Bytes(info.st_size);
 }
 
@@ -257,11 +288,21 @@ void NvmeStore::remove(const std::string& name) {
   }
 }
 
-NvmeMode NvmeStore::mode() const { return impl_->mode; }
-const std::string& NvmeStore::mode_reason() const { return impl_->mode_reason; }
-const std::string& NvmeStore::directory() const { return impl_->directory; }
-const NvmeOptions& NvmeStore::options() const { return impl_->options; }
-std::string NvmeStore::path_of(const std::string& name) const { return impl_->directory + "/" + name; }
+NvmeMode NvmeStore::mode() const {
+  return impl_->mode;
+}
+const std::string& NvmeStore::mode_reason() const {
+  return impl_->mode_reason;
+}
+const std::string& NvmeStore::directory() const {
+  return impl_->directory;
+}
+const NvmeOptions& NvmeStore::options() const {
+  return impl_->options;
+}
+std::string NvmeStore::path_of(const std::string& name) const {
+  return impl_->directory + "/" + name;
+}
 Bytes NvmeStore::staging_bytes() const {
   return Bytes(impl_->options.block_size) * impl_->options.queue_depth;
 }

@@ -41,8 +41,9 @@ class NvmeError : public std::runtime_error {
 };
 
 struct NvmeOptions {
-  std::size_t block_size = std::size_t{1} << 20;  // aio.block_size: bytes per piece, multiple of 4096
-  int queue_depth = 8;                            // aio.queue_depth: pieces in flight, 1..4096
+  std::size_t block_size = std::size_t{1}
+                           << 20;  // aio.block_size: bytes per piece, multiple of 4096
+  int queue_depth = 8;             // aio.queue_depth: pieces in flight, 1..4096
   bool direct = true;       // try O_DIRECT; false forces buffered I/O (through the page cache)
   bool preallocate = true;  // reserve a write's space up front (fallocate): disk full fails early
 };
@@ -66,7 +67,8 @@ struct NvmeTicket {
 class NvmeStore {
  public:
   // `directory` must exist and be writable (checked by writing a probe file, which also decides
-  // the mode). Throws NvmeError naming the directory otherwise, std::invalid_argument for bad options.
+  // the mode). Throws NvmeError naming the directory otherwise, std::invalid_argument for bad
+  // options.
   NvmeStore(const std::string& directory, const NvmeOptions& options = {});
   // Waits for every pending request (their errors are dropped; wait on tickets to see them).
   ~NvmeStore();

@@ -13,9 +13,13 @@
 namespace zerolens::exec {
 namespace {
 
-bool aligned(const std::byte* pointer) { return reinterpret_cast<std::uintptr_t>(pointer) % kNvmeAlignment == 0; }
+bool aligned(const std::byte* pointer) {
+  return reinterpret_cast<std::uintptr_t>(pointer) % kNvmeAlignment == 0;
+}
 
-std::size_t align_down(std::size_t value) { return value / kNvmeAlignment * kNvmeAlignment; }
+std::size_t align_down(std::size_t value) {
+  return value / kNvmeAlignment * kNvmeAlignment;
+}
 
 Bytes file_size(int fd) {
   struct stat info {};
@@ -27,10 +31,11 @@ Bytes file_size(int fd) {
 void NvmeStore::Impl::start_engine() {
   const int result = io_uring_queue_init(unsigned(options.queue_depth), &ring, 0);
   if (result < 0) {
-    throw NvmeError(directory,
-                    "io_uring is unavailable: " + errno_text(-result) +
-                        " (kernel.io_uring_disabled, or a container seccomp profile that blocks it)",
-                    -result);
+    throw NvmeError(
+        directory,
+        "io_uring is unavailable: " + errno_text(-result) +
+            " (kernel.io_uring_disabled, or a container seccomp profile that blocks it)",
+        -result);
   }
   const std::size_t bytes = std::size_t(options.queue_depth) * options.block_size;
   bounce = static_cast<std::byte*>(std::aligned_alloc(kNvmeAlignment, bytes));
@@ -67,34 +72,38 @@ NvmeTicket NvmeStore::Impl::enqueue(std::shared_ptr<NvmeRequest> request) {
 }
 
 void NvmeStore::Impl::run() {
-  for (;;) {
-    const bool idle = free_slots.size() == pieces.size() && running.empty();
-    {
-      std::unique_lock lock(mutex);
-      work_ready.wait(lock, [&] { return stopping || !incoming.empty() || !idle; });
-      if (stopping && incoming.empty() && idle) return;
-      while (!incoming.empty()) {
-        running.push_back(std::move(incoming.front()));
-        incoming.pop_front();
-      }
-    }
+  while (take_incoming()) {
     fill_queue();
     finish_ready();
     if (free_slots.size() == pieces.size()) continue;
-    const int submitted = io_uring_submit_and_wait(&ring, 1);
-    if (submitted < 0 && submitted != -EINTR && submitted != -EAGAIN && submitted != -EBUSY) {
-      // Pieces are in flight over caller memory: neither failing them nor going on is safe.
-      std::fprintf(stderr, "nvme store: io_uring_submit_and_wait: %s\n", std::strerror(-submitted));
-      std::abort();
-    }
-    io_uring_cqe* cqe = nullptr;
-    while (io_uring_peek_cqe(&ring, &cqe) == 0) {
-      const auto slot = int(io_uring_cqe_get_data64(cqe));
-      const int result = cqe->res;
-      io_uring_cqe_seen(&ring, cqe);
-      complete(slot, result);
-    }
+    submit_and_reap();
     finish_ready();
+  }
+}
+
+// Waits for work; false once stopping with nothing left (pending requests are drained first).
+bool NvmeStore::Impl::take_incoming() {
+  const bool idle = free_slots.size() == pieces.size() && running.empty();
+  std::unique_lock lock(mutex);
+  work_ready.wait(lock, [&] { return stopping || !incoming.empty() || !idle; });
+  if (stopping && incoming.empty() && idle) return false;
+  for (; !incoming.empty(); incoming.pop_front()) running.push_back(std::move(incoming.front()));
+  return true;
+}
+
+void NvmeStore::Impl::submit_and_reap() {
+  const int submitted = io_uring_submit_and_wait(&ring, 1);
+  if (submitted < 0 && submitted != -EINTR && submitted != -EAGAIN && submitted != -EBUSY) {
+    // Pieces are in flight over caller memory: neither failing them nor going on is safe.
+    std::fprintf(stderr, "nvme store: io_uring_submit_and_wait: %s\n", std::strerror(-submitted));
+    std::abort();
+  }
+  io_uring_cqe* cqe = nullptr;
+  while (io_uring_peek_cqe(&ring, &cqe) == 0) {
+    const auto slot = int(io_uring_cqe_get_data64(cqe));
+    const int result = cqe->res;
+    io_uring_cqe_seen(&ring, cqe);
+    complete(slot, result);
   }
 }
 
@@ -114,17 +123,22 @@ void NvmeStore::Impl::fill_queue() {
 void NvmeStore::Impl::submit_piece(NvmeRequest& request, int slot) {
   NvmePiece& piece = pieces[std::size_t(slot)];
   piece = NvmePiece{&request, request.next_offset, 0, 0, 0, nullptr, false};
-  const auto block = std::size_t(std::min<Bytes>(Bytes(options.block_size), request.aligned_end - piece.offset));
+  const auto block =
+      std::size_t(std::min<Bytes>(Bytes(options.block_size), request.aligned_end - piece.offset));
   const bool inside = piece.offset >= request.user_begin;
   std::byte* user_at_piece = inside ? request.user + (piece.offset - request.user_begin) : nullptr;
   const std::size_t user_left = inside ? std::size_t(request.user_end() - piece.offset) : 0;
-  const std::size_t direct_length = inside && aligned(user_at_piece) ? std::min(block, align_down(user_left)) : 0;
+  const std::size_t direct_length =
+      inside && aligned(user_at_piece) ? std::min(block, align_down(user_left)) : 0;
   piece.bounced = direct_length == 0;
   piece.length = piece.bounced ? block : direct_length;
   piece.memory = piece.bounced ? bounce + std::size_t(slot) * options.block_size : user_at_piece;
   const Bytes piece_end = piece.offset + Bytes(piece.length);
-  piece.needed = request.is_write ? piece.length : std::size_t(std::min(piece_end, request.user_end()) - piece.offset);
-  if (piece.bounced && request.is_write) {  // writes start at the object's first byte: always inside
+  piece.needed = request.is_write
+                     ? piece.length
+                     : std::size_t(std::min(piece_end, request.user_end()) - piece.offset);
+  if (piece.bounced &&
+      request.is_write) {  // writes start at the object's first byte: always inside
     const std::size_t copied = std::min(piece.length, user_left);
     std::memcpy(piece.memory, user_at_piece, copied);
     std::memset(piece.memory + copied, 0, piece.length - copied);
@@ -156,16 +170,19 @@ void NvmeStore::Impl::complete(int slot, int result) {
   if (result < 0) {
     fail(request, -result, std::string(request.is_write ? "write" : "read") + " failed" + where);
   } else if (piece.done += std::size_t(result); piece.done < piece.needed && !request.error) {
-    const bool resumable = result > 0 && (mode == NvmeMode::Buffered || piece.done % kNvmeAlignment == 0);
+    const bool resumable =
+        result > 0 && (mode == NvmeMode::Buffered || piece.done % kNvmeAlignment == 0);
     if (resumable) {
       prepare_sqe(slot);
       return;
     }
     fail(request, 0,
-         request.is_write ? "short write" + where + ": the device accepted no more bytes (disk full?)"
-                          : "short read: the object holds " + std::to_string(file_size(request.fd)) +
-                                " bytes, reading " + std::to_string(request.user_length) + " from offset " +
-                                std::to_string(request.user_begin) + " needs " + std::to_string(request.user_end()));
+         request.is_write
+             ? "short write" + where + ": the device accepted no more bytes (disk full?)"
+             : "short read: the object holds " + std::to_string(file_size(request.fd)) +
+                   " bytes, reading " + std::to_string(request.user_length) + " from offset " +
+                   std::to_string(request.user_begin) + " needs " +
+                   std::to_string(request.user_end()));
   } else if (piece.bounced && !request.is_write && !request.error) {
     const Bytes from = std::max(piece.offset, request.user_begin);
     const Bytes to = std::min(piece.offset + Bytes(piece.length), request.user_end());
@@ -178,8 +195,9 @@ void NvmeStore::Impl::complete(int slot, int result) {
 
 void NvmeStore::Impl::fail(NvmeRequest& request, int error_number, const std::string& what) {
   if (request.error) return;  // the first error is the cause
-  request.error = NvmeError(request.path, error_number != 0 ? what + ": " + errno_text(error_number) : what,
-                            error_number);
+  request.error =
+      NvmeError(request.path, error_number != 0 ? what + ": " + errno_text(error_number) : what,
+                error_number);
 }
 
 // Requests with nothing left to submit and nothing in flight are committed and handed back.
@@ -200,7 +218,8 @@ void NvmeStore::Impl::finish(NvmeRequest& request) {
   {
     std::lock_guard lock(mutex);
     if (!request.error) {
-      (request.is_write ? counters.bytes_written : counters.bytes_read) += Bytes(request.user_length);
+      (request.is_write ? counters.bytes_written : counters.bytes_read) +=
+          Bytes(request.user_length);
       ++(request.is_write ? counters.writes : counters.reads);
     }
     request.finished = true;

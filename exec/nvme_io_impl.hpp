@@ -26,12 +26,12 @@ struct NvmeRequest {
   std::string path;       // the object's file
   std::string temp_path;  // writes: where the data goes until it is complete
   std::byte* user = nullptr;
-  Bytes user_begin = 0;     // file offset of user[0]
+  Bytes user_begin = 0;  // file offset of user[0]
   std::size_t user_length = 0;
-  Bytes aligned_end = 0;    // the file range moved is [aligned begin, aligned_end)
-  Bytes next_offset = 0;    // start of the next piece to submit (I/O thread only)
-  int in_flight = 0;        // pieces submitted and not completed (I/O thread only)
-  bool finished = false;    // guarded by the store's mutex
+  Bytes aligned_end = 0;  // the file range moved is [aligned begin, aligned_end)
+  Bytes next_offset = 0;  // start of the next piece to submit (I/O thread only)
+  int in_flight = 0;      // pieces submitted and not completed (I/O thread only)
+  bool finished = false;  // guarded by the store's mutex
   std::optional<NvmeError> error;
 
   Bytes user_end() const { return user_begin + Bytes(user_length); }
@@ -41,10 +41,10 @@ struct NvmeRequest {
 // A queue slot: one piece in flight, with its own aligned bounce area.
 struct NvmePiece {
   NvmeRequest* request = nullptr;
-  Bytes offset = 0;         // file offset of the piece
-  std::size_t length = 0;   // bytes sent to the kernel (aligned)
-  std::size_t needed = 0;   // bytes that must transfer (reads: up to the end of the user range)
-  std::size_t done = 0;     // bytes transferred so far
+  Bytes offset = 0;        // file offset of the piece
+  std::size_t length = 0;  // bytes sent to the kernel (aligned)
+  std::size_t needed = 0;  // bytes that must transfer (reads: up to the end of the user range)
+  std::size_t done = 0;    // bytes transferred so far
   std::byte* memory = nullptr;
   bool bounced = false;
 };
@@ -66,6 +66,8 @@ struct NvmeStore::Impl {
   void stop_engine();
   NvmeTicket enqueue(std::shared_ptr<NvmeRequest> request);
   void run();
+  bool take_incoming();
+  void submit_and_reap();
   void fill_queue();
   void submit_piece(NvmeRequest& request, int slot);
   void prepare_sqe(int slot);

@@ -27,6 +27,9 @@ CheckpointMeta ZeroEngine::checkpoint_meta() const {
   meta.stage = s.stage;
   meta.optimizer = to_string(s.plan.request.config.optimizer.type);
   meta.optimizer_states = int(s.optimizer.state_per_element());
+  meta.loss_scale = s.scaler.scale();
+  meta.good_steps = s.scaler.good_steps();
+  meta.hysteresis_left = s.scaler.hysteresis_left();
   return meta;
 }
 
@@ -47,10 +50,10 @@ void ZeroEngine::restore(const FullState& state) {
   state_->restore(state);
 }
 
-// Master weights are the fp32 parameters themselves (this executor trains in fp32).
+// Master weights: the fp32 master partition in mixed precision, else the fp32 parameters themselves.
 const float* ZeroEngine::State::owned_params(const OwnedSegment& segment) const {
-  const auto t = std::size_t(segment.tensor);
-  return stage == 3 ? part_[t].data() + (segment.begin - rank * layout.tensor_partition[t]) : full_[t].data() + segment.begin;
+  if (mixed) return master_.data() + segment.owned_offset;
+  return const_cast<State&>(*this).device_params(segment).wide().data();
 }
 
 RankShard ZeroEngine::State::checkpoint_shard() const {
@@ -71,25 +74,31 @@ RankShard ZeroEngine::State::checkpoint_shard() const {
   return shard;
 }
 
+// The training-dtype parameters are the master weights rounded (16-bit) or themselves (fp32).
 void ZeroEngine::State::restore(const FullState& state) {
   for (std::size_t t = 0; t < layout.tensor_numel.size(); ++t) {
     const std::vector<float>& whole = state.master[t];
-    if (stage < 3 || layout.tensor_persistent[t]) std::copy(whole.begin(), whole.end(), full_[t].data());
+    if (stage < 3 || layout.tensor_persistent[t]) full_[t].view(0, whole.size()).write(whole);
     if (stage < 3) continue;
     const auto partition = std::size_t(layout.tensor_partition[t]);
-    for (std::size_t j = 0; j < partition; ++j) {
-      const std::size_t i = std::size_t(rank) * partition + j;
-      part_[t][j] = i < whole.size() ? whole[i] : 0.0f;
-    }
+    const std::size_t first = std::min(whole.size(), std::size_t(rank) * partition);
+    const std::size_t count = std::min(whole.size(), first + partition) - first;
+    part_[t].view().fill_zero();
+    part_[t].view(0, count).write(std::span(whole).subspan(first, count));
   }
   TrackedBuffer<float>* buffers[2] = {&first_state_, &second_state_};
   for (const OwnedSegment& segment : segments_) {
+    if (mixed) {
+      const std::vector<float>& whole = state.master[std::size_t(segment.tensor)];
+      std::copy_n(whole.begin() + segment.begin, segment.length, master_.data() + segment.owned_offset);
+    }
     for (std::size_t k = 0; k < optimizer.state_per_element(); ++k) {
       const std::vector<float>& whole = state.states[k][std::size_t(segment.tensor)];
       std::copy_n(whole.begin() + segment.begin, segment.length, buffers[k]->data() + segment.owned_offset);
     }
   }
   optimizer.restore_step(state.meta.step);
+  scaler.restore(state.meta.loss_scale, state.meta.good_steps, state.meta.hysteresis_left);
 }
 
 }  // namespace zerolens::exec

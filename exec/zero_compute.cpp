@@ -12,7 +12,8 @@ void ZeroEngine::State::begin_step(std::int64_t step_index) {
   loss_sum_ = 0;
   losses_ = 0;
   norm_ = 0;
-  optimizer.begin_step();
+  overflow_ = false;
+  step_scale_ = scaler.scale();
 }
 
 void ZeroEngine::State::run(const Op& op) {
@@ -23,7 +24,7 @@ void ZeroEngine::State::run(const Op& op) {
 void ZeroEngine::State::run_op(const Op& op) {
   switch (op.kind) {
     case OpKind::Forward: return forward(op);
-    case OpKind::Recompute: return net.recompute(std::size_t(op.layer), param_views(owner_of(std::size_t(op.layer))));
+    case OpKind::Recompute: return net.recompute(std::size_t(op.layer), layer_params(owner_of(std::size_t(op.layer))).views);
     case OpKind::Backward: return backward(op);
     case OpKind::AllGather:
       if (stage == 3 && op.layer >= 0) return gather_layer(std::size_t(op.layer));
@@ -32,8 +33,12 @@ void ZeroEngine::State::run_op(const Op& op) {
     case OpKind::Release: return release_layer(std::size_t(op.layer));
     case OpKind::ReduceScatter:
     case OpKind::AllReduce: return reduce_bucket(op);
+    case OpKind::CopyH2D: return copy_to_device(op);
+    case OpKind::CopyD2H: return copy_to_host(op);
+    case OpKind::OverflowCheck: return check_overflow();
     case OpKind::GradNorm: return grad_norm();
     case OpKind::OptimizerStep: return optimizer_step();
+    case OpKind::LossScaleUpdate: return scaler.update(overflow_);
     default:
       throw std::logic_error(std::string("the CPU executor cannot run a ") + to_string(op.kind) + " op yet");
   }
@@ -53,27 +58,32 @@ void ZeroEngine::State::ensure_batch(std::int32_t micro_step) {
 void ZeroEngine::State::forward(const Op& op) {
   ensure_batch(op.micro_step);
   const auto layer = std::size_t(op.layer);
-  net.forward(layer, param_views(owner_of(layer)));
+  net.forward(layer, layer_params(owner_of(layer)).views);
   if (layer + 1 == model.layers.size()) {
     loss_sum_ += net.loss();
     ++losses_;
   }
 }
 
-// The loss of a step is the mean over its micro-steps, so each micro-step's gradient counts 1/ga.
+// The loss of a step is the mean over its micro-steps, so each micro-step's gradient counts 1/ga;
+// fp16 scales it by the loss scale too.
 void ZeroEngine::State::backward(const Op& op) {
   const auto layer = std::size_t(op.layer);
   const std::size_t owner = owner_of(layer);
-  const auto params = param_views(owner);
-  const auto grads = grad_views(owner);
-  net.backward(layer, params, grads, 1.0f / float(schedule.context.grad_accumulation));
+  const LayerParams params = layer_params(owner);
+  LayerGrads grads = layer_grads(owner);
+  net.backward(layer, params.views, grads.views, float(step_scale_) / float(schedule.context.grad_accumulation));
+  grads.commit();
+  inject_fault(op);
 }
 
 StepReport ZeroEngine::State::finish_step() {
   StepReport report;
   const double mean_here = losses_ > 0 ? loss_sum_ / losses_ : 0;
   report.loss = comm.report_sum(mean_here) / dp;
-  report.grad_norm = norm_;
+  report.grad_norm = overflow_ ? 0 : norm_;
+  report.loss_scale = step_scale_;
+  report.skipped = overflow_;
   return report;
 }
 

@@ -13,6 +13,30 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+void require_offload_supported(const TrainingConfig& config) {
+  const ZeroConfig& zero = config.zero;
+  if (zero.offload_optimizer.device == OffloadDevice::Nvme) {
+    throw InputError("zero_optimization.offload_optimizer.device",
+                     "nvme offload is not run by the CPU executor yet (its NvmeRead/NvmeWrite ops); use cpu");
+  }
+  if (zero.offload_param.device == OffloadDevice::Nvme) {
+    throw InputError("zero_optimization.offload_param.device",
+                     "nvme offload is not run by the CPU executor yet (its NvmeRead/NvmeWrite ops); use cpu");
+  }
+  const bool optimizer_on_host = zero.offload_optimizer.device == OffloadDevice::Cpu;
+  const bool params_on_host = zero.offload_param.device == OffloadDevice::Cpu;
+  if (params_on_host && !optimizer_on_host) {
+    throw InputError("zero_optimization.offload_param.device",
+                     "parameter offload needs offload_optimizer.device = cpu in the CPU executor (the plan has no copy "
+                     "of the updated parameters back to the host)");
+  }
+  if (optimizer_on_host && !params_on_host && !config.precision.mixed()) {
+    throw InputError("zero_optimization.offload_optimizer.device",
+                     "fp32 training with the optimizer on the host is not run: the plan counts no host copy of the fp32 "
+                     "parameters, which the host optimizer updates (use bf16 or fp16, or offload_param.device = cpu)");
+  }
+}
+
 void require_supported(const Plan& plan, const Communicator& comm) {
   const TrainingConfig& config = plan.request.config;
   if (plan.request.dp_size != comm.size()) {
@@ -20,12 +44,14 @@ void require_supported(const Plan& plan, const Communicator& comm) {
                                    std::to_string(comm.size()) + " processes are running (start with mpirun -np " +
                                    std::to_string(plan.request.dp_size) + ")");
   }
-  if (config.precision.precision != Precision::Fp32) {
-    throw InputError("precision", "the CPU executor runs fp32 only so far (fp16/bf16 with loss scaling is next)");
+  const LossScaleConfig& scaling = config.precision.loss_scale;
+  if (config.precision.precision == Precision::Fp16 && scaling.static_loss_scale < 0) {
+    throw InputError("fp16.loss_scale", "must be 0 (dynamic) or a positive static scale");
   }
-  if (config.zero.offload_optimizer.device != OffloadDevice::None || config.zero.offload_param.device != OffloadDevice::None) {
-    throw InputError("zero_optimization.offload_optimizer", "the CPU executor does not run offload yet");
+  if (config.precision.precision == Precision::Fp16 && scaling.dynamic() && !(scaling.min_loss_scale > 0)) {
+    throw InputError("fp16.min_loss_scale", "must be positive");
   }
+  require_offload_supported(config);
   if (config.activation_checkpointing.cpu_checkpointing) {
     throw InputError("activation_checkpointing.cpu_checkpointing", "not run by the CPU executor yet");
   }
@@ -33,9 +59,10 @@ void require_supported(const Plan& plan, const Communicator& comm) {
 
 }  // namespace
 
-ZeroEngine::ZeroEngine(const Plan& plan, Communicator& comm, LayerModel& model, MemoryLedger& ledger) {
+ZeroEngine::ZeroEngine(const Plan& plan, Communicator& comm, LayerModel& model, MemoryLedger& ledger,
+                       const EngineOptions& options) {
   require_supported(plan, comm);
-  state_ = std::make_unique<State>(plan, comm, model, ledger);
+  state_ = std::make_unique<State>(plan, comm, model, ledger, options);
 }
 
 ZeroEngine::~ZeroEngine() = default;
@@ -54,5 +81,9 @@ StepReport ZeroEngine::step(std::int64_t step_index, const OpCallback& on_op) {
 }
 
 std::vector<float> ZeroEngine::full_parameters() { return state_->full_parameters(); }
+
+LinkBytes ZeroEngine::link_bytes() const { return state_->copied; }
+
+double ZeroEngine::loss_scale() const { return state_->scaler.scale(); }
 
 }  // namespace zerolens::exec

@@ -4,6 +4,28 @@
 // partition of the optimizer states (and, in stage 2, of the gradients) and all-gather updated
 // parameters; stage 3 also partitions every parameter tensor and gathers a layer's tensors before use.
 // Which collective runs when, over which bytes, is the schedule's decision, never the engine's.
+//
+// Mixed precision (fp16, bf16): parameters and gradients are held in 16 bits (grad_accum_dtype fp32
+// keeps fp32 gradients), the optimizer updates an fp32 master partition and writes the 16-bit
+// parameters back; collectives move the 16-bit bytes. fp16 scales the loss (exec/loss_scaler.hpp),
+// checks the owned gradients for inf/NaN (the schedule's OverflowCheck: a one-byte all-reduce; stage
+// 0 checks its all-reduced gradients locally) and skips an overflowing step as DeepSpeed does: no
+// norm, no update, no write-back or all-gather of parameters, gradients freed all the same.
+// The model computes in fp32 (LayerModel), so the engine hands it an fp32 copy of one layer's
+// parameters (and, in backward, of its gradients, cast back to 16 bits after). That copy is the CPU
+// backend's working memory, not a plan component: the ledger counts it as scratch
+// (MemoryLedger::scratch_peak), apart from the figures compared with the plan; at most one layer's
+// parameters and gradients at a time.
+//
+// Offload to the host (ledger device Cpu): optimizer offload keeps the fp32 master, optimizer
+// states and an fp32 gradient partition on the host; each reduced bucket's owned gradients cross
+// to it (the schedule's CopyD2H), the multi-threaded host Adam updates there and the new 16-bit
+// parameters cross back (CopyH2D). Parameter offload (stage 3) keeps the parameter partitions on
+// the host and copies a layer's partition to the device before its all-gather. The engine counts
+// the bytes it copies per link (link_bytes()). Refused with InputError: NVMe offload,
+// cpu_checkpointing, fp32 optimizer offload without parameter offload (the plan has no host copy of
+// the fp32 parameters, which the host optimizer needs) and parameter offload with the optimizer
+// on the device (the plan has no copy of updated parameters back to the host).
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -20,8 +42,29 @@
 namespace zerolens::exec {
 
 struct StepReport {
-  double loss = 0;       // mean over the global batch
-  double grad_norm = 0;  // of the averaged gradient, before clipping
+  double loss = 0;        // mean over the global batch
+  double grad_norm = 0;   // of the averaged gradient, before clipping (0 on a skipped step)
+  double loss_scale = 1;  // the fp16 loss scale this step's backward used (1 otherwise)
+  bool skipped = false;   // fp16 overflow: no update this step
+};
+
+// A test hook: +inf written into one gradient element on one rank in one step (after that rank's
+// backward of the layer owning the tensor, first micro-step), as an fp16 overflow would.
+struct GradientFault {
+  std::int64_t step = 0;
+  int rank = 0;
+  std::int32_t tensor = 0;
+  Elements element = 0;
+};
+
+struct EngineOptions {
+  std::vector<GradientFault> inject_inf;
+};
+
+// Bytes this rank copied between host and device since the engine started.
+struct LinkBytes {
+  Bytes pcie_h2d = 0;
+  Bytes pcie_d2h = 0;
 };
 
 // Called after every op with its index in the schedule and its start/end in seconds from the step's start.
@@ -29,10 +72,12 @@ using OpCallback = std::function<void(std::size_t op, double start, double end)>
 
 class ZeroEngine {
  public:
-  // Throws InputError for what this executor does not run yet (offload, 16-bit precision).
+  // Throws InputError for what this executor does not run (see above).
   // The engine keeps a reference to `plan`, which must outlive it (hence no temporaries).
-  ZeroEngine(const Plan& plan, Communicator& comm, LayerModel& model, MemoryLedger& ledger);
-  ZeroEngine(Plan&& plan, Communicator& comm, LayerModel& model, MemoryLedger& ledger) = delete;
+  ZeroEngine(const Plan& plan, Communicator& comm, LayerModel& model, MemoryLedger& ledger,
+             const EngineOptions& options = {});
+  ZeroEngine(Plan&& plan, Communicator& comm, LayerModel& model, MemoryLedger& ledger,
+             const EngineOptions& options = {}) = delete;
   ~ZeroEngine();
   ZeroEngine(const ZeroEngine&) = delete;
   ZeroEngine& operator=(const ZeroEngine&) = delete;
@@ -40,6 +85,8 @@ class ZeroEngine {
   StepReport step(std::int64_t step_index, const OpCallback& on_op = {});
   // Every parameter, whole, in tensor order (a collective in stage 3: all ranks must call it).
   std::vector<float> full_parameters();
+  LinkBytes link_bytes() const;
+  double loss_scale() const;  // the scale the next step will use
 
   // Checkpoints: what this rank owns (fp32 master weights and optimizer states by segment, the
   // optimizer's step count) and, on resume, its new partition cut from whole tensors, whatever

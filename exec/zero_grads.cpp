@@ -1,37 +1,59 @@
 // Gradients: per-tensor buffers filled by backward, bucket reductions as the schedule orders them,
-// the global norm and clipping, and the optimizer on the owned segments.
+// and where the reduced gradients this rank owns are kept until the update.
 #include <algorithm>
-#include <cmath>
 #include <stdexcept>
 
 #include "exec/zero_state.hpp"
 
 namespace zerolens::exec {
 
+void LayerGrads::commit() {
+  for (std::size_t i = 0; i < storage.size(); ++i) storage[i].write(views[i]);
+}
+
 // Stages 0-1 keep whole gradients until the boundary; stages 2-3 hold them only until their bucket
-// is reduced (the schedule's UnreducedGrads).
-std::vector<std::span<float>> ZeroEngine::State::grad_views(std::size_t owner) {
+// is reduced (the schedule's UnreducedGrads). 16-bit gradients are accumulated through an fp32
+// copy of the layer's (rounded back by commit(), as a 16-bit gradient accumulates).
+LayerGrads ZeroEngine::State::layer_grads(std::size_t owner) {
   const Component component = stage <= 1 ? Component::GradsFull : Component::UnreducedGrads;
-  std::vector<std::span<float>> views;
+  LayerGrads grads;
   const auto [first, last] = tensors_of_layer(owner);
+  Elements total = 0;
   for (auto t = first; t < last; ++t) {
     auto& buffer = grads_[std::size_t(t)];
-    if (buffer.size() == 0) buffer = {ledger, Device::Gpu, component, std::size_t(layout.tensor_numel[std::size_t(t)])};
-    views.push_back(buffer.span());
+    const auto numel = std::size_t(layout.tensor_numel[std::size_t(t)]);
+    if (buffer.size() == 0) buffer = {ledger, Device::Gpu, component, grad_format, numel};
+    total += Elements(numel);
   }
-  return views;
+  if (grad_format != NumberFormat::Fp32) grads.scratch.emplace(ledger, Device::Gpu, std::size_t(total));
+  std::size_t position = 0;
+  for (auto t = first; t < last; ++t) {
+    const Numbers stored = grads_[std::size_t(t)].view();
+    if (!grads.scratch) {
+      grads.views.push_back(stored.wide());
+      continue;
+    }
+    const std::span<float> copy = grads.scratch->span().subspan(position, stored.size());
+    stored.read(copy);
+    grads.views.push_back(copy);
+    grads.storage.push_back(stored);
+    position += stored.size();
+  }
+  return grads;
 }
 
 void ZeroEngine::State::ensure_grad_partition() {
-  if (grad_part_.size() == 0) grad_part_ = {ledger, Device::Gpu, Component::GradsPartition, std::size_t(layout.owned)};
+  if (grad_part_.size() == 0) {
+    grad_part_ = {ledger, Device::Gpu, Component::GradsPartition, grad_format, std::size_t(layout.owned)};
+  }
 }
 
 // The persistent reduce buffer (DeepSpeed's ipg buffer) where the schedule has one and it is large
 // enough; otherwise a transient flattened copy, as the schedule's reduce op allocates it.
-std::span<float> ZeroEngine::State::staging(std::size_t elements, TrackedBuffer<float>& transient) {
-  if (reduce_buffer_.size() >= elements) return reduce_buffer_.span().first(elements);
-  transient = {ledger, Device::Gpu, Component::ReduceBucket, elements};
-  return transient.span();
+Numbers ZeroEngine::State::staging(std::size_t elements, NumberBuffer& transient) {
+  if (reduce_buffer_.size() >= elements) return reduce_buffer_.view(0, elements);
+  transient = {ledger, Device::Gpu, Component::ReduceBucket, grad_format, elements};
+  return transient.view();
 }
 
 // The schedule decides when the persistent reduce buffer exists: allocated by an op other than a
@@ -41,7 +63,8 @@ void ZeroEngine::State::follow_reduce_buffer(const Op& op) {
   for (const MemEffect& effect : schedule.effects_of(op)) {
     if (effect.device != Device::Gpu || effect.component != Component::ReduceBucket) continue;
     if (effect.bytes > 0 && reduce_buffer_.size() == 0) {
-      reduce_buffer_ = {ledger, Device::Gpu, Component::ReduceBucket, std::size_t(effect.bytes) / sizeof(float)};
+      reduce_buffer_ = {ledger, Device::Gpu, Component::ReduceBucket, grad_format,
+                        std::size_t(effect.bytes) / element_bytes(grad_format)};
     } else if (effect.bytes < 0) {
       reduce_buffer_.reset();
     }
@@ -62,28 +85,29 @@ void ZeroEngine::State::reduce_bucket(const Op& op) {
 void ZeroEngine::State::reduce_bucket_stage3(std::span<const std::int32_t> tensors) {
   Elements block = 0;
   for (const auto t : tensors) block += layout.tensor_partition[std::size_t(t)];
-  TrackedBuffer<float> transient;
-  const std::span<float> input = staging(std::size_t(block * dp), transient);
-  TrackedBuffer<float> output(ledger, Device::Gpu, Component::ReduceBucket, std::size_t(block));
+  NumberBuffer transient;
+  const Numbers input = staging(std::size_t(block * dp), transient);
+  input.fill_zero();
   std::size_t position = 0;
   for (int r = 0; r < dp; ++r) {
     for (const auto t : tensors) {
-      const auto& grad = grads_[std::size_t(t)];
+      const auto numel = std::size_t(layout.tensor_numel[std::size_t(t)]);
       const auto partition = std::size_t(layout.tensor_partition[std::size_t(t)]);
-      for (std::size_t j = 0; j < partition; ++j, ++position) {
-        const std::size_t i = std::size_t(r) * partition + j;
-        input[position] = i < grad.size() ? grad[i] : 0.0f;
-      }
+      const std::size_t first = std::min(numel, std::size_t(r) * partition);
+      const std::size_t count = std::min(numel, first + partition) - first;
+      input.sub(position, count).copy_from(grads_[std::size_t(t)].view(first, count));
+      position += partition;
     }
   }
-  comm.reduce_scatter_sum(input, output.span());
-  const float average = 1.0f / float(dp);
-  std::size_t read = 0;
+  scatter_output_ = {ledger, Device::Gpu, Component::ReduceBucket, grad_format, std::size_t(block)};
+  reduce_scatter_sum(comm, input, scatter_output_.view());
+  std::vector<OwnedRun> runs;
   for (const auto t : tensors) {
-    const auto offset = std::size_t(partition_offset_[std::size_t(t)]);
-    for (Elements j = 0; j < layout.tensor_partition[std::size_t(t)]; ++j) grad_part_[offset + std::size_t(j)] += output[read++] * average;
+    runs.push_back({partition_offset_[std::size_t(t)], layout.tensor_partition[std::size_t(t)]});
     grads_[std::size_t(t)].reset();
   }
+  keep_reduced(scatter_output_.view(), std::move(runs));
+  scatter_output_.reset();
 }
 
 // Stages 0-2: a bucket is a contiguous run of the flat parameter order. Stage 0 all-reduces it in
@@ -96,48 +120,42 @@ void ZeroEngine::State::reduce_bucket_flat(const Op& op, std::vector<std::int32_
   }
   const Elements first = flat_offset_[std::size_t(tensors.front())];
   const Elements last = flat_offset_[std::size_t(tensors.back())] + layout.tensor_numel[std::size_t(tensors.back())];
-  TrackedBuffer<float> transient;
-  const std::span<float> bucket = staging(std::size_t(last - first), transient);
-  for (const auto t : tensors) {
-    std::copy(grads_[std::size_t(t)].data(), grads_[std::size_t(t)].data() + grads_[std::size_t(t)].size(),
-              bucket.data() + (flat_offset_[std::size_t(t)] - first));
-  }
+  NumberBuffer transient;
+  const Numbers bucket = staging(std::size_t(last - first), transient);
+  const auto in_bucket = [&](std::int32_t t) {
+    return bucket.sub(std::size_t(flat_offset_[std::size_t(t)] - first), grads_[std::size_t(t)].size());
+  };
+  for (const auto t : tensors) in_bucket(t).copy_from(grads_[std::size_t(t)].view());
   const float average = 1.0f / float(dp);
   if (stage == 0) {
-    comm.all_reduce_sum(bucket);
+    all_reduce_sum(comm, bucket);
     for (const auto t : tensors) {
-      auto& grad = grads_[std::size_t(t)];
-      for (std::size_t i = 0; i < grad.size(); ++i) grad[i] = bucket[std::size_t(flat_offset_[std::size_t(t)] - first) + i] * average;
+      grads_[std::size_t(t)].view().fill_zero();
+      grads_[std::size_t(t)].view().add_scaled(in_bucket(t), average);
     }
     return;
   }
-  if (stage == 2) ensure_grad_partition();
+  if (stage == 2 && optimizer_device == Device::Gpu) ensure_grad_partition();
   const Elements partition = layout.flat_partition;
-  const auto owned_in = [&](int r) {
-    return std::pair{std::max(first, r * partition), std::min(last, (r + 1) * partition)};
-  };
-  const auto [mine_begin, mine_end] = owned_in(rank);
-  const Elements mine = std::max<Elements>(0, mine_end - mine_begin);
+  const Elements mine_begin = std::max(first, rank * partition);
+  const Elements mine = std::max<Elements>(0, std::min(last, (rank + 1) * partition) - mine_begin);
   // The bucket's gradients are in the staging copy now; stage 1 frees them before keeping its part
   // (the schedule's order: the same bytes change category).
   if (stage == 1) {
     for (const auto t : tensors) grads_[std::size_t(t)].reset();
   }
-  const std::span<const float> reduced = reduce_flat(op, bucket, first, last);
-  float* owned = stage == 1 ? new_grad_chunk(mine_begin - rank * partition, mine) : nullptr;
-  for (Elements i = 0; i < mine; ++i) {
-    float& target = stage == 1 ? owned[i] : grad_part_[std::size_t(mine_begin - rank * partition + i)];
-    target += reduced[std::size_t(op.kind == OpKind::ReduceScatter ? i : mine_begin - first + i)] * average;
-  }
+  const Numbers reduced = reduce_flat(op, bucket, first, last);
+  const Numbers owned = reduced.sub(op.kind == OpKind::ReduceScatter ? 0 : std::size_t(mine_begin - first), std::size_t(mine));
+  keep_reduced(owned, {{mine_begin - rank * partition, mine}});
   for (const auto t : tensors) grads_[std::size_t(t)].reset();
   scatter_output_.reset();
 }
 
 // Reduce-scatter leaves this rank's part in a transient output (returned); all-reduce leaves the
 // whole reduced bucket in place (returned).
-std::span<const float> ZeroEngine::State::reduce_flat(const Op& op, std::span<float> bucket, Elements first, Elements last) {
+Numbers ZeroEngine::State::reduce_flat(const Op& op, Numbers bucket, Elements first, Elements last) {
   if (op.kind != OpKind::ReduceScatter) {
-    comm.all_reduce_sum(bucket);
+    all_reduce_sum(comm, bucket);
     return bucket;
   }
   const Elements partition = layout.flat_partition;
@@ -145,74 +163,65 @@ std::span<const float> ZeroEngine::State::reduce_flat(const Op& op, std::span<fl
   for (int r = 0; r < dp; ++r) {
     counts.push_back(int(std::max<Elements>(0, std::min(last, (r + 1) * partition) - std::max(first, r * partition))));
   }
-  scatter_output_ = {ledger, Device::Gpu, Component::ReduceBucket, std::size_t(counts[std::size_t(rank)])};
-  comm.reduce_scatter_sum(bucket, counts, scatter_output_.span());
-  return scatter_output_.span();
+  scatter_output_ = {ledger, Device::Gpu, Component::ReduceBucket, grad_format, std::size_t(counts[std::size_t(rank)])};
+  reduce_scatter_sum(comm, bucket, counts, scatter_output_.view());
+  return scatter_output_.view();
+}
+
+// The reduced sums this rank owns (runs of its partition, in order): averaged into the device
+// partition, or, with the optimizer on the host, held until the schedule's CopyD2H moves them.
+void ZeroEngine::State::keep_reduced(Numbers reduced, std::vector<OwnedRun> runs) {
+  if (optimizer_device == Device::Cpu) {
+    reduced_ = {ledger, Device::Gpu, Component::ReduceBucket, grad_format, reduced.size()};
+    reduced_.view().copy_from(reduced);
+    reduced_runs_ = std::move(runs);
+    return;
+  }
+  const float average = 1.0f / float(dp);
+  std::size_t read = 0;
+  for (const OwnedRun& run : runs) {
+    const Numbers target = stage == 1 ? new_grad_chunk(run.owned_offset, run.length)
+                                      : grad_part_.view(std::size_t(run.owned_offset), std::size_t(run.length));
+    target.add_scaled(reduced.sub(read, std::size_t(run.length)), average);
+    read += std::size_t(run.length);
+  }
 }
 
 // Stage 1 keeps each bucket's reduced part in its own buffer (as DeepSpeed keeps a list of
 // partitioned gradient tensors), so the partition grows bucket by bucket as the full gradients go.
-float* ZeroEngine::State::new_grad_chunk(Elements owned_begin, Elements length) {
-  if (length <= 0) return nullptr;
-  grad_chunks_.push_back({owned_begin, TrackedBuffer<float>(ledger, Device::Gpu, Component::GradsPartition, std::size_t(length))});
-  float* data = grad_chunks_.back().values.data();
-  std::fill(data, data + length, 0.0f);
-  return data;
+Numbers ZeroEngine::State::new_grad_chunk(Elements owned_begin, Elements length) {
+  if (length <= 0) return {};
+  grad_chunks_.push_back({owned_begin, NumberBuffer(ledger, Device::Gpu, Component::GradsPartition, grad_format,
+                                                    std::size_t(length))});
+  return grad_chunks_.back().values.view();
 }
 
-float* ZeroEngine::State::owned_grads(Elements owned_offset) {
-  if (stage != 1) return grad_part_.data() + owned_offset;
+// The reduced gradients of an owned segment, wherever this stage and device keep them.
+Numbers ZeroEngine::State::owned_grads(const OwnedSegment& segment) {
+  const auto length = std::size_t(segment.length);
+  if (optimizer_device == Device::Cpu) {
+    return Numbers(host_grads_.span().subspan(std::size_t(segment.owned_offset), length));
+  }
+  if (stage == 0) return grads_[std::size_t(segment.tensor)].view(std::size_t(segment.begin), length);
+  if (stage != 1) return grad_part_.view(std::size_t(segment.owned_offset), length);
   for (auto& chunk : grad_chunks_) {
-    if (owned_offset >= chunk.begin && owned_offset < chunk.begin + Elements(chunk.values.size())) {
-      return chunk.values.data() + (owned_offset - chunk.begin);
-    }
+    const Elements offset = segment.owned_offset - chunk.begin;
+    if (offset >= 0 && offset < Elements(chunk.values.size())) return chunk.values.view(std::size_t(offset), length);
   }
   throw std::logic_error("schedule error: an owned gradient was in no reduced bucket");
 }
 
-// The global gradient norm (stages 1-3: partial sums all-reduced) and clipping.
-void ZeroEngine::State::grad_norm() {
-  double squares = 0;
-  for (std::size_t i = 0; i < grad_part_.size(); ++i) squares += double(grad_part_[i]) * double(grad_part_[i]);
-  for (const auto& chunk : grad_chunks_) {
-    for (std::size_t i = 0; i < chunk.values.size(); ++i) squares += double(chunk.values[i]) * double(chunk.values[i]);
-  }
-  norm_ = std::sqrt(double(comm.all_reduce_sum_float(float(squares), OpKind::GradNorm)));
-}
-
-void ZeroEngine::State::optimizer_step() {
-  if (stage == 0) {  // whole gradients, identical on every rank: the norm needs no collective
-    double squares = 0;
-    for (const auto& grad : grads_) {
-      for (std::size_t i = 0; i < grad.size(); ++i) squares += double(grad[i]) * double(grad[i]);
-    }
-    norm_ = std::sqrt(squares);
-  }
-  const double clip = plan.request.config.gradient_clipping;
-  const float scale = clip > 0 && norm_ > clip ? float(clip / (norm_ + 1e-6)) : 1.0f;
-  for (const auto& segment : segments_) {
-    const auto t = std::size_t(segment.tensor);
-    const auto length = std::size_t(segment.length);
-    float* params = stage == 3 ? part_[t].data() + (segment.begin - rank * layout.tensor_partition[t])
-                               : full_[t].data() + segment.begin;
-    float* grads = stage == 0 ? grads_[t].data() + segment.begin : owned_grads(segment.owned_offset);
-    if (scale != 1.0f) {
-      for (std::size_t i = 0; i < length; ++i) grads[i] *= scale;
-    }
-    const auto state = [&](TrackedBuffer<float>& buffer) {
-      return buffer.size() == 0 ? std::span<float>() : buffer.span().subspan(std::size_t(segment.owned_offset), length);
-    };
-    optimizer.update({params, length}, {grads, length}, state(first_state_), state(second_state_));
-  }
-  // Gradients are dropped after the update (set_to_none); stage 3's partition is reused.
+// After the update (or a skipped one): gradients are dropped (set_to_none); stage 3's device
+// partition and the host partition are reused.
+void ZeroEngine::State::free_step_gradients() {
   if (stage == 0) {
     for (auto& grad : grads_) grad.reset();
   } else if (stage <= 2) {
     grad_part_.reset();
     grad_chunks_.clear();
-  } else {
-    std::fill(grad_part_.data(), grad_part_.data() + grad_part_.size(), 0.0f);
   }
+  if (stage == 3 && grad_part_.size() > 0) grad_part_.view().fill_zero();
+  std::fill(host_grads_.data(), host_grads_.data() + host_grads_.size(), 0.0f);
   shard_offset_ = 0;
 }
 

@@ -6,8 +6,14 @@
 #include "exec/zero_state.hpp"
 
 namespace zerolens::exec {
+namespace {
 
-ZeroEngine::State::State(const Plan& plan_, Communicator& comm_, LayerModel& net_, MemoryLedger& ledger_)
+Device device_of(OffloadDevice device) { return device == OffloadDevice::Cpu ? Device::Cpu : Device::Gpu; }
+
+}  // namespace
+
+ZeroEngine::State::State(const Plan& plan_, Communicator& comm_, LayerModel& net_, MemoryLedger& ledger_,
+                         const EngineOptions& options_)
     : plan(plan_),
       schedule(plan_.schedule),
       model(plan_.request.model),
@@ -16,9 +22,16 @@ ZeroEngine::State::State(const Plan& plan_, Communicator& comm_, LayerModel& net
       net(net_),
       ledger(ledger_),
       optimizer(plan_.request.config.optimizer),
+      scaler(plan_.request.config.precision),
+      options(options_),
       stage(plan_.schedule.context.stage),
       dp(plan_.schedule.context.dp_size),
-      rank(comm_.rank()) {
+      rank(comm_.rank()),
+      param_format(format_of(plan_.request.config.precision.precision)),
+      grad_format(plan_.request.config.precision.grad_bytes() == 4 ? NumberFormat::Fp32 : param_format),
+      mixed(plan_.request.config.precision.mixed()),
+      optimizer_device(device_of(plan_.schedule.context.optimizer_device)),
+      param_device(device_of(plan_.schedule.context.param_device)) {
   const std::size_t tensors = layout.tensor_numel.size();
   Elements flat = 0, owned = 0;
   for (std::size_t t = 0; t < tensors; ++t) {
@@ -30,40 +43,57 @@ ZeroEngine::State::State(const Plan& plan_, Communicator& comm_, LayerModel& net
   full_.resize(tensors);
   part_.resize(tensors);
   grads_.resize(tensors);
-  init_parameters();
   build_segments();
-  const auto owned_elements = std::size_t(layout.owned);
-  const std::size_t states = optimizer.state_per_element();
-  if (states >= 1) first_state_ = {ledger, Device::Gpu, Component::OptimizerStatePartition, owned_elements};
-  if (states >= 2) second_state_ = {ledger, Device::Gpu, Component::OptimizerStatePartition, owned_elements};
-  if (stage == 3) grad_part_ = {ledger, Device::Gpu, Component::GradsPartition, owned_elements};
+  init_parameters();
+  allocate_optimizer_state();
   for (const MemEffect& effect : schedule.resident) {
     if (effect.device == Device::Gpu && effect.component == Component::ReduceBucket) {
-      reduce_buffer_ = {ledger, Device::Gpu, Component::ReduceBucket, std::size_t(effect.bytes) / sizeof(float)};
+      reduce_buffer_ = {ledger, Device::Gpu, Component::ReduceBucket, grad_format,
+                        std::size_t(effect.bytes) / element_bytes(grad_format)};
     }
   }
 }
 
+// Where the schedule's resident effects put them: states (and the master) on the optimizer's
+// device; the gradient partition on the device in stage 3, in fp32 on the host with offload.
+void ZeroEngine::State::allocate_optimizer_state() {
+  const auto owned_elements = std::size_t(layout.owned);
+  const std::size_t states = optimizer.state_per_element();
+  if (states >= 1) first_state_ = {ledger, optimizer_device, Component::OptimizerStatePartition, owned_elements};
+  if (states >= 2) second_state_ = {ledger, optimizer_device, Component::OptimizerStatePartition, owned_elements};
+  if (optimizer_device == Device::Cpu) {
+    host_grads_ = {ledger, Device::Cpu, Component::GradsPartition, owned_elements};
+  } else if (stage == 3) {
+    grad_part_ = {ledger, Device::Gpu, Component::GradsPartition, grad_format, owned_elements};
+  }
+}
+
+// 16-bit training starts from the rounded initial values, and the master from those (a model
+// initialised, then cast to half, then copied to fp32 as DeepSpeed does).
 void ZeroEngine::State::init_parameters() {
+  if (mixed) master_ = {ledger, optimizer_device, Component::MasterPartition, std::size_t(layout.owned)};
   for (std::size_t t = 0; t < layout.tensor_numel.size(); ++t) {
     const auto numel = std::size_t(layout.tensor_numel[t]);
-    if (stage < 3) {
-      full_[t] = {ledger, Device::Gpu, Component::ParamsFull, numel};
-      net.init_tensor(std::int32_t(t), full_[t].span());
-      continue;
-    }
     std::vector<float> whole(numel);
     net.init_tensor(std::int32_t(t), whole);
-    const auto partition = std::size_t(layout.tensor_partition[t]);
-    part_[t] = {ledger, Device::Gpu, Component::ParamsPartition, partition};
-    for (std::size_t j = 0; j < partition; ++j) {
-      const std::size_t i = std::size_t(rank) * partition + j;
-      part_[t][j] = i < numel ? whole[i] : 0.0f;
+    if (stage < 3) {
+      full_[t] = {ledger, Device::Gpu, Component::ParamsFull, param_format, numel};
+      full_[t].view().write(whole);
+    } else {
+      const auto partition = std::size_t(layout.tensor_partition[t]);
+      part_[t] = {ledger, param_device, Component::ParamsPartition, param_format, partition};
+      const std::size_t first = std::min(numel, std::size_t(rank) * partition);
+      const std::size_t count = std::min(numel, first + partition) - first;
+      part_[t].view(0, count).write(std::span<const float>(whole).subspan(first, count));
+      if (layout.tensor_persistent[t]) {
+        full_[t] = {ledger, Device::Gpu, Component::ParamsPersistent, param_format, partition * std::size_t(dp)};
+        full_[t].view(0, numel).write(whole);
+      }
     }
-    if (layout.tensor_persistent[t]) {
-      full_[t] = {ledger, Device::Gpu, Component::ParamsPersistent, partition * std::size_t(dp)};
-      std::copy(whole.begin(), whole.end(), full_[t].data());
-    }
+  }
+  if (!mixed) return;
+  for (const OwnedSegment& segment : segments_) {
+    device_params(segment).read(master_.span().subspan(std::size_t(segment.owned_offset), std::size_t(segment.length)));
   }
 }
 
@@ -89,6 +119,15 @@ void ZeroEngine::State::build_segments() {
   }
 }
 
+// The training-dtype parameters of an owned segment: in the whole tensor (stages 0-2) or in this
+// rank's partition (stage 3, on the host with parameter offload).
+Numbers ZeroEngine::State::device_params(const OwnedSegment& segment) {
+  const auto t = std::size_t(segment.tensor);
+  if (stage < 3) return full_[t].view(std::size_t(segment.begin), std::size_t(segment.length));
+  const Elements first = segment.begin - rank * layout.tensor_partition[t];
+  return part_[t].view(std::size_t(first), std::size_t(segment.length));
+}
+
 std::size_t ZeroEngine::State::owner_of(std::size_t layer) const {
   const int shared = model.layers[layer].shares_params_of;
   return shared >= 0 ? std::size_t(shared) : layer;
@@ -98,27 +137,48 @@ std::pair<std::int32_t, std::int32_t> ZeroEngine::State::tensors_of_layer(std::s
   return {layout.layer_first_tensor[owner], layout.layer_first_tensor[owner + 1]};
 }
 
-std::vector<std::span<const float>> ZeroEngine::State::param_views(std::size_t owner) const {
-  std::vector<std::span<const float>> views;
+// fp32 parameters are handed over in place; 16-bit ones as one fp32 scratch copy of the layer.
+LayerParams ZeroEngine::State::layer_params(std::size_t owner) {
+  LayerParams params;
   const auto [first, last] = tensors_of_layer(owner);
+  Elements total = 0;
   for (auto t = first; t < last; ++t) {
-    const auto& buffer = full_[std::size_t(t)];
-    if (buffer.size() == 0 && layout.tensor_numel[std::size_t(t)] > 0) {
+    if (full_[std::size_t(t)].size() == 0 && layout.tensor_numel[std::size_t(t)] > 0) {
       throw std::logic_error("schedule error: layer " + model.layers[owner].name + " used before its gather");
     }
-    views.emplace_back(buffer.data(), std::size_t(layout.tensor_numel[std::size_t(t)]));
+    total += layout.tensor_numel[std::size_t(t)];
   }
-  return views;
+  if (param_format != NumberFormat::Fp32) params.scratch.emplace(ledger, Device::Gpu, std::size_t(total));
+  std::size_t position = 0;
+  for (auto t = first; t < last; ++t) {
+    const auto numel = std::size_t(layout.tensor_numel[std::size_t(t)]);
+    const Numbers stored = full_[std::size_t(t)].view(0, numel);
+    if (!params.scratch) {
+      params.views.emplace_back(stored.wide());
+      continue;
+    }
+    const std::span<float> copy = params.scratch->span().subspan(position, numel);
+    stored.read(copy);
+    params.views.emplace_back(copy);
+    position += numel;
+  }
+  return params;
 }
 
+// With parameter offload the layer's partitions were staged on the device by its CopyH2D.
 void ZeroEngine::State::gather_layer(std::size_t owner) {
   const auto [first, last] = tensors_of_layer(owner);
+  std::size_t staged = 0;
   for (auto t = first; t < last; ++t) {
     const auto index = std::size_t(t);
     if (layout.tensor_persistent[index]) continue;
-    full_[index] = {ledger, Device::Gpu, Component::GatheredParams, part_[index].size() * std::size_t(dp)};
-    comm.all_gather(part_[index].span(), full_[index].span());
+    const std::size_t partition = part_[index].size();
+    full_[index] = {ledger, Device::Gpu, Component::GatheredParams, param_format, partition * std::size_t(dp)};
+    const Numbers source = h2d_staging_.size() > 0 ? h2d_staging_.view(staged, partition) : part_[index].view();
+    all_gather(comm, source, full_[index].view());
+    staged += partition;
   }
+  h2d_staging_.reset();
 }
 
 void ZeroEngine::State::release_layer(std::size_t owner) {
@@ -128,58 +188,70 @@ void ZeroEngine::State::release_layer(std::size_t owner) {
   }
 }
 
-// Stage 3 after the step: the updated partitions of persistent tensors are gathered whole again.
+// Stage 3 after the step: the updated partitions of persistent tensors are gathered whole again
+// (not after a skipped step: nothing changed).
 void ZeroEngine::State::gather_persistent() {
+  if (overflow_) return;
   for (std::size_t t = 0; t < full_.size(); ++t) {
-    if (layout.tensor_persistent[t]) comm.all_gather(part_[t].span(), full_[t].span());
+    if (layout.tensor_persistent[t]) all_gather(comm, part_[t].view(), full_[t].view());
   }
 }
 
 // Stages 1-2: one shard of the updated partitions, `elements` per rank at the same offset of every
-// rank's partition, in the order the schedule lists the shards.
+// rank's partition, in the order the schedule lists the shards (none after a skipped step).
 void ZeroEngine::State::gather_updated_shard(const Op& op) {
-  const Elements elements = op.bytes / (Elements(dp) * Elements(sizeof(float)));
+  if (overflow_) return;
+  const Elements elements = op.bytes / (Elements(dp) * Elements(element_bytes(param_format)));
   const Elements partition = layout.flat_partition;
-  TrackedBuffer<float> mine(ledger, Device::Gpu, Component::GatheredParams, std::size_t(elements));
-  TrackedBuffer<float> all(ledger, Device::Gpu, Component::GatheredParams, std::size_t(elements) * std::size_t(dp));
-  read_flat(rank * partition + shard_offset_, mine.span());
-  comm.all_gather(mine.span(), all.span());
+  NumberBuffer mine(ledger, Device::Gpu, Component::GatheredParams, param_format, std::size_t(elements));
+  NumberBuffer all(ledger, Device::Gpu, Component::GatheredParams, param_format, std::size_t(elements) * std::size_t(dp));
+  read_flat(rank * partition + shard_offset_, mine.view());
+  all_gather(comm, mine.view(), all.view());
   for (int r = 0; r < dp; ++r) {
-    write_flat(r * partition + shard_offset_, all.span().subspan(std::size_t(r) * std::size_t(elements), std::size_t(elements)));
+    write_flat(r * partition + shard_offset_, all.view(std::size_t(r) * std::size_t(elements), std::size_t(elements)));
   }
   shard_offset_ += elements;
 }
 
 // Copies `values` to flat positions first.. of the whole parameters (positions past the last
 // parameter are padding and dropped).
-void ZeroEngine::State::write_flat(Elements first, std::span<const float> values) {
+void ZeroEngine::State::write_flat(Elements first, Numbers values) {
   for (std::size_t t = 0; t < full_.size(); ++t) {
     const Elements begin = std::max(first, flat_offset_[t]);
     const Elements end = std::min(first + Elements(values.size()), flat_offset_[t] + layout.tensor_numel[t]);
-    for (Elements i = begin; i < end; ++i) full_[t][std::size_t(i - flat_offset_[t])] = values[std::size_t(i - first)];
+    if (end <= begin) continue;
+    full_[t].view(std::size_t(begin - flat_offset_[t]), std::size_t(end - begin))
+        .copy_from(values.sub(std::size_t(begin - first), std::size_t(end - begin)));
   }
 }
 
-void ZeroEngine::State::read_flat(Elements first, std::span<float> values) const {
-  std::fill(values.begin(), values.end(), 0.0f);
+void ZeroEngine::State::read_flat(Elements first, Numbers values) {
+  values.fill_zero();
   for (std::size_t t = 0; t < full_.size(); ++t) {
     const Elements begin = std::max(first, flat_offset_[t]);
     const Elements end = std::min(first + Elements(values.size()), flat_offset_[t] + layout.tensor_numel[t]);
-    for (Elements i = begin; i < end; ++i) values[std::size_t(i - first)] = full_[t][std::size_t(i - flat_offset_[t])];
+    if (end <= begin) continue;
+    values.sub(std::size_t(begin - first), std::size_t(end - begin))
+        .copy_from(full_[t].view(std::size_t(begin - flat_offset_[t]), std::size_t(end - begin)));
   }
 }
 
+// Widened to fp32 from the training dtype (a collective in stage 3, outside the schedule).
 std::vector<float> ZeroEngine::State::full_parameters() {
   std::vector<float> values;
   for (std::size_t t = 0; t < layout.tensor_numel.size(); ++t) {
     const auto numel = std::size_t(layout.tensor_numel[t]);
+    std::vector<float> whole(numel);
     if (stage < 3 || layout.tensor_persistent[t]) {
-      values.insert(values.end(), full_[t].data(), full_[t].data() + numel);
-      continue;
+      full_[t].read(0, whole);
+    } else {
+      std::vector<float> padded(part_[t].size() * std::size_t(dp));
+      std::vector<std::uint16_t> bits(param_format == NumberFormat::Fp32 ? 0 : padded.size());
+      const Numbers gathered = bits.empty() ? Numbers(std::span<float>(padded)) : Numbers(std::span(bits), param_format);
+      all_gather(comm, part_[t].view(), gathered);
+      gathered.sub(0, numel).read(whole);
     }
-    std::vector<float> padded(part_[t].size() * std::size_t(dp));
-    comm.all_gather(part_[t].span(), padded);
-    values.insert(values.end(), padded.begin(), padded.begin() + std::ptrdiff_t(numel));
+    values.insert(values.end(), whole.begin(), whole.end());
   }
   return values;
 }

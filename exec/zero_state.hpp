@@ -1,7 +1,10 @@
 #pragma once
 // The ZeRO engine's per-rank state and the handlers of each op kind (internal to exec/).
+#include <optional>
 #include <vector>
 
+#include "exec/loss_scaler.hpp"
+#include "exec/numbers.hpp"
 #include "exec/zero_engine.hpp"
 
 namespace zerolens::exec {
@@ -14,8 +17,26 @@ struct OwnedSegment {
   Elements owned_offset = 0;  // position in the owned gradient partition and optimizer states
 };
 
+// What the model computes on: views of one layer's tensors in fp32, directly on fp32 storage or
+// on a scratch copy of 16-bit storage (gradients are cast back by commit()).
+struct LayerParams {
+  std::optional<ScratchFloats> scratch;
+  std::vector<std::span<const float>> views;
+};
+struct LayerGrads {
+  std::optional<ScratchFloats> scratch;
+  std::vector<std::span<float>> views;
+  std::vector<Numbers> storage;  // 16-bit: where commit() writes the views back
+  void commit();
+};
+
+// A run [owned_offset, owned_offset + length) of the owned gradient partition.
+struct OwnedRun {
+  Elements owned_offset = 0, length = 0;
+};
+
 struct ZeroEngine::State {
-  State(const Plan& plan, Communicator& comm, LayerModel& net, MemoryLedger& ledger);
+  State(const Plan& plan, Communicator& comm, LayerModel& net, MemoryLedger& ledger, const EngineOptions& options);
 
   void begin_step(std::int64_t step_index);
   void run(const Op& op);
@@ -33,58 +54,87 @@ struct ZeroEngine::State {
   LayerModel& net;
   MemoryLedger& ledger;
   Optimizer optimizer;
+  LossScaler scaler;
+  EngineOptions options;
   int stage = 0, dp = 1, rank = 0;
+  NumberFormat param_format = NumberFormat::Fp32, grad_format = NumberFormat::Fp32;
+  bool mixed = false;  // an fp32 master partition besides the training-dtype parameters
+  Device optimizer_device = Device::Gpu, param_device = Device::Gpu;
+  LinkBytes copied;
 
  private:
   // parameters (zero_params.cpp)
   void init_parameters();
   void build_segments();
+  void allocate_optimizer_state();
   std::size_t owner_of(std::size_t layer) const;
   std::pair<std::int32_t, std::int32_t> tensors_of_layer(std::size_t owner) const;
-  std::vector<std::span<const float>> param_views(std::size_t owner) const;
+  LayerParams layer_params(std::size_t owner);
   void gather_layer(std::size_t owner);
   void release_layer(std::size_t owner);
   void gather_persistent();
   void gather_updated_shard(const Op& op);
-  void write_flat(Elements first, std::span<const float> values);
-  void read_flat(Elements first, std::span<float> values) const;
+  void write_flat(Elements first, Numbers values);
+  void read_flat(Elements first, Numbers values);
   const float* owned_params(const OwnedSegment& segment) const;
+  Numbers device_params(const OwnedSegment& segment);
   // gradients (zero_grads.cpp)
-  std::vector<std::span<float>> grad_views(std::size_t owner);
+  LayerGrads layer_grads(std::size_t owner);
   void reduce_bucket(const Op& op);
   void reduce_bucket_stage3(std::span<const std::int32_t> tensors);
   void reduce_bucket_flat(const Op& op, std::vector<std::int32_t> tensors);
   void ensure_grad_partition();
-  std::span<const float> reduce_flat(const Op& op, std::span<float> bucket, Elements first, Elements last);
-  float* new_grad_chunk(Elements owned_begin, Elements length);
-  float* owned_grads(Elements owned_offset);
-  std::span<float> staging(std::size_t elements, TrackedBuffer<float>& transient);
+  Numbers reduce_flat(const Op& op, Numbers bucket, Elements first, Elements last);
+  void keep_reduced(Numbers reduced, std::vector<OwnedRun> runs);
+  Numbers new_grad_chunk(Elements owned_begin, Elements length);
+  Numbers owned_grads(const OwnedSegment& segment);
+  Numbers staging(std::size_t elements, NumberBuffer& transient);
   void follow_reduce_buffer(const Op& op);
+  void free_step_gradients();
+  // precision and the update (zero_precision.cpp)
+  void inject_fault(const Op& op);
+  bool local_overflow();
+  void check_overflow();
   void grad_norm();
   void optimizer_step();
+  float update_factor() const;
+  void device_update(float factor);
+  void host_update(float factor);
+  // offload copies (zero_offload.cpp)
+  void copy_to_device(const Op& op);
+  void copy_to_host(const Op& op);
+  void stage_layer_partition(std::size_t owner);
+  void write_back_params();
   // compute
   void forward(const Op& op);
   void backward(const Op& op);
   void ensure_batch(std::int32_t micro_step);
 
   std::vector<Elements> flat_offset_, partition_offset_;
-  std::vector<TrackedBuffer<float>> full_;   // per tensor: whole (stage 0-2), persistent or gathered (stage 3), padded to dp partitions in stage 3
-  std::vector<TrackedBuffer<float>> part_;   // stage 3: this rank's partition of each tensor
-  std::vector<TrackedBuffer<float>> grads_;  // per tensor: whole gradient before reduction
-  TrackedBuffer<float> grad_part_;           // stages 1-3: the reduced gradients this rank owns
+  std::vector<NumberBuffer> full_;   // per tensor: whole (stage 0-2), persistent or gathered (stage 3), padded to dp partitions in stage 3
+  std::vector<NumberBuffer> part_;   // stage 3: this rank's partition of each tensor (on the host with parameter offload)
+  std::vector<NumberBuffer> grads_;  // per tensor: whole gradient before reduction
+  NumberBuffer grad_part_;           // stages 2-3 without optimizer offload: the reduced gradients this rank owns
+  TrackedBuffer<float> host_grads_;  // optimizer offload: the fp32 gradient partition on the host
+  TrackedBuffer<float> master_;      // mixed precision: the fp32 master partition
   TrackedBuffer<float> first_state_, second_state_;
   struct GradChunk {
     Elements begin = 0;  // position in the owned partition
-    TrackedBuffer<float> values;
+    NumberBuffer values;
   };
-  std::vector<GradChunk> grad_chunks_;       // stage 1: the reduced part of each bucket
-  TrackedBuffer<float> scatter_output_;      // a reduce-scatter's share, while it is added in
-  TrackedBuffer<float> reduce_buffer_;       // the schedule's persistent ReduceBucket (ipg buffer)
+  std::vector<GradChunk> grad_chunks_;  // stage 1: the reduced part of each bucket
+  NumberBuffer scatter_output_;         // a reduce-scatter's share, while it is added in
+  NumberBuffer reduce_buffer_;          // the schedule's persistent ReduceBucket (ipg buffer)
+  NumberBuffer reduced_;                // optimizer offload: a bucket's owned gradients until its CopyD2H
+  std::vector<OwnedRun> reduced_runs_;  // where they go in the host partition
+  NumberBuffer h2d_staging_;            // parameter offload: a layer's partitions until its all-gather
   std::vector<OwnedSegment> segments_;
   std::int64_t step_index_ = 0;
   std::int32_t loaded_micro_ = -1;
   Elements shard_offset_ = 0;  // stages 1-2: position of the next all-gather shard in the partition
   double loss_sum_ = 0, norm_ = 0;
+  double step_scale_ = 1;  // the loss scale of this step's backward
+  bool overflow_ = false;  // fp16: this step's gradients overflowed on some rank; the update is skipped
   int losses_ = 0;
 };
 

@@ -1,6 +1,6 @@
-// `zerolens calibrate` through the real binary: the cluster JSON it writes loads in `zerolens plan`,
-// its fields are the measurements of the report written in the same run, and bad flags exit 2
-// naming the flag.
+// `zerolens calibrate` through the real binary: the cluster JSON it writes loads in `zerolens
+// plan`, its fields are the measurements of the report written in the same run, and bad flags exit
+// 2 naming the flag.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,7 +29,8 @@ Result run(const std::string& arguments) {
   if (!pipe) return result;
   std::array<char, 4096> buffer{};
   std::size_t read = 0;
-  while ((read = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), read);
+  while ((read = fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
+    result.output.append(buffer.data(), read);
   const int status = pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
@@ -55,11 +56,13 @@ nlohmann::json read_json(const std::string& path) {
 }
 
 // Small sizes: this checks the plumbing, not this machine's speed.
-const char* kSmall = "calibrate --quick --gemm-sizes 32,64 --sizes 4KiB --repeats 1 --nvme-bytes 1MiB";
+const char* kSmall =
+    "calibrate --quick --gemm-sizes 32,64 --sizes 4KiB --repeats 1 --nvme-bytes 1MiB";
 
 TEST_F(CalibrateCli, ClusterJsonHoldsTheReportedMeasurementsAndPlansLoadIt) {
-  const Result result = run(std::string(kSmall) + " --nvme-path " + path("nvme") + " --block-size 64KiB --queue-depth 4" +
-                            " --name here -o " + path("cluster.json") + " --report " + path("report.json"));
+  const Result result = run(std::string(kSmall) + " --nvme-path " + path("nvme") +
+                            " --block-size 64KiB --queue-depth 4" + " --name here -o " +
+                            path("cluster.json") + " --report " + path("report.json"));
   ASSERT_EQ(result.exit_code, 0) << result.output;
   EXPECT_NE(result.output.find("STREAM triad"), std::string::npos) << result.output;
   const auto cluster = read_json(path("cluster.json"));
@@ -74,7 +77,8 @@ TEST_F(CalibrateCli, ClusterJsonHoldsTheReportedMeasurementsAndPlansLoadIt) {
   EXPECT_DOUBLE_EQ(cluster.at("node").at("nvme_read_bandwidth").get<double>(),
                    report.at("nvme").at("read_bytes_per_second").get<double>());
   double best_gemm = 0;
-  for (const auto& gemm : report.at("gemm_fp32")) best_gemm = std::max(best_gemm, gemm.at("flops_per_second").get<double>());
+  for (const auto& gemm : report.at("gemm_fp32"))
+    best_gemm = std::max(best_gemm, gemm.at("flops_per_second").get<double>());
   EXPECT_DOUBLE_EQ(cluster.at("gpu").at("peak_flops_fp32").get<double>(), best_gemm);
   EXPECT_TRUE(fs::is_empty(path("nvme")));
 

@@ -23,7 +23,8 @@ TEST(MpiCalibrate, EveryRankMeasuresAndAgrees) {
   Communicator& comm = world();
   const int n = comm.size();
   // mpirun is the parent of every rank on this node: its pid names a directory they share.
-  const fs::path dir = fs::temp_directory_path() / ("zerolens-mpi-calibrate-" + std::to_string(::getppid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("zerolens-mpi-calibrate-" + std::to_string(::getppid()));
   if (comm.rank() == 0) fs::create_directories(dir);
   comm.barrier();
   CalibrateOptions options = quick_calibrate_options();
@@ -37,13 +38,16 @@ TEST(MpiCalibrate, EveryRankMeasuresAndAgrees) {
   const Calibration c = calibrate(comm, options);
   EXPECT_EQ(c.ranks, n);
   ASSERT_EQ(c.gemm.size(), 1u);
-  EXPECT_NEAR(c.gemm[0].flops_per_second * c.gemm[0].seconds, 2.0 * 32 * 32 * 32, 1e-6);  // 2 n^3 per call
-  EXPECT_NEAR(c.adam_bytes_per_second, 28 * c.adam_parameters_per_second, 1e-9 * c.adam_bytes_per_second);
+  EXPECT_NEAR(c.gemm[0].flops_per_second * c.gemm[0].seconds, 2.0 * 32 * 32 * 32,
+              1e-6);  // 2 n^3 per call
+  EXPECT_NEAR(c.adam_bytes_per_second, 28 * c.adam_parameters_per_second,
+              1e-9 * c.adam_bytes_per_second);
   ASSERT_TRUE(c.nvme.has_value());
   EXPECT_EQ(c.nvme->bytes_per_rank, 256 * 1024 + 3);
   // Same figures on every rank: the sum over ranks is n times this rank's.
   EXPECT_DOUBLE_EQ(comm.report_sum(c.triad_bytes_per_second), n * c.triad_bytes_per_second);
-  EXPECT_DOUBLE_EQ(comm.report_sum(c.nvme->write_bytes_per_second), n * c.nvme->write_bytes_per_second);
+  EXPECT_DOUBLE_EQ(comm.report_sum(c.nvme->write_bytes_per_second),
+                   n * c.nvme->write_bytes_per_second);
   ASSERT_EQ(c.collectives.size(), n == 1 ? 0u : 6u);  // 3 collectives x 2 sizes
   for (const auto& rate : c.collectives) {
     EXPECT_EQ(rate.bytes % (rate.kind == OpKind::AllReduce ? 4 : 4 * n), 0) << to_string(rate.kind);
@@ -67,7 +71,8 @@ TEST(MpiCalibrate, AMissingNvmePathFailsOnEveryRankWithoutHanging) {
   options.message_sizes = {4096};
   options.repeats = 1;
   // Only rank 0 gets a bad path: the others must fail too instead of waiting for it.
-  options.nvme_path = comm.rank() == 0 ? "/nonexistent/zerolens" : std::filesystem::temp_directory_path().string();
+  options.nvme_path =
+      comm.rank() == 0 ? "/nonexistent/zerolens" : std::filesystem::temp_directory_path().string();
   EXPECT_THROW(calibrate(comm, options), std::exception);
   comm.barrier();
 }

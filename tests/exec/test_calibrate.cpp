@@ -37,9 +37,10 @@ Calibration two_ranks() {
   c.adam_bytes_per_second = 8.4e9;
   // Smallest size 4096: all-reduce 20 us (2 x (n-1) = 2 ring steps), others 10 us (1 step).
   // Largest 1 MiB: busbw 3, 4 and 5 GB/s.
-  c.collectives = {{OpKind::AllReduce, 4096, 20e-6, 0, 0},   {OpKind::AllReduce, 1 << 20, 0, 0, 3e9},
-                   {OpKind::AllGather, 4096, 10e-6, 0, 0},   {OpKind::AllGather, 1 << 20, 0, 0, 4e9},
-                   {OpKind::ReduceScatter, 4096, 10e-6, 0, 0}, {OpKind::ReduceScatter, 1 << 20, 0, 0, 5e9}};
+  c.collectives = {
+      {OpKind::AllReduce, 4096, 20e-6, 0, 0},     {OpKind::AllReduce, 1 << 20, 0, 0, 3e9},
+      {OpKind::AllGather, 4096, 10e-6, 0, 0},     {OpKind::AllGather, 1 << 20, 0, 0, 4e9},
+      {OpKind::ReduceScatter, 4096, 10e-6, 0, 0}, {OpKind::ReduceScatter, 1 << 20, 0, 0, 5e9}};
   c.nvme = NvmeRate{"/nvme", NvmeMode::Direct, "", 1 << 20, 1 << 20, 8, 2e9, 3e9, Bytes{500} << 30};
   return c;
 }
@@ -53,15 +54,15 @@ TEST(Calibrate, ClusterFieldsComeFromTheMeasurementsDocumented) {
   EXPECT_EQ(cluster.gpu.memory_bytes, Bytes{32} << 30);  // host memory shared by the ranks
   EXPECT_DOUBLE_EQ(cluster.gpu.peak_flops_fp32, 55e9);   // the best GEMM size
   EXPECT_DOUBLE_EQ(cluster.gpu.peak_flops_fp16, 55e9);
-  EXPECT_DOUBLE_EQ(cluster.gpu.hbm_bandwidth, 10e9);      // triad per rank
+  EXPECT_DOUBLE_EQ(cluster.gpu.hbm_bandwidth, 10e9);          // triad per rank
   EXPECT_DOUBLE_EQ(cluster.node.cpu_memory_bandwidth, 20e9);  // both ranks
   EXPECT_EQ(cluster.node.cpu_cores, 8);
   EXPECT_EQ(cluster.node.nvme_capacity_bytes, Bytes{500} << 30);
   EXPECT_DOUBLE_EQ(cluster.node.nvme_read_bandwidth, 3e9);
   EXPECT_DOUBLE_EQ(cluster.node.nvme_write_bandwidth, 2e9);
-  EXPECT_DOUBLE_EQ(cluster.node.intra_node.bandwidth, 4e9);    // mean busbw at 1 MiB
-  EXPECT_DOUBLE_EQ(cluster.node.intra_node.latency, 10e-6);    // per ring step at 4 KiB
-  EXPECT_DOUBLE_EQ(cluster.node.pcie.bandwidth, 8e9);          // host copy
+  EXPECT_DOUBLE_EQ(cluster.node.intra_node.bandwidth, 4e9);  // mean busbw at 1 MiB
+  EXPECT_DOUBLE_EQ(cluster.node.intra_node.latency, 10e-6);  // per ring step at 4 KiB
+  EXPECT_DOUBLE_EQ(cluster.node.pcie.bandwidth, 8e9);        // host copy
   EXPECT_DOUBLE_EQ(cluster.inter_node.bandwidth, 4e9);
   EXPECT_EQ(calibrated_cluster(c, "mine").name, "mine");
 }
@@ -72,7 +73,8 @@ TEST(Calibrate, ClusterJsonLoadsWithTheSimulatorsReaderWithoutWarnings) {
     if (!with_nvme) c.nvme.reset();
     const Cluster written = calibrated_cluster(c);
     Diagnostics diagnostics;
-    const Cluster read = cluster_from_json(nlohmann::json::parse(cluster_to_json(written).dump()), diagnostics);
+    const Cluster read =
+        cluster_from_json(nlohmann::json::parse(cluster_to_json(written).dump()), diagnostics);
     EXPECT_TRUE(diagnostics.warnings.empty());
     EXPECT_EQ(read.gpu.memory_bytes, written.gpu.memory_bytes);
     EXPECT_DOUBLE_EQ(read.node.intra_node.latency, written.node.intra_node.latency);

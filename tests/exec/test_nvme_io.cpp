@@ -68,7 +68,8 @@ std::vector<std::byte> file_bytes(const std::string& path) {
 
 std::vector<std::string> directory_entries(const std::string& path) {
   std::vector<std::string> names;
-  for (const auto& entry : fs::directory_iterator(path)) names.push_back(entry.path().filename().string());
+  for (const auto& entry : fs::directory_iterator(path))
+    names.push_back(entry.path().filename().string());
   std::sort(names.begin(), names.end());
   return names;
 }
@@ -95,21 +96,25 @@ TEST(NvmeStore, RoundTripsOddSizesFromAlignedAndUnalignedMemory) {
   TempDir dir;
   NvmeStore store(dir.path(), small_pieces());
   MemoryLedger ledger;
-  const std::vector<std::size_t> sizes = {0, 1, 4095, 4096, 4097, 65536, 65536 * 3 + 5, (1 << 20) + 12345};
+  const std::vector<std::size_t> sizes = {0,    1,     4095,          4096,
+                                          4097, 65536, 65536 * 3 + 5, (1 << 20) + 12345};
   std::uint64_t seed = 1;
   for (const std::size_t size : sizes) {
     for (const std::size_t misalignment : {std::size_t{0}, std::size_t{1}, std::size_t{100}}) {
       const auto data = random_bytes(size, seed++);
-      TrackedBuffer<std::byte> source(ledger, Device::Cpu, Component::NvmeSwapBuffers, size + misalignment, 4096);
+      TrackedBuffer<std::byte> source(ledger, Device::Cpu, Component::NvmeSwapBuffers,
+                                      size + misalignment, 4096);
       std::memcpy(source.data() + misalignment, data.data(), size);
       const std::string name = "obj-" + std::to_string(size) + "-" + std::to_string(misalignment);
       store.write(name, std::span<const std::byte>(source.data() + misalignment, size));
       EXPECT_EQ(store.size_of(name), Bytes(size)) << name;
       EXPECT_TRUE(same(file_bytes(store.path_of(name)), data)) << name;
 
-      TrackedBuffer<std::byte> target(ledger, Device::Cpu, Component::NvmeSwapBuffers, size + misalignment, 4096);
+      TrackedBuffer<std::byte> target(ledger, Device::Cpu, Component::NvmeSwapBuffers,
+                                      size + misalignment, 4096);
       store.read(name, std::span<std::byte>(target.data() + misalignment, size));
-      EXPECT_TRUE(same(std::span<const std::byte>(target.data() + misalignment, size), data)) << name;
+      EXPECT_TRUE(same(std::span<const std::byte>(target.data() + misalignment, size), data))
+          << name;
     }
   }
 }
@@ -119,9 +124,15 @@ TEST(NvmeStore, ReadsAnyRangeAtAnyOffset) {
   NvmeStore store(dir.path(), small_pieces());
   const auto data = random_bytes((1 << 20) + 777, 42);
   store.write("w", data);
-  const std::vector<std::pair<std::size_t, std::size_t>> ranges = {
-      {0, 10}, {1, 4095}, {4095, 2}, {4096, 4096}, {100000, 200003}, {65536, 65536 * 2}, {data.size() - 1, 1},
-      {5, data.size() - 5}, {data.size(), 0}};
+  const std::vector<std::pair<std::size_t, std::size_t>> ranges = {{0, 10},
+                                                                   {1, 4095},
+                                                                   {4095, 2},
+                                                                   {4096, 4096},
+                                                                   {100000, 200003},
+                                                                   {65536, 65536 * 2},
+                                                                   {data.size() - 1, 1},
+                                                                   {5, data.size() - 5},
+                                                                   {data.size(), 0}};
   for (const auto& [offset, length] : ranges) {
     std::vector<std::byte> part(length);
     store.read("w", part, Bytes(offset));
@@ -140,7 +151,8 @@ TEST(NvmeStore, ManyRequestsInFlightAndCountersPerDirection) {
     data.push_back(random_bytes(std::size_t(i) * 9973 + 1, std::uint64_t(100 + i)));
     total += Bytes(data.back().size());
   }
-  for (int i = 0; i < kObjects; ++i) tickets.push_back(store.write_async(object_name(i), data[std::size_t(i)]));
+  for (int i = 0; i < kObjects; ++i)
+    tickets.push_back(store.write_async(object_name(i), data[std::size_t(i)]));
   for (const auto ticket : tickets) store.wait(ticket);
   std::vector<std::vector<std::byte>> back(kObjects);
   tickets.clear();
@@ -149,7 +161,8 @@ TEST(NvmeStore, ManyRequestsInFlightAndCountersPerDirection) {
     tickets.push_back(store.read_async(object_name(i), back[std::size_t(i)]));
   }
   store.wait_all();
-  for (int i = 0; i < kObjects; ++i) EXPECT_TRUE(same(back[std::size_t(i)], data[std::size_t(i)])) << i;
+  for (int i = 0; i < kObjects; ++i)
+    EXPECT_TRUE(same(back[std::size_t(i)], data[std::size_t(i)])) << i;
   const NvmeCounters counters = store.counters();
   EXPECT_EQ(counters.bytes_written, total);
   EXPECT_EQ(counters.bytes_read, total);
@@ -166,7 +179,8 @@ TEST(NvmeStore, ProgressesWhileTheCallerDoesSomethingElse) {
   EXPECT_EQ(store.staging_bytes(), 4 * 64 * 1024);
   const auto data = random_bytes(4 << 20, 9);  // 64 pieces, 4 in flight at a time
   const NvmeTicket ticket = store.write_async("overlap", data);
-  for (int i = 0; i < 30000 && !store.done(ticket); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  for (int i = 0; i < 30000 && !store.done(ticket); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EXPECT_TRUE(store.done(ticket));
   store.wait(ticket);
   EXPECT_TRUE(same(file_bytes(store.path_of("overlap")), data));
@@ -207,7 +221,8 @@ TEST(NvmeStore, ReadBeforeWriteNamesThePathAndErrno) {
   } catch (const NvmeError& error) {
     EXPECT_EQ(error.error_number(), ENOENT);
     EXPECT_EQ(error.path(), dir.path() + "/never-written");
-    EXPECT_NE(std::string(error.what()).find("No such file or directory"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("No such file or directory"), std::string::npos)
+        << error.what();
   }
 }
 
@@ -223,7 +238,8 @@ TEST(NvmeStore, ReadingPastTheEndIsAShortReadError) {
     store.read("s", tail, 9000);
     FAIL() << "bytes 9000..11000 of a 10000-byte object must not read";
   } catch (const NvmeError& error) {
-    EXPECT_NE(std::string(error.what()).find("short read: the object holds 10000 bytes"), std::string::npos)
+    EXPECT_NE(std::string(error.what()).find("short read: the object holds 10000 bytes"),
+              std::string::npos)
         << error.what();
     EXPECT_EQ(error.path(), store.path_of("s"));
   }
@@ -240,7 +256,8 @@ TEST(NvmeStore, MissingOrUnusableDirectoryIsAClearError) {
     FAIL();
   } catch (const NvmeError& error) {
     EXPECT_EQ(error.path(), missing);
-    EXPECT_NE(std::string(error.what()).find("No such file or directory"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("No such file or directory"), std::string::npos)
+        << error.what();
   }
   // A path under a regular file cannot hold files, even for root (chmod does not stop root).
   const std::string file = dir.path() + "/plain-file";
@@ -301,7 +318,8 @@ ChildResult run_in_child(const std::function<int(std::string&)>& body) {
   ChildResult result;
   char buffer[4096];
   ssize_t got = 0;
-  while ((got = ::read(pipe_fds[0], buffer, sizeof buffer)) > 0) result.output.append(buffer, std::size_t(got));
+  while ((got = ::read(pipe_fds[0], buffer, sizeof buffer)) > 0)
+    result.output.append(buffer, std::size_t(got));
   ::close(pipe_fds[0]);
   int status = 0;
   ::waitpid(pid, &status, 0);
@@ -326,7 +344,8 @@ bool mount_tmpfs(const std::string& where, const char* size, unsigned long flags
     return false;
   }
   if (::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return false;
-  return ::mount("tmpfs", where.c_str(), "tmpfs", flags, (std::string("size=") + size).c_str()) == 0;
+  return ::mount("tmpfs", where.c_str(), "tmpfs", flags, (std::string("size=") + size).c_str()) ==
+         0;
 }
 
 std::string error_text(const std::function<void()>& action) {
@@ -378,9 +397,11 @@ TEST(NvmeStore, ReadOnlyFilesystemIsRefusedAtConstruction) {
     out += error_text([&] { NvmeStore store(dir.path()); });
     return 0;
   });
-  if (child.exit_code == 77) GTEST_SKIP() << "no private mount namespace for a read-only tmpfs here";
+  if (child.exit_code == 77)
+    GTEST_SKIP() << "no private mount namespace for a read-only tmpfs here";
   ASSERT_EQ(child.exit_code, 0) << child.output;
-  EXPECT_NE(child.output.find("errno=" + std::to_string(EROFS) + " " + dir.path() + ": "), std::string::npos)
+  EXPECT_NE(child.output.find("errno=" + std::to_string(EROFS) + " " + dir.path() + ": "),
+            std::string::npos)
       << child.output;
   EXPECT_NE(child.output.find("Read-only file system"), std::string::npos) << child.output;
 }
@@ -403,8 +424,8 @@ TEST(NvmeStore, FileSizeLimitMidWriteIsAnErrorInWait) {
     return 0;
   });
   ASSERT_EQ(child.exit_code, 0) << child.output;
-  EXPECT_NE(child.output.find("errno=" + std::to_string(EFBIG) + " " + dir.path() + "/big: write failed at byte " +
-                              std::to_string((1 << 20) + 8192)),
+  EXPECT_NE(child.output.find("errno=" + std::to_string(EFBIG) + " " + dir.path() +
+                              "/big: write failed at byte " + std::to_string((1 << 20) + 8192)),
             std::string::npos)
       << child.output;
   EXPECT_NE(child.output.find("File too large"), std::string::npos) << child.output;

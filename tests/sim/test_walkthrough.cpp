@@ -46,7 +46,8 @@ TEST(ReplayMemoryComponents, StatesAddUpToTheReplayedTotals) {
     const auto states = replay_memory_components(plan.schedule);
     ASSERT_EQ(states.size(), plan.schedule.ops.size() + 1);
     std::array<Bytes, kDeviceCount> resident{};
-    for (const auto& effect : plan.schedule.resident) resident[std::size_t(effect.device)] += effect.bytes;
+    for (const auto& effect : plan.schedule.resident)
+      resident[std::size_t(effect.device)] += effect.bytes;
     for (std::size_t i = 0; i < states.size(); ++i) {
       for (int d = 0; d < kDeviceCount; ++d) {
         Bytes total = 0;

@@ -1,0 +1,192 @@
+#include "gui/command_line.hpp"
+
+#include <QCommandLineParser>
+#include <cstring>
+
+namespace zerolens::gui {
+namespace {
+
+struct Flag {
+  const char* name;
+  const char* value;  // nullptr: a switch
+  const char* help;
+};
+
+const Flag kFlags[] = {
+    {"screenshot", "FILE", "Render offscreen to FILE (.png or .svg) and exit (no display needed)"},
+    {"view", "VIEW", "ranks|timeline|memory|traffic|compare (default ranks)"},
+    {"step", "N", "Step cursor at op N (0-based; -1: before the first op)"},
+    {"size", "WxH", "Window size for --screenshot (default 1600x1000)"},
+    {"show", "WHAT", "Rank view: all|states-and-copies|model-states"},
+    {"scale", "MODE", "Rank view and memory chart: capacity|peak"},
+    {"walkthrough", nullptr, "The 4-GPU ZeRO-3 walkthrough (gpt2-tiny, every tensor partitioned)"},
+    {"trace", "FILE", "Open a trace (zerolens trace -o, or a measured trace) and plan its run"},
+    {"model", "SPEC", "Model preset, dense:<N>, or a JSON file (HF config.json or layer list)"},
+    {"hf-config", "FILE", "Hugging Face config.json (same as --model FILE)"},
+    {"deepspeed-config", "FILE", "DeepSpeed config JSON; the flags below override it"},
+    {"cluster", "SPEC", "Cluster preset or JSON file"},
+    {"gpus", "N", "Data-parallel ranks"},
+    {"gpus-per-node", "N", "GPUs per node (default: the cluster's)"},
+    {"stage", "N", "ZeRO stage 0-3"},
+    {"offload-optimizer", "DEV", "none|cpu|nvme"},
+    {"offload-param", "DEV", "none|cpu|nvme (stage 3)"},
+    {"precision", "P", "fp32|fp16|bf16"},
+    {"micro-batch", "N", "train_micro_batch_size_per_gpu"},
+    {"grad-accum", "N", "gradient_accumulation_steps"},
+    {"seq-len", "N", "Sequence length"},
+    {"activation-checkpointing", "BOOL", "true|false"},
+};
+
+std::int64_t integer(const QCommandLineParser& parser, const char* flag, std::int64_t min,
+                     std::int64_t max) {
+  bool ok = false;
+  const QString text = parser.value(flag);
+  const qlonglong value = text.toLongLong(&ok);
+  const std::string where = std::string("--") + flag;
+  if (!ok) throw InputError(where, "expected an integer, got '" + text.toStdString() + "'");
+  if (value < min || value > max) {
+    throw InputError(where,
+                     "must be between " + std::to_string(min) + " and " + std::to_string(max));
+  }
+  return value;
+}
+
+bool boolean(const QCommandLineParser& parser, const char* flag) {
+  const QString text = parser.value(flag).toLower();
+  if (text == "true" || text == "1" || text == "on" || text == "yes") return true;
+  if (text == "false" || text == "0" || text == "off" || text == "no") return false;
+  throw InputError(std::string("--") + flag,
+                   "expected true or false, got '" + text.toStdString() + "'");
+}
+
+std::string text(const QCommandLineParser& parser, const char* flag) {
+  return parser.value(flag).toStdString();
+}
+
+QSize parse_size(const std::string& value) {
+  const auto x = value.find('x');
+  bool ok_w = false, ok_h = false;
+  const int w = QString::fromStdString(value.substr(0, x)).toInt(&ok_w);
+  const int h =
+      x == std::string::npos ? 0 : QString::fromStdString(value.substr(x + 1)).toInt(&ok_h);
+  if (!ok_w || !ok_h || w < 320 || h < 240 || w > 8000 || h > 8000) {
+    throw InputError("--size", "expected WxH between 320x240 and 8000x8000, got '" + value + "'");
+  }
+  return {w, h};
+}
+
+void apply_sources(const QCommandLineParser& p, Settings& s, Diagnostics& d) {
+  if (p.isSet("model")) load_model_spec(s, text(p, "model"), d);
+  if (p.isSet("hf-config")) load_model_spec(s, text(p, "hf-config"), d);
+  if (p.isSet("cluster")) load_cluster_spec(s, text(p, "cluster"), d);
+  if (p.isSet("deepspeed-config")) load_deepspeed_file(s, text(p, "deepspeed-config"), d);
+}
+
+void apply_fields(const QCommandLineParser& p, Settings& s) {
+  if (p.isSet("gpus")) s.gpus = int(integer(p, "gpus", 1, 10'000'000));
+  if (p.isSet("gpus-per-node")) s.gpus_per_node = int(integer(p, "gpus-per-node", 1, 1024));
+  if (p.isSet("stage")) set_stage(s, int(integer(p, "stage", 0, 3)));
+  OffloadDevice optimizer = s.config.zero.offload_optimizer.device,
+                param = s.config.zero.offload_param.device;
+  if (p.isSet("offload-optimizer"))
+    optimizer = parse_offload_device(text(p, "offload-optimizer"), "--offload-optimizer");
+  if (p.isSet("offload-param"))
+    param = parse_offload_device(text(p, "offload-param"), "--offload-param");
+  set_offload(s, optimizer, param);
+  if (p.isSet("precision")) set_precision(s, parse_precision(text(p, "precision"), "--precision"));
+  if (p.isSet("micro-batch")) set_micro_batch(s, integer(p, "micro-batch", 1, 1 << 30));
+  if (p.isSet("grad-accum")) {
+    s.config.batch.gradient_accumulation_steps = integer(p, "grad-accum", 1, 1 << 20);
+    s.config.batch.train_batch_size.reset();
+  }
+  if (p.isSet("seq-len")) set_seq_len(s, integer(p, "seq-len", 1, std::int64_t(1) << 24));
+  if (p.isSet("activation-checkpointing"))
+    set_checkpointing(s, boolean(p, "activation-checkpointing"));
+}
+
+void read_view_options(const QCommandLineParser& p, CommandLine& line) {
+  if (p.isSet("view")) {
+    const auto view = parse_view(text(p, "view"));
+    if (!view)
+      throw InputError("--view", "expected ranks, timeline, memory, traffic or compare, got '" +
+                                     text(p, "view") + "'");
+    line.view = *view;
+  }
+  if (p.isSet("show")) {
+    const std::string show = text(p, "show");
+    if (show == "all")
+      line.show = ShowMemory::All;
+    else if (show == "states-and-copies")
+      line.show = ShowMemory::StatesAndCopies;
+    else if (show == "model-states")
+      line.show = ShowMemory::ModelStates;
+    else
+      throw InputError("--show",
+                       "expected all, states-and-copies or model-states, got '" + show + "'");
+  }
+  if (p.isSet("scale")) {
+    const std::string scale = text(p, "scale");
+    if (scale != "capacity" && scale != "peak")
+      throw InputError("--scale", "expected capacity or peak, got '" + scale + "'");
+    line.scale = scale == "peak" ? ScaleMode::Peak : ScaleMode::Capacity;
+  }
+  if (p.isSet("step")) line.step = integer(p, "step", -1, std::numeric_limits<std::int32_t>::max());
+  if (p.isSet("size")) line.size = parse_size(text(p, "size"));
+  if (p.isSet("screenshot")) line.screenshot = text(p, "screenshot");
+  if (p.isSet("trace")) line.trace = text(p, "trace");
+}
+
+void add_flags(QCommandLineParser& parser) {
+  parser.addHelpOption();
+  for (const Flag& flag : kFlags) {
+    parser.addOption(flag.value ? QCommandLineOption(flag.name, flag.help, flag.value)
+                                : QCommandLineOption(flag.name, flag.help));
+  }
+}
+
+}  // namespace
+
+CommandLine parse_command_line(const QStringList& arguments) {
+  QCommandLineParser parser;
+  add_flags(parser);
+  if (!parser.parse(arguments)) throw InputError("", parser.errorText().toStdString());
+  if (!parser.positionalArguments().isEmpty()) {
+    throw InputError(
+        "", "unexpected argument '" + parser.positionalArguments().front().toStdString() + "'");
+  }
+  CommandLine line;
+  read_view_options(parser, line);
+  line.settings = parser.isSet("walkthrough") ? walkthrough_settings() : default_settings();
+  Diagnostics diagnostics;
+  apply_sources(parser, line.settings, diagnostics);
+  apply_fields(parser, line.settings);
+  if (parser.isSet("model") || parser.isSet("hf-config") || parser.isSet("deepspeed-config"))
+    line.settings.walkthrough = false;
+  return line;
+}
+
+std::string usage() {
+  QCommandLineParser parser;
+  parser.setApplicationDescription(
+      "zerolens-gui: the ZeRO-DP step visualizer and planner. Without config options it opens the "
+      "GPT-2 1.5B example (8 x A100-40GB, ZeRO-3, optimizer on the CPU); the options change it.");
+  add_flags(parser);
+  // No application object exists yet when --help is answered: name the program here.
+  return parser.helpText().replace("<executable_name>", "zerolens-gui").toStdString();
+}
+
+bool wants_help(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) return true;
+  }
+  return false;
+}
+
+bool wants_screenshot(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--screenshot", 12) == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace zerolens::gui

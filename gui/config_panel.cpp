@@ -1,0 +1,282 @@
+#include "gui/config_panel.hpp"
+
+#include <QFileDialog>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QSignalBlocker>
+#include <QVBoxLayout>
+
+namespace zerolens::gui {
+namespace {
+
+QComboBox* combo(const QStringList& items, const QString& tip, QWidget* parent) {
+  auto* box = new QComboBox(parent);
+  box->addItems(items);
+  box->setToolTip(tip);
+  return box;
+}
+
+QStringList names(const std::vector<std::string>& list) {
+  QStringList out;
+  for (const auto& name : list) out << QString::fromStdString(name);
+  return out;
+}
+
+// Selects `source` in a combo of presets, adding it first when it is a file or dense:<N>.
+void select_source(QComboBox& box, const std::string& source) {
+  const QString text = QString::fromStdString(source);
+  int index = box.findText(text);
+  if (index < 0) {
+    box.insertItem(0, text);
+    index = 0;
+  }
+  box.setCurrentIndex(index);
+}
+
+QWidget* row(QWidget* main, QPushButton* button, QWidget* parent) {
+  auto* box = new QWidget(parent);
+  auto* layout = new QHBoxLayout(box);
+  layout->setContentsMargins(0, 0, 0, 0);
+  layout->addWidget(main, 1);
+  layout->addWidget(button);
+  return box;
+}
+
+QString peak_words(const Plan& plan, Device device, const char* name, const char* scope) {
+  const DeviceReport& d = plan.device(device);
+  return QString("%1 %2 of %3 %4 (%5)")
+      .arg(name)
+      .arg(QString::fromStdString(format_bytes(d.peak, SizeUnit::GB)))
+      .arg(QString::fromStdString(format_bytes(d.capacity, SizeUnit::GB)))
+      .arg(scope)
+      .arg(d.fits() ? "fits" : "does NOT fit");
+}
+
+}  // namespace
+
+ConfigPanel::ConfigPanel(Session& session, std::function<void(const QString&)> report_error,
+                         QWidget* parent)
+    : QWidget(parent), session_(session), report_error_(std::move(report_error)) {
+  auto* layout = new QVBoxLayout(this);
+  layout->addWidget(make_form());
+  auto* examples = new QHBoxLayout;
+  auto* walkthrough = new QPushButton("4-GPU walkthrough", this);
+  walkthrough->setToolTip(
+      "The ZeRO-3 toy step of the walkthrough: gpt2-tiny on 4 GPUs, every tensor partitioned");
+  auto* example = new QPushButton("GPT-2 1.5B example", this);
+  example->setToolTip("GPT-2 1.5B on 8 x A100-40GB, ZeRO-3 with the optimizer on the CPU");
+  examples->addWidget(walkthrough);
+  examples->addWidget(example);
+  layout->addLayout(examples);
+  status_ = new QLabel(this);
+  status_->setWordWrap(true);
+  notes_ = new QLabel(this);
+  notes_->setWordWrap(true);
+  notes_->setStyleSheet("color: #555;");
+  layout->addWidget(status_);
+  layout->addWidget(notes_);
+  layout->addStretch();
+  connect(walkthrough, &QPushButton::clicked, this, &ConfigPanel::walkthroughRequested);
+  connect(example, &QPushButton::clicked, this, &ConfigPanel::defaultsRequested);
+  connect(&session_, &Session::planChanged, this, &ConfigPanel::show_settings);
+  connect(&session_, &Session::planFailed, this, &ConfigPanel::show_settings);
+  connect(&session_, &Session::traceChanged, this, &ConfigPanel::show_status);
+  show_settings();
+}
+
+QWidget* ConfigPanel::make_form() {
+  auto* form_widget = new QWidget(this);
+  auto* form = new QFormLayout(form_widget);
+  model_ = combo(names(model_preset_names()),
+                 "A preset, or a Hugging Face config.json / layer-list JSON (File...)", this);
+  cluster_ =
+      combo(names(cluster_preset_names()), "A cluster preset, or a cluster JSON (File...)", this);
+  deepspeed_ = new QLabel("(none: DeepSpeed defaults)", this);
+  deepspeed_->setWordWrap(true);
+  gpus_ = new QSpinBox(this);
+  gpus_->setRange(1, 1'000'000);
+  gpus_->setToolTip("Data-parallel ranks (one per GPU)");
+  stage_ = combo({"0: plain data parallelism", "1: partition optimizer states", "2: + gradients",
+                  "3: + parameters"},
+                 "zero_optimization.stage", this);
+  offload_optimizer_ = combo({"none", "cpu", "nvme"},
+                             "zero_optimization.offload_optimizer.device (stage 1-3)", this);
+  offload_param_ =
+      combo({"none", "cpu", "nvme"}, "zero_optimization.offload_param.device (stage 3 only)", this);
+  precision_ =
+      combo({"fp32", "fp16", "bf16"},
+            "Training precision (fp16/bf16: mixed precision with fp32 master weights)", this);
+  micro_batch_ = new QSpinBox(this);
+  micro_batch_->setRange(1, 1 << 20);
+  micro_batch_->setToolTip(
+      "train_micro_batch_size_per_gpu (gradient accumulation stays, the global batch follows)");
+  seq_len_ = new QSpinBox(this);
+  seq_len_->setRange(0, 1 << 24);
+  seq_len_->setSpecialValueText("model default");
+  checkpointing_ = new QCheckBox("every transformer block", this);
+  auto* model_file = new QPushButton("File...", this);
+  auto* cluster_file = new QPushButton("File...", this);
+  auto* deepspeed_file = new QPushButton("Open...", this);
+  deepspeed_file->setToolTip(
+      "A DeepSpeed config JSON (or ColossalAI zero fields); the widgets below then edit it");
+  form->addRow("Model", row(model_, model_file, this));
+  form->addRow("DeepSpeed config", row(deepspeed_, deepspeed_file, this));
+  form->addRow("Cluster", row(cluster_, cluster_file, this));
+  form->addRow("GPUs (data parallel)", gpus_);
+  form->addRow("ZeRO stage", stage_);
+  form->addRow("Offload optimizer", offload_optimizer_);
+  form->addRow("Offload parameters", offload_param_);
+  form->addRow("Precision", precision_);
+  form->addRow("Micro-batch per GPU", micro_batch_);
+  form->addRow("Sequence length", seq_len_);
+  form->addRow("Activation checkpointing", checkpointing_);
+  connect(model_file, &QPushButton::clicked, this, &ConfigPanel::pick_model_file);
+  connect(cluster_file, &QPushButton::clicked, this, &ConfigPanel::pick_cluster_file);
+  connect(deepspeed_file, &QPushButton::clicked, this, &ConfigPanel::pick_deepspeed_file);
+  connect(model_, &QComboBox::activated, this, [this] {
+    load("model", [spec = model_->currentText().toStdString()](Settings& s, Diagnostics& d) {
+      load_model_spec(s, spec, d);
+    });
+  });
+  connect(cluster_, &QComboBox::activated, this, [this] {
+    load("cluster", [spec = cluster_->currentText().toStdString()](Settings& s, Diagnostics& d) {
+      load_cluster_spec(s, spec, d);
+    });
+  });
+  connect(gpus_, &QSpinBox::valueChanged, this,
+          [this](int n) { edit([n](Settings& s) { s.gpus = n; }); });
+  connect(stage_, &QComboBox::currentIndexChanged, this,
+          [this](int stage) { edit([stage](Settings& s) { set_stage(s, stage); }); });
+  auto offload = [this] {
+    const auto optimizer = OffloadDevice(offload_optimizer_->currentIndex());
+    const auto param = OffloadDevice(offload_param_->currentIndex());
+    edit([=](Settings& s) { set_offload(s, optimizer, param); });
+  };
+  connect(offload_optimizer_, &QComboBox::currentIndexChanged, this, offload);
+  connect(offload_param_, &QComboBox::currentIndexChanged, this, offload);
+  connect(precision_, &QComboBox::currentIndexChanged, this,
+          [this](int p) { edit([p](Settings& s) { set_precision(s, Precision(p)); }); });
+  connect(micro_batch_, &QSpinBox::valueChanged, this,
+          [this](int b) { edit([b](Settings& s) { set_micro_batch(s, b); }); });
+  connect(seq_len_, &QSpinBox::valueChanged, this, [this](int n) {
+    edit([n](Settings& s) {
+      set_seq_len(s, n > 0 ? std::optional<std::int64_t>(n) : std::nullopt);
+    });
+  });
+  connect(checkpointing_, &QCheckBox::toggled, this,
+          [this](bool on) { edit([on](Settings& s) { set_checkpointing(s, on); }); });
+  return form_widget;
+}
+
+void ConfigPanel::edit(const std::function<void(Settings&)>& change) {
+  Settings settings = session_.settings();
+  change(settings);
+  session_.apply(std::move(settings));
+}
+
+bool ConfigPanel::load(const QString& what,
+                       const std::function<void(Settings&, Diagnostics&)>& change) {
+  Settings previous = session_.settings(), settings = previous;
+  Diagnostics diagnostics;
+  try {
+    change(settings, diagnostics);
+  } catch (const std::exception& error) {
+    report_error_(QString("Cannot load the %1: %2").arg(what, error.what()));
+    show_settings();
+    return false;
+  }
+  if (!session_.apply(std::move(settings))) {
+    const QString why = session_.error();
+    session_.apply(std::move(previous));
+    report_error_(QString("The %1 loads but cannot be planned: %2").arg(what, why));
+    return false;
+  }
+  warnings_.clear();
+  for (const auto& w : diagnostics.warnings) warnings_ << QString::fromStdString("warning: " + w);
+  show_status();
+  return true;
+}
+
+bool ConfigPanel::load_model_file(const QString& path) {
+  return load("model",
+              [p = path.toStdString()](Settings& s, Diagnostics& d) { load_model_spec(s, p, d); });
+}
+
+bool ConfigPanel::load_cluster_file(const QString& path) {
+  return load("cluster", [p = path.toStdString()](Settings& s, Diagnostics& d) {
+    load_cluster_spec(s, p, d);
+  });
+}
+
+bool ConfigPanel::load_deepspeed_file(const QString& path) {
+  return load("DeepSpeed config", [p = path.toStdString()](Settings& s, Diagnostics& d) {
+    gui::load_deepspeed_file(s, p, d);
+  });
+}
+
+void ConfigPanel::pick_model_file() {
+  const QString path =
+      QFileDialog::getOpenFileName(this, "Open a model", {}, "JSON (*.json);;All files (*)");
+  if (!path.isEmpty()) load_model_file(path);
+}
+
+void ConfigPanel::pick_cluster_file() {
+  const QString path =
+      QFileDialog::getOpenFileName(this, "Open a cluster", {}, "JSON (*.json);;All files (*)");
+  if (!path.isEmpty()) load_cluster_file(path);
+}
+
+void ConfigPanel::pick_deepspeed_file() {
+  const QString path = QFileDialog::getOpenFileName(this, "Open a DeepSpeed config", {},
+                                                    "JSON (*.json);;All files (*)");
+  if (!path.isEmpty()) load_deepspeed_file(path);
+}
+
+void ConfigPanel::show_settings() {
+  const Settings& s = session_.settings();
+  const QSignalBlocker b1(model_), b2(cluster_), b3(gpus_), b4(stage_), b5(offload_optimizer_),
+      b6(offload_param_), b7(precision_), b8(micro_batch_), b9(seq_len_), b10(checkpointing_);
+  select_source(*model_, s.model_source);
+  select_source(*cluster_, s.cluster_source);
+  deepspeed_->setText(s.deepspeed_source.empty() ? "(none: DeepSpeed defaults)"
+                                                 : QString::fromStdString(s.deepspeed_source));
+  gpus_->setValue(s.gpus);
+  const ZeroConfig& zero = s.config.zero;
+  stage_->setCurrentIndex(zero.stage);
+  offload_optimizer_->setCurrentIndex(int(zero.offload_optimizer.device));
+  offload_optimizer_->setEnabled(zero.stage >= 1);
+  offload_param_->setCurrentIndex(int(zero.offload_param.device));
+  offload_param_->setEnabled(zero.stage == 3);
+  precision_->setCurrentIndex(int(s.config.precision.precision));
+  micro_batch_->setValue(int(micro_batch_of(s)));
+  seq_len_->setValue(int(s.config.seq_len.value_or(0)));
+  seq_len_->setSpecialValueText(QString("model default (%1)").arg(s.model.default_seq_len));
+  checkpointing_->setChecked(s.config.activation_checkpointing.enabled);
+  show_status();
+}
+
+void ConfigPanel::show_status() {
+  const Planned* planned = session_.planned();
+  if (!session_.error().isEmpty() || !planned) {
+    status_->setStyleSheet("color: #b00020;");
+    status_->setText("Cannot plan: " + session_.error() + "\nThe views show the last valid plan.");
+    return;
+  }
+  const Plan& plan = planned->plan;
+  QString text = QString("Planned in %1 ms.\n").arg(session_.plan_milliseconds(), 0, 'f', 1) +
+                 peak_words(plan, Device::Gpu, "GPU peak", "per rank");
+  for (Device d : {Device::Cpu, Device::Nvme}) {
+    if (plan.device(d).peak > 0)
+      text += "\n" + peak_words(plan, d, d == Device::Cpu ? "CPU" : "NVMe", "per node");
+  }
+  status_->setStyleSheet(plan.fits() ? "color: #1b5e20;" : "color: #b00020;");
+  status_->setText(text);
+  QStringList notes = warnings_;
+  for (const auto& note : plan.notes) notes << QString::fromStdString(note);
+  if (session_.loaded()) {
+    for (const auto& note : session_.loaded()->notes) notes << QString::fromStdString(note);
+  }
+  notes_->setText(notes.join("\n"));
+}
+
+}  // namespace zerolens::gui

@@ -1,0 +1,70 @@
+#pragma once
+// The config panel: model, DeepSpeed config, cluster, data-parallel size, ZeRO stage, offload,
+// precision, micro-batch, sequence length and activation checkpointing. Every change re-plans at
+// once; the panel shows the plan's verdict or the error that names the bad setting.
+#include <QCheckBox>
+#include <QComboBox>
+#include <QLabel>
+#include <QPushButton>
+#include <QSpinBox>
+#include <QWidget>
+#include <functional>
+
+#include "gui/session.hpp"
+
+namespace zerolens::gui {
+
+class ConfigPanel : public QWidget {
+  Q_OBJECT
+
+ public:
+  // `report_error` shows a problem with a file the user picked (a dialog in the application).
+  ConfigPanel(Session& session, std::function<void(const QString&)> report_error,
+              QWidget* parent = nullptr);
+
+  // Widget access for tests and the headless command.
+  QComboBox& stage() { return *stage_; }
+  QComboBox& offload_optimizer() { return *offload_optimizer_; }
+  QComboBox& offload_param() { return *offload_param_; }
+  QComboBox& model() { return *model_; }
+  QSpinBox& gpus() { return *gpus_; }
+  QLabel& status() { return *status_; }
+
+  // Loads a file into the settings and re-plans; false (and the error reported) when it fails.
+  bool load_model_file(const QString& path);
+  bool load_cluster_file(const QString& path);
+  bool load_deepspeed_file(const QString& path);
+
+ signals:
+  void walkthroughRequested();
+  void defaultsRequested();
+
+ private:
+  QWidget* make_form();
+  void show_settings();
+  void show_status();
+  void edit(const std::function<void(Settings&)>& change);
+  bool load(const QString& what, const std::function<void(Settings&, Diagnostics&)>& change);
+  void pick_model_file();
+  void pick_cluster_file();
+  void pick_deepspeed_file();
+
+  Session& session_;
+  std::function<void(const QString&)> report_error_;
+  QComboBox* model_;
+  QComboBox* cluster_;
+  QLabel* deepspeed_;
+  QSpinBox* gpus_;
+  QComboBox* stage_;
+  QComboBox* offload_optimizer_;
+  QComboBox* offload_param_;
+  QComboBox* precision_;
+  QSpinBox* micro_batch_;
+  QSpinBox* seq_len_;
+  QCheckBox* checkpointing_;
+  QLabel* status_;
+  QLabel* notes_;
+  QStringList warnings_;  // from the last file loaded
+};
+
+}  // namespace zerolens::gui

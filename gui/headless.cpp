@@ -1,0 +1,54 @@
+#include "gui/headless.hpp"
+
+#include <QApplication>
+#include <iostream>
+
+#include "gui/image_export.hpp"
+
+namespace zerolens::gui {
+namespace {
+
+void check_plan(const Session& session) {
+  if (!session.error().isEmpty())
+    throw InputError("", "cannot plan: " + session.error().toStdString());
+}
+
+void set_step(Session& session, std::int64_t step) {
+  if (step >= session.op_count()) {
+    throw InputError("--step", "must be between -1 and " + std::to_string(session.op_count() - 1) +
+                                   " (the schedule has " + std::to_string(session.op_count()) +
+                                   " ops)");
+  }
+  session.set_step(step);
+}
+
+}  // namespace
+
+void prepare_window(MainWindow& window, const CommandLine& line) {
+  check_plan(window.session());
+  if (line.trace && !window.open_trace_file(QString::fromStdString(*line.trace))) {
+    throw InputError("--trace", window.last_error().toStdString());
+  }
+  RankViewOptions options = window.ranks().view().options();
+  if (line.show) options.show = *line.show;
+  if (line.scale) options.scale = *line.scale;
+  window.ranks().set_options(options);
+  window.memory().set_scale(options.scale);
+  if (line.step) set_step(window.session(), *line.step);
+  window.resize(line.size);
+  window.show_view(line.view);
+}
+
+int render_screenshot(const CommandLine& line) {
+  MainWindow window(line.settings, false);
+  prepare_window(window, line);
+  window.show();
+  QApplication::processEvents();
+  export_widget(window, QString::fromStdString(*line.screenshot));
+  std::cout << "zerolens-gui: wrote " << *line.screenshot << " (" << to_string(line.view)
+            << " view, " << window.width() << "x" << window.height() << ", cursor at op "
+            << window.session().step() << " of 0.." << window.session().op_count() - 1 << ")\n";
+  return 0;
+}
+
+}  // namespace zerolens::gui

@@ -1,0 +1,217 @@
+#include "gui/memory_chart.hpp"
+
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLegend>
+#include <QLegendMarker>
+#include <QPen>
+#include <QSignalBlocker>
+#include <algorithm>
+
+#include "gui/chart_util.hpp"
+#include "gui/timeline_scene.hpp"
+#include "gui/trace_checks.hpp"
+#include "gui/traffic_chart.hpp"
+
+namespace zerolens::gui {
+namespace {
+
+const char* const kDeviceNames[] = {"GPU", "CPU", "NVMe"};
+
+double max_y(const std::vector<QPointF>& points) {
+  double top = 0;
+  for (const auto& p : points) top = std::max(top, p.y());
+  return top;
+}
+
+QLineSeries* line_series(const QString& name, const std::vector<QPointF>& points, double x_scale,
+                         double y_scale, QPen pen) {
+  auto* series = new QLineSeries;
+  series->setName(name);
+  QList<QPointF> scaled;
+  scaled.reserve(qsizetype(points.size()));
+  for (const auto& p : points) scaled.append(QPointF(p.x() * x_scale, p.y() / y_scale));
+  series->replace(scaled);
+  series->setPen(pen);
+  return series;
+}
+
+Bytes capacity_per_rank(const Plan& plan, Device device) {
+  const DeviceReport& report = plan.device(device);
+  return report.capacity / std::max(1, report.ranks_sharing);
+}
+
+bool device_used(const Planned& planned, Device device) {
+  if (device == Device::Gpu) return true;
+  return std::any_of(planned.states.begin(), planned.states.end(),
+                     [&](const DeviceComponentBytes& state) {
+                       const auto& c = state[std::size_t(device)];
+                       return std::any_of(c.begin(), c.end(), [](Bytes b) { return b > 0; });
+                     });
+}
+
+// The simulated timeline's memory samples (one per op end, in time order) drawn as steps.
+std::vector<QPointF> predicted_steps(const Timeline& timeline, Device device) {
+  std::vector<QPointF> points;
+  for (const auto& sample : timeline.memory) {
+    const double value = double(sample.bytes[std::size_t(device)]);
+    if (!points.empty()) points.emplace_back(sample.time, points.back().y());
+    points.emplace_back(sample.time, value);
+  }
+  return points;
+}
+
+}  // namespace
+
+std::vector<QPointF> memory_steps(const Trace& trace, int rank, Device device,
+                                  std::optional<Bytes> before) {
+  std::vector<const TraceOp*> ops = ops_of_rank(trace, rank);
+  std::stable_sort(ops.begin(), ops.end(), [](const TraceOp* a, const TraceOp* b) {
+    return a->start + a->duration < b->start + b->duration;
+  });
+  std::vector<QPointF> points;
+  double last = before ? double(*before) : -1;
+  if (before) points.emplace_back(0, last);
+  for (const TraceOp* op : ops) {
+    const double t = op->start + op->duration,
+                 value = double(op->memory_after[std::size_t(device)]);
+    if (last >= 0) points.emplace_back(t, last);
+    points.emplace_back(t, value);
+    last = value;
+  }
+  return points;
+}
+
+MemoryPage::MemoryPage(Session& session, QWidget* parent) : QWidget(parent), session_(session) {
+  scale_ = new QComboBox(this);
+  scale_->addItems({"to the device's capacity", "to the step's peak"});
+  auto* controls = new QHBoxLayout;
+  auto* about = new QLabel(
+      "Memory of one rank over the step (CPU, NVMe: the rank's share of its node). Y axis:", this);
+  about->setWordWrap(true);
+  controls->addWidget(about, 1);
+  controls->addWidget(scale_);
+  controls->addStretch();
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(4, 4, 4, 4);
+  layout->addLayout(controls);
+  for (std::size_t d = 0; d < views_.size(); ++d) {
+    views_[d] = make_chart_view(make_chart(""), this);
+    views_[d]->setHidden(d > 0);  // shown once a plan uses the device
+    layout->addWidget(views_[d], 1);
+  }
+  connect(scale_, &QComboBox::currentIndexChanged, this, &MemoryPage::request_rebuild);
+  connect(&session_, &Session::planChanged, this, &MemoryPage::request_rebuild);
+  connect(&session_, &Session::traceChanged, this, &MemoryPage::request_rebuild);
+  connect(&session_, &Session::stepChanged, this, &MemoryPage::move_cursor);
+}
+
+std::vector<QChartView*> MemoryPage::charts() {
+  if (dirty_) rebuild();
+  std::vector<QChartView*> shown;
+  for (auto* view : views_) {
+    if (!view->isHidden()) shown.push_back(view);
+  }
+  return shown;
+}
+
+void MemoryPage::request_rebuild() {
+  if (isVisible()) {
+    rebuild();
+  } else {
+    dirty_ = true;
+  }
+}
+
+void MemoryPage::showEvent(QShowEvent* event) {
+  QWidget::showEvent(event);
+  if (dirty_) rebuild();
+}
+
+void MemoryPage::set_scale(ScaleMode scale) {
+  const QSignalBlocker block(scale_);
+  scale_->setCurrentIndex(int(scale));
+  request_rebuild();
+}
+
+void MemoryPage::rebuild() {
+  dirty_ = false;
+  cursors_.clear();
+  const Planned* planned = session_.planned();
+  if (!planned) return;
+  for (int d = 0; d < kDeviceCount; ++d) {
+    const bool used = device_used(*planned, Device(d));
+    views_[std::size_t(d)]->setHidden(!used);
+    replace_chart(*views_[std::size_t(d)], used ? device_chart(Device(d)) : make_chart(""));
+  }
+  move_cursor();
+}
+
+QChart* MemoryPage::device_chart(Device device) {
+  const Planned& planned = *session_.planned();
+  const Trace& predicted = planned.predicted;
+  const auto points = predicted_steps(planned.timeline, device);
+  std::vector<QPointF> measured;
+  const LoadedTrace* loaded = session_.loaded();
+  if (loaded && !loaded->trace.ranks.empty())
+    measured = memory_steps(loaded->trace, loaded->trace.ranks.front(), device, {});
+  const Bytes capacity = capacity_per_rank(planned.plan, device);
+  double top =
+      std::max({max_y(points), max_y(measured), double(planned.plan.device(device).peak_per_rank)});
+  if (scale_->currentIndex() == int(ScaleMode::Capacity)) top = std::max(top, double(capacity));
+  const double end =
+      std::max({trace_end_time(predicted), loaded ? trace_end_time(loaded->trace) : 0.0, 1e-9});
+  const TimeUnit time = time_unit_for(end);
+  const ByteUnit unit = byte_unit_for(top);
+  auto* chart = make_chart(
+      QString("%1 memory of rank %2").arg(kDeviceNames[int(device)]).arg(predicted.ranks.front()));
+  std::vector<QLineSeries*> series{
+      line_series("predicted", points, time.per_second, unit.bytes, QPen(QColor(0x1f77b4), 2))};
+  if (!measured.empty()) {
+    const QString name =
+        loaded->trace.source == "exec" ? "measured (loaded trace)" : "loaded trace";
+    series.push_back(line_series(name, measured, time.per_second, unit.bytes,
+                                 QPen(QColor(0xff7f0e), 2, Qt::DashLine)));
+  }
+  series.push_back(line_series(
+      QString("capacity %1 %2").arg(double(capacity) / unit.bytes, 0, 'f', 2).arg(unit.name),
+      {QPointF(0, double(capacity)), QPointF(end, double(capacity))}, time.per_second, unit.bytes,
+      QPen(QColor(0xd62728), 1.5, Qt::DashLine)));
+  const Bytes peak = planned.plan.device(device).peak_per_rank;
+  series.push_back(line_series(QString("plan's peak %1 %2 (highest inside an op%3)")
+                                   .arg(double(peak) / unit.bytes, 0, 'f', 2)
+                                   .arg(unit.name)
+                                   .arg(device == Device::Gpu ? ", with fragmentation" : ""),
+                               {QPointF(0, double(peak)), QPointF(end, double(peak))},
+                               time.per_second, unit.bytes,
+                               QPen(QColor(0x2ca02c), 1.5, Qt::DotLine)));
+  series.push_back(line_series("step cursor", {}, 1, 1, QPen(QColor(0x555555), 1)));
+  cursors_.push_back(series.back());
+  auto* x = make_value_axis(QString("time (%1)").arg(time.name), 0, end * time.per_second);
+  auto* y = make_value_axis(unit.name, 0, top * 1.05 / unit.bytes);
+  chart->addAxis(x, Qt::AlignBottom);
+  chart->addAxis(y, Qt::AlignLeft);
+  for (auto* s : series) {
+    chart->addSeries(s);
+    s->attachAxis(x);
+    s->attachAxis(y);
+  }
+  for (QLegendMarker* marker : chart->legend()->markers(cursors_.back())) marker->setVisible(false);
+  cursors_.back()->setProperty("y_max", y->max());
+  cursors_.back()->setProperty("time_scale", time.per_second);
+  return chart;
+}
+
+void MemoryPage::move_cursor() {
+  const Planned* planned = session_.planned();
+  if (!planned) return;
+  const std::int64_t step = session_.step();
+  const double t = step < 0 ? 0 : planned->timeline.ops.at(std::size_t(step)).end();
+  for (auto* cursor : cursors_) {
+    const double x = t * cursor->property("time_scale").toDouble();
+    cursor->replace(
+        QList<QPointF>{QPointF(x, 0), QPointF(x, cursor->property("y_max").toDouble())});
+  }
+}
+
+}  // namespace zerolens::gui

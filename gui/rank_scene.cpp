@@ -1,0 +1,380 @@
+#include "gui/rank_scene.hpp"
+
+#include <QBrush>
+#include <QFont>
+#include <QGraphicsRectItem>
+#include <QGraphicsSimpleTextItem>
+#include <QGraphicsTextItem>
+#include <QPen>
+#include <algorithm>
+
+#include "gui/op_words.hpp"
+#include "gui/ownership.hpp"
+#include "gui/palette.hpp"
+
+namespace zerolens::gui {
+namespace {
+
+constexpr double kGpuWidth = 60;
+constexpr double kSideWidth = 32;
+constexpr double kBarGap = 6;
+constexpr double kColumnGap = 30;
+
+// Bottom to top: fixed overhead, model states, activations, then the transient buffers, so what an
+// op allocates or frees shows at the top of the stack.
+constexpr std::array kStackOrder = {Component::CudaContext,
+                                    Component::LibraryWorkspace,
+                                    Component::Fragmentation,
+                                    Component::ParamsFull,
+                                    Component::ParamsPartition,
+                                    Component::ParamsPersistent,
+                                    Component::GradsFull,
+                                    Component::GradsPartition,
+                                    Component::MasterPartition,
+                                    Component::OptimizerStatePartition,
+                                    Component::ActivationCheckpoints,
+                                    Component::ActivationsStored,
+                                    Component::ActivationWorking,
+                                    Component::GatheredParams,
+                                    Component::UnreducedGrads,
+                                    Component::ReduceBucket,
+                                    Component::Fp32GradCast,
+                                    Component::OffloadStaging,
+                                    Component::NvmeSwapBuffers};
+static_assert(kStackOrder.size() == kComponentCount);
+
+struct Drawing {
+  QGraphicsScene& scene;
+  const Planned& planned;
+  std::int64_t step;
+  const RankViewOptions& options;
+  RankLayout& layout;
+
+  const ComponentBytes& now(Device d) const { return planned.state_at(step)[std::size_t(d)]; }
+  const ComponentBytes& before(Device d) const {
+    return planned.state_at(step - 1)[std::size_t(d)];
+  }
+};
+
+Bytes drawn_total(const ComponentBytes& components, ShowMemory show) {
+  Bytes total = 0;
+  for (int c = 0; c < kComponentCount; ++c) {
+    if (shows(show, Component(c))) total += components[std::size_t(c)];
+  }
+  return total;
+}
+
+Bytes capacity_per_rank(const Plan& plan, Device device) {
+  const DeviceReport& report = plan.device(device);
+  return report.capacity / std::max(1, report.ranks_sharing);
+}
+
+void fill_scale(RankLayout& layout, const Planned& planned, const RankViewOptions& options) {
+  std::array<Bytes, kDeviceCount> peak{};
+  for (const auto& state : planned.states) {
+    for (int d = 0; d < kDeviceCount; ++d) {
+      peak[std::size_t(d)] =
+          std::max(peak[std::size_t(d)], drawn_total(state[std::size_t(d)], options.show));
+    }
+  }
+  for (int d = 0; d < kDeviceCount; ++d) {
+    const auto i = std::size_t(d);
+    layout.capacity[i] = capacity_per_rank(planned.plan, Device(d));
+    layout.devices[i] = d == int(Device::Gpu) || peak[i] > 0;
+    const Bytes range =
+        options.scale == ScaleMode::Capacity ? std::max(layout.capacity[i], peak[i]) : peak[i];
+    layout.pixels_per_byte[i] = range > 0 ? options.bar_height / double(range) : 0;
+  }
+  layout.bar_height = options.bar_height;
+}
+
+ColumnGeometry column_geometry(int index, int rank, const std::array<bool, kDeviceCount>& devices,
+                               double bar_height) {
+  double width = kGpuWidth;
+  for (Device d : {Device::Cpu, Device::Nvme})
+    width += devices[std::size_t(d)] ? kBarGap + kSideWidth : 0;
+  ColumnGeometry column;
+  column.rank = rank;
+  const double left = index * (width + kColumnGap);
+  column.area = QRectF(left - kColumnGap / 2 + 2, -24, width + kColumnGap - 4, bar_height + 96);
+  column.bars[std::size_t(Device::Gpu)] = QRectF(left, 0, kGpuWidth, bar_height);
+  double x = left + kGpuWidth;
+  for (Device d : {Device::Cpu, Device::Nvme}) {
+    if (!devices[std::size_t(d)]) continue;
+    column.bars[std::size_t(d)] = QRectF(x + kBarGap, 0, kSideWidth, bar_height);
+    x += kBarGap + kSideWidth;
+  }
+  return column;
+}
+
+void tag(QGraphicsItem* item, ItemRole role, int rank, Device device, int component, int owner,
+         Bytes bytes) {
+  item->setData(item_key::Role, int(role));
+  item->setData(item_key::Rank, rank);
+  item->setData(item_key::Device, int(device));
+  item->setData(item_key::Component, component);
+  item->setData(item_key::Owner, owner);
+  item->setData(item_key::Bytes, qlonglong(bytes));
+}
+
+QGraphicsSimpleTextItem* add_text(QGraphicsScene& scene, const QString& text, QPointF at,
+                                  int point_size, QColor colour = Qt::black, bool bold = false) {
+  auto* item = scene.addSimpleText(text);
+  QFont font = item->font();
+  font.setPointSize(point_size);
+  font.setBold(bold);
+  item->setFont(font);
+  item->setBrush(colour);
+  item->setPos(at);
+  return item;
+}
+
+void add_centered_text(QGraphicsScene& scene, const QString& text, const QRectF& box,
+                       int point_size, bool bold = false) {
+  auto* item = add_text(scene, text, box.topLeft(), point_size, Qt::black, bold);
+  const QRectF bounds = item->boundingRect();
+  item->setPos(box.center().x() - bounds.width() / 2, box.top());
+}
+
+QColor block_colour(const RankLayout& layout, Component component, int owner) {
+  const Category category = category_of(component);
+  if (owner == kNoOwner) return category_colour(category);
+  return owned_colour(owner_colour(layout, owner), category);
+}
+
+const char* block_label(Component component) {
+  switch (component) {
+    case Component::GatheredParams:
+      return "gathered";
+    case Component::UnreducedGrads:
+      return "new grads";
+    case Component::ReduceBucket:
+      return "bucket";
+    case Component::ActivationCheckpoints:
+      return "checkpoints";
+    case Component::ActivationWorking:
+      return "working";
+    case Component::CudaContext:
+      return "CUDA ctx";
+    case Component::LibraryWorkspace:
+      return "workspace";
+    case Component::OffloadStaging:
+      return "staging";
+    case Component::NvmeSwapBuffers:
+      return "swap buf";
+    case Component::Fp32GradCast:
+      return "fp32 grads";
+    default:
+      return category_label(category_of(component));
+  }
+}
+
+void decorate_region(Drawing& dr, const QRectF& region, Component component, bool grew) {
+  if (category_of(component) == Category::Buffers) {
+    dr.scene.addRect(region, Qt::NoPen, QBrush(QColor(255, 255, 255, 120), Qt::BDiagPattern));
+  }
+  if (ownership_of(component) != Ownership::None) {
+    dr.scene.addRect(QRectF(region.left(), region.top(), 5, region.height()), Qt::NoPen,
+                     QBrush(category_colour(category_of(component))));
+  }
+  dr.scene.addRect(region, grew ? QPen(Qt::black, 2.5) : QPen(QColor(40, 40, 40, 110), 0),
+                   Qt::NoBrush);
+  if (region.height() >= 13 && region.width() >= 50) {
+    add_centered_text(dr.scene, block_label(component),
+                      region.adjusted(0, (region.height() - 13) / 2, 0, 0), 7);
+  }
+}
+
+// Draws one component's bytes from `bottom` upwards, sliced by owner; returns the new top.
+double add_component(Drawing& dr, const ColumnGeometry& column, Device d, Component c,
+                     double bottom) {
+  const Bytes bytes = dr.now(d)[std::size_t(c)];
+  const QRectF bar = column.bars[std::size_t(d)];
+  const double scale = dr.layout.pixels_per_byte[std::size_t(d)];
+  double y = bottom;
+  for (const Slice& slice :
+       slices_of(c, bytes, column.rank, dr.layout.dp_size, dr.options.max_columns)) {
+    const double height = double(slice.bytes) * scale;
+    auto* item = dr.scene.addRect(QRectF(bar.left(), y - height, bar.width(), height), Qt::NoPen,
+                                  QBrush(block_colour(dr.layout, c, slice.owner)));
+    tag(item, ItemRole::Block, column.rank, d, int(c), slice.owner, slice.bytes);
+    item->setToolTip(
+        QString::fromStdString(std::string(to_string(c)) + ": " + human_bytes(slice.bytes)));
+    y -= height;
+  }
+  const bool grew = dr.step >= 0 && bytes > dr.before(d)[std::size_t(c)];
+  decorate_region(dr, QRectF(bar.left(), y, bar.width(), bottom - y), c, grew);
+  return y;
+}
+
+// What the current op freed, drawn dashed above the stack.
+void add_freed(Drawing& dr, const ColumnGeometry& column, Device d, double top) {
+  if (dr.step < 0) return;
+  const QRectF bar = column.bars[std::size_t(d)];
+  double y = top;
+  for (Component c : kStackOrder) {
+    const Bytes freed = dr.before(d)[std::size_t(c)] - dr.now(d)[std::size_t(c)];
+    if (!shows(dr.options.show, c) || freed <= 0) continue;
+    const double height = double(freed) * dr.layout.pixels_per_byte[std::size_t(d)];
+    QPen pen(category_colour(category_of(c)).darker(150), 1.5, Qt::DashLine);
+    auto* item = dr.scene.addRect(QRectF(bar.left() + 3, y - height, bar.width() - 6, height), pen,
+                                  QBrush(QColor(255, 255, 255, 0)));
+    tag(item, ItemRole::Freed, column.rank, d, int(c), kNoOwner, freed);
+    y -= height;
+  }
+  if (y < top) add_centered_text(dr.scene, "freed", QRectF(bar.left(), y - 13, bar.width(), 13), 7);
+}
+
+void add_capacity(Drawing& dr, const ColumnGeometry& column, Device d) {
+  const Bytes capacity = dr.layout.capacity[std::size_t(d)];
+  if (capacity <= 0) return;
+  const QRectF bar = column.bars[std::size_t(d)];
+  const double y = bar.bottom() - double(capacity) * dr.layout.pixels_per_byte[std::size_t(d)];
+  const QPen pen(QColor(0xd62728), 2, Qt::DashLine);
+  QGraphicsItem* item = nullptr;
+  if (y >= bar.top() - 0.5) {
+    item = dr.scene.addLine(bar.left() - 3, y, bar.right() + 3, y, pen);
+  } else {  // zoomed to the peak: the capacity is above the bar
+    const std::string text =
+        bar.width() >= kGpuWidth ? "capacity\n" + human_bytes(capacity) + " \u2191" : "cap\n\u2191";
+    item = add_text(dr.scene, QString::fromStdString(text), QPointF(bar.left() + 6, bar.top() + 1),
+                    6, QColor(0xd62728));
+  }
+  tag(item, ItemRole::Capacity, column.rank, d, -1, kNoOwner, capacity);
+  item->setToolTip(QString::fromStdString("capacity " + human_bytes(capacity)));
+}
+
+void add_footer(Drawing& dr, const ColumnGeometry& column, Device d) {
+  const QRectF bar = column.bars[std::size_t(d)];
+  static const char* names[] = {"GPU", "CPU", "NVMe"};
+  const Bytes total = drawn_total(dr.now(d), dr.options.show);
+  add_centered_text(dr.scene, names[int(d)],
+                    QRectF(bar.left() - 4, bar.bottom() + 3, bar.width() + 8, 12), 8, true);
+  const std::string shown =
+      dr.options.show == ShowMemory::All ? human_bytes(total) : human_bytes(total) + " shown";
+  add_centered_text(dr.scene, QString::fromStdString(shown),
+                    QRectF(bar.left() - 6, bar.bottom() + 16, bar.width() + 12, 12), 7);
+}
+
+void add_bar(Drawing& dr, const ColumnGeometry& column, Device d) {
+  const QRectF bar = column.bars[std::size_t(d)];
+  dr.scene.addRect(bar, QPen(QColor(0x808080), 0), QBrush(QColor(0xfafafa)));
+  double top = bar.bottom();
+  for (Component c : kStackOrder) {
+    if (shows(dr.options.show, c) && dr.now(d)[std::size_t(c)] > 0)
+      top = add_component(dr, column, d, c, top);
+  }
+  add_freed(dr, column, d, top);
+  add_capacity(dr, column, d);
+  add_footer(dr, column, d);
+}
+
+void add_column(Drawing& dr, const ColumnGeometry& column, bool selected) {
+  auto* area =
+      dr.scene.addRect(column.area, Qt::NoPen,
+                       selected ? QBrush(QColor(0xfff3c4)) : QBrush(QColor(255, 255, 255, 1)));
+  tag(area, ItemRole::Column, column.rank, Device::Gpu, -1, kNoOwner, 0);
+  area->setToolTip(QString("rank %1: click to describe the step as this rank").arg(column.rank));
+  for (int d = 0; d < kDeviceCount; ++d) {
+    if (dr.layout.devices[std::size_t(d)]) add_bar(dr, column, Device(d));
+  }
+  const QRectF label(column.area.left(), column.area.bottom() - 24, column.area.width(), 16);
+  auto* text = add_text(dr.scene, QString("rank %1").arg(column.rank), label.topLeft(), 10,
+                        owner_colour(dr.layout, column.rank).darker(130), true);
+  text->setPos(label.center().x() - text->boundingRect().width() / 2, label.top());
+}
+
+std::string run_title(const Plan& plan) {
+  const ScheduleContext& c = plan.schedule.context;
+  std::string title = plan.request.model.name + " (" +
+                      format_count(double(plan.request.model.parameter_count())) +
+                      " parameters) on " + std::to_string(c.dp_size) + " x " +
+                      plan.request.cluster.gpu.name + ", " +
+                      (c.stage == 0 ? std::string("plain data parallelism (ZeRO stage 0)")
+                                    : "ZeRO stage " + std::to_string(c.stage));
+  if (c.optimizer_device != OffloadDevice::None)
+    title += ", optimizer on " + std::string(to_string(c.optimizer_device));
+  if (c.param_device != OffloadDevice::None)
+    title += ", parameters on " + std::string(to_string(c.param_device));
+  return title + ", " + to_string(c.precision) + ", micro-batch " + std::to_string(c.micro_batch) +
+         " x " + std::to_string(c.seq_len) + " tokens";
+}
+
+// The run and the op under the cursor; returns the area they take.
+QRectF add_header(Drawing& dr, int selected_rank, double width) {
+  auto* title = add_text(dr.scene, QString::fromStdString(run_title(dr.planned.plan)),
+                         QPointF(-20, -236), 11, Qt::black, true);
+  auto* caption =
+      dr.scene.addText(QString::fromStdString(op_caption(dr.planned, dr.step, selected_rank)));
+  QFont font = caption->font();
+  font.setPointSize(10);
+  caption->setFont(font);
+  caption->setTextWidth(std::max(600.0, width));
+  caption->setPos(-24, -214);
+  return title->sceneBoundingRect().united(caption->sceneBoundingRect());
+}
+
+bool is_model_state(Category category) {
+  return category == Category::Params || category == Category::Grads ||
+         category == Category::MasterParams || category == Category::OptimizerStates;
+}
+
+}  // namespace
+
+bool shows(ShowMemory show, Component component) {
+  const Category category = category_of(component);
+  switch (show) {
+    case ShowMemory::All:
+      return true;
+    case ShowMemory::StatesAndCopies:
+      return is_model_state(category) || component == Component::GatheredParams ||
+             component == Component::UnreducedGrads || component == Component::Fp32GradCast;
+    case ShowMemory::ModelStates:
+      return is_model_state(category);
+  }
+  return true;
+}
+
+std::vector<int> representative_ranks(int dp_size, int max_columns) {
+  std::vector<int> ranks;
+  if (dp_size <= max_columns) {
+    for (int r = 0; r < dp_size; ++r) ranks.push_back(r);
+    return ranks;
+  }
+  for (int r = 0; r < 7; ++r) ranks.push_back(r);
+  ranks.push_back(dp_size - 1);
+  return ranks;
+}
+
+QColor owner_colour(const RankLayout& layout, int owner) {
+  for (std::size_t i = 0; i < layout.columns.size(); ++i) {
+    if (layout.columns[i].rank == owner) return rank_colour(int(i));
+  }
+  return other_ranks_colour();
+}
+
+RankLayout build_rank_scene(QGraphicsScene& scene, const Planned& planned, std::int64_t step,
+                            int selected_rank, const RankViewOptions& options) {
+  scene.clear();
+  RankLayout layout;
+  layout.dp_size = planned.plan.schedule.context.dp_size;
+  fill_scale(layout, planned, options);
+  const std::vector<int> ranks = representative_ranks(layout.dp_size, options.max_columns);
+  for (std::size_t i = 0; i < ranks.size(); ++i)
+    layout.columns.push_back(column_geometry(int(i), ranks[i], layout.devices, options.bar_height));
+  Drawing drawing{scene, planned, step, options, layout};
+  for (const auto& column : layout.columns)
+    add_column(drawing, column, column.rank == selected_rank);
+  const double right = layout.columns.back().area.right();
+  const QRectF header = add_header(drawing, selected_rank, right);
+  add_transfers(scene, planned, step, layout);
+  const double legend_bottom =
+      add_legend(scene, planned, layout, options, QPointF(right + 24, -150));
+  // A fixed frame per plan and options, so the view does not jump while the cursor moves.
+  const double bottom = std::max(options.bar_height + 80, legend_bottom + 10);
+  const QRectF frame(-32, -246, right + 24 + 260 + 32, bottom + 246);
+  scene.setSceneRect(frame.united(header.adjusted(0, 0, 12, 0)));
+  return layout;
+}
+
+}  // namespace zerolens::gui

@@ -1,0 +1,60 @@
+#pragma once
+// The rank view's scene: one column per rank, each GPU drawn as its memory at the step cursor
+// stacked by component, model-state blocks coloured by the rank that owns the partition, CPU and
+// NVMe beside when they hold anything, each device's capacity, and the data the current op moves.
+// Every block carries its rank, device, component, owner and bytes as item data, so tests measure
+// the drawing against the schedule.
+#include <QGraphicsScene>
+#include <QRectF>
+#include <array>
+#include <vector>
+
+#include "gui/scene_items.hpp"
+#include "gui/session.hpp"
+
+namespace zerolens::gui {
+
+// All memory; the model states with their transient copies (stage-3 gathered layers, gradients
+// before they are reduced, the fp32 gradient cast); the model states only.
+enum class ShowMemory { All, StatesAndCopies, ModelStates };
+enum class ScaleMode { Capacity, Peak };
+
+struct RankViewOptions {
+  ShowMemory show = ShowMemory::All;
+  ScaleMode scale = ScaleMode::Capacity;
+  int max_columns = 16;     // more ranks: representative ones
+  double bar_height = 440;  // scene units; the view fits it to the window's shape
+};
+
+struct ColumnGeometry {
+  int rank = 0;
+  QRectF area;                            // the whole column (clicks select its rank)
+  std::array<QRectF, kDeviceCount> bars;  // full-height bar per device; empty when not drawn
+};
+
+struct RankLayout {
+  std::vector<ColumnGeometry> columns;
+  std::array<bool, kDeviceCount> devices{};    // devices drawn
+  std::array<Bytes, kDeviceCount> capacity{};  // per rank (CPU, NVMe: the rank's share of its node)
+  std::array<double, kDeviceCount> pixels_per_byte{};
+  double bar_height = 0;
+  int dp_size = 1;
+};
+
+// Ranks drawn for a data-parallel size: all up to max_columns, else the first seven and the last.
+std::vector<int> representative_ranks(int dp_size, int max_columns);
+bool shows(ShowMemory show, Component component);
+// The colour of `owner`'s bytes in this layout (a rank not drawn: other_ranks_colour).
+QColor owner_colour(const RankLayout& layout, int owner);
+
+RankLayout build_rank_scene(QGraphicsScene& scene, const Planned& planned, std::int64_t step,
+                            int selected_rank, const RankViewOptions& options);
+
+// Parts of the scene (rank_transfers.cpp, rank_legend.cpp).
+void add_transfers(QGraphicsScene& scene, const Planned& planned, std::int64_t step,
+                   const RankLayout& layout);
+// Returns the legend's bottom.
+double add_legend(QGraphicsScene& scene, const Planned& planned, const RankLayout& layout,
+                  const RankViewOptions& options, QPointF top_left);
+
+}  // namespace zerolens::gui

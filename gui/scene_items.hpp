@@ -1,0 +1,11 @@
+#pragma once
+// Keys of QGraphicsItem::data on the scenes' items, so views and tests find blocks and ops by
+// what they stand for rather than by where they are drawn.
+namespace zerolens::gui {
+
+namespace item_key {
+enum : int { Role = 0, Rank, Device, Component, Owner, Bytes, Op };
+}
+enum class ItemRole : int { Block = 1, Freed, Capacity, Transfer, Column, Op };
+
+}  // namespace zerolens::gui

@@ -1,0 +1,156 @@
+#include "gui/settings.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "sim/json_read.hpp"
+#include "sim/model_io.hpp"
+#include "sim/planning.hpp"
+#include "sim/walkthrough.hpp"
+
+namespace zerolens::gui {
+namespace {
+
+void set_devices(Settings& s, int stage, OffloadDevice optimizer, OffloadDevice param) {
+  s.config = apply_variant(s.config, Variant{"", stage, optimizer, param});
+}
+
+// A trace names its model and cluster; they are loaded again when that works (presets, files on
+// this machine), else the current ones stay.
+template <typename Load>
+void reload(const std::string& what, const std::string& name, Load load,
+            std::vector<std::string>& notes) {
+  try {
+    Diagnostics diagnostics;
+    load(name, diagnostics);
+  } catch (const InputError& error) {
+    notes.push_back("the trace's " + what + " '" + name + "' cannot be loaded here (" +
+                    error.what() + "); the current " + what + " is planned instead");
+  }
+}
+
+}  // namespace
+
+Settings default_settings() {
+  Settings s;
+  s.model = model_from_preset("gpt2-1.5b");
+  s.model_source = "gpt2-1.5b";
+  s.cluster = cluster_from_preset("dgx-a100-40gb");
+  s.cluster_source = "dgx-a100-40gb";
+  s.gpus = 8;
+  set_precision(s, Precision::Fp16);
+  set_micro_batch(s, 4);
+  set_checkpointing(s, true);
+  set_devices(s, 3, OffloadDevice::Cpu, OffloadDevice::None);
+  return s;
+}
+
+Settings walkthrough_settings() {
+  const WalkthroughSetup setup;
+  PlanRequest request = walkthrough_request();
+  Settings s;
+  s.model = std::move(request.model);
+  s.model_source = setup.model;
+  s.cluster = std::move(request.cluster);
+  s.cluster_source = setup.cluster;
+  s.config = std::move(request.config);
+  s.gpus = request.dp_size;
+  s.options = request.options;
+  s.walkthrough = true;
+  return s;
+}
+
+PlanRequest make_request(const Settings& s) {
+  PlanRequest request;
+  request.model = s.model;
+  request.config = s.config;
+  request.dp_size = s.gpus;
+  request.cluster = with_ranks(s.cluster, s.gpus, s.gpus_per_node);
+  request.options = s.options;
+  return request;
+}
+
+void set_stage(Settings& s, int stage) {
+  const ZeroConfig& zero = s.config.zero;
+  const OffloadDevice optimizer = stage == 0 ? OffloadDevice::None : zero.offload_optimizer.device;
+  const OffloadDevice param = stage == 3 ? zero.offload_param.device : OffloadDevice::None;
+  set_devices(s, stage, optimizer, param);
+}
+
+void set_offload(Settings& s, OffloadDevice optimizer, OffloadDevice param) {
+  set_devices(s, s.config.zero.stage, optimizer, param);
+}
+
+void set_precision(Settings& s, Precision precision) {
+  s.config.precision.precision = precision;
+}
+
+void set_micro_batch(Settings& s, std::int64_t micro_batch) {
+  s.config.batch.micro_batch_per_gpu = micro_batch;
+  s.config.batch.train_batch_size.reset();
+}
+
+void set_checkpointing(Settings& s, bool enabled) {
+  s.config.activation_checkpointing.enabled = enabled;
+}
+
+void set_seq_len(Settings& s, std::optional<std::int64_t> seq_len) {
+  s.config.seq_len = seq_len;
+}
+
+void load_model_spec(Settings& s, const std::string& spec, Diagnostics& diagnostics) {
+  s.model = load_model(spec, diagnostics);
+  s.model_source = spec;
+}
+
+void load_cluster_spec(Settings& s, const std::string& spec, Diagnostics& diagnostics) {
+  s.cluster = load_cluster(spec, diagnostics);
+  s.cluster_source = spec;
+}
+
+void load_deepspeed_file(Settings& s, const std::string& path, Diagnostics& diagnostics) {
+  const nlohmann::json document = json_read::parse_json_file(path, "DeepSpeed config");
+  std::optional<std::int64_t> hidden;
+  if (s.model.shape) hidden = s.model.shape->hidden;
+  TrainingConfig config = parse_training_config(document, diagnostics, hidden);
+  if (!config.seq_len) config.seq_len = s.config.seq_len;
+  s.config = std::move(config);
+  s.deepspeed_source = path;
+}
+
+std::int64_t micro_batch_of(const Settings& s) {
+  try {
+    return resolve_batch(s.config.batch, s.gpus).micro_batch_per_gpu;
+  } catch (const InputError&) {
+    return s.config.batch.micro_batch_per_gpu.value_or(1);
+  }
+}
+
+Settings settings_for_trace(const Settings& current, const TraceRun& run,
+                            std::vector<std::string>& notes) {
+  // gpt2-tiny traces are the walkthrough's: start from its ZeRO settings (every tensor
+  // partitioned), which a trace does not record.
+  Settings s = run.model == WalkthroughSetup{}.model ? walkthrough_settings() : current;
+  s.walkthrough = false;
+  reload(
+      "model", run.model,
+      [&](const std::string& name, Diagnostics& d) { load_model_spec(s, name, d); }, notes);
+  reload(
+      "cluster", run.cluster,
+      [&](const std::string& name, Diagnostics& d) { load_cluster_spec(s, name, d); }, notes);
+  if (s.model.parameter_count() != run.parameter_count) {
+    notes.push_back("the trace's model has " + format_count(double(run.parameter_count)) +
+                    " parameters, the planned model " +
+                    format_count(double(s.model.parameter_count())));
+  }
+  s.gpus = run.dp_size;
+  s.gpus_per_node = run.gpus_per_node;
+  set_precision(s, parse_precision(run.precision, "run.precision"));
+  set_devices(s, run.stage, parse_offload_device(run.optimizer_device, "run.optimizer_device"),
+              parse_offload_device(run.param_device, "run.param_device"));
+  s.config.batch = BatchConfig{.micro_batch_per_gpu = run.micro_batch,
+                               .gradient_accumulation_steps = run.grad_accumulation};
+  s.config.seq_len = run.seq_len;
+  return s;
+}
+
+}  // namespace zerolens::gui

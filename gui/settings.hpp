@@ -1,0 +1,58 @@
+#pragma once
+// What the config panel edits: the loaded model and cluster, the training config (defaults, a
+// DeepSpeed file or the walkthrough's) with the fields that have widgets written into it, and the
+// data-parallel size. A plan request is built from it through sim's API, as the CLI builds one from
+// flags.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/plan.hpp"
+#include "sim/trace.hpp"
+
+namespace zerolens::gui {
+
+struct Settings {
+  Model model;
+  std::string model_source;  // preset name, dense:<N> or the file it came from
+  Cluster cluster;           // as loaded; sized to `gpus` by make_request
+  std::string cluster_source;
+  TrainingConfig config;
+  std::string deepspeed_source;  // the DeepSpeed file the config started from, or ""
+  int gpus = 8;
+  int gpus_per_node = 0;  // <= 0: the cluster's
+  ScheduleOptions options;
+  bool walkthrough = false;  // started from the 4-GPU walkthrough (views default to its scale)
+};
+
+// GPT-2 1.5B on 8 x A100-40GB, fp16, ZeRO-3 with CPU optimizer offload, checkpointing on.
+Settings default_settings();
+// The 4-GPU ZeRO-3 walkthrough (sim/walkthrough.hpp).
+Settings walkthrough_settings();
+PlanRequest make_request(const Settings& settings);
+
+// Widget edits. Each keeps the config valid where a widget alone would break it: parameter offload
+// only at stage 3, optimizer offload only from stage 1, an nvme_path for NVMe offload.
+void set_stage(Settings& settings, int stage);
+void set_offload(Settings& settings, OffloadDevice optimizer, OffloadDevice param);
+void set_precision(Settings& settings, Precision precision);
+// Like --micro-batch: keeps gradient_accumulation_steps, lets train_batch_size follow.
+void set_micro_batch(Settings& settings, std::int64_t micro_batch);
+void set_checkpointing(Settings& settings, bool enabled);
+void set_seq_len(Settings& settings, std::optional<std::int64_t> seq_len);
+
+// Sources. Each throws InputError naming the file or key.
+void load_model_spec(Settings& settings, const std::string& spec, Diagnostics& diagnostics);
+void load_cluster_spec(Settings& settings, const std::string& spec, Diagnostics& diagnostics);
+void load_deepspeed_file(Settings& settings, const std::string& path, Diagnostics& diagnostics);
+
+// The micro-batch the config asks for (train_batch_size / (accumulation x gpus) when only that is
+// given).
+std::int64_t micro_batch_of(const Settings& settings);
+
+// Settings that re-plan the run a trace records. The model and cluster are loaded by name when they
+// are presets; otherwise the current ones stay and a note says so.
+Settings settings_for_trace(const Settings& current, const TraceRun& run,
+                            std::vector<std::string>& notes);
+
+}  // namespace zerolens::gui

@@ -1,0 +1,145 @@
+#include "gui/step_bar.hpp"
+
+#include <QHBoxLayout>
+#include <QMenu>
+#include <QShortcut>
+#include <QSignalBlocker>
+#include <QVBoxLayout>
+
+#include "gui/op_words.hpp"
+
+namespace zerolens::gui {
+namespace {
+
+constexpr int kSpeeds[] = {1, 2, 5, 10, 25, 50};  // ops per second
+
+QToolButton* small_button(const QString& text, const QString& tip, QWidget* parent) {
+  auto* button = new QToolButton(parent);
+  button->setText(text);
+  button->setToolTip(tip);
+  button->setFocusPolicy(Qt::NoFocus);  // keys belong to the step cursor, not to a focused button
+  return button;
+}
+
+}  // namespace
+
+StepBar::StepBar(Session& session, QWidget* parent) : QWidget(parent), session_(session) {
+  slider_ = new QSlider(Qt::Horizontal, this);
+  slider_->setToolTip(
+      "The step cursor: one position per op of the schedule (\u2190 \u2192 to step)");
+  position_ = new QLabel(this);
+  position_->setMinimumWidth(80);
+  caption_ = new QLabel(this);
+  caption_->setWordWrap(true);
+  caption_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  QFont font = caption_->font();
+  font.setPointSize(font.pointSize() + 1);
+  caption_->setFont(font);
+  auto* top = new QHBoxLayout;
+  top->addWidget(make_buttons());
+  top->addWidget(slider_, 1);
+  top->addWidget(position_);
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(6, 2, 6, 4);
+  layout->addLayout(top);
+  layout->addWidget(caption_);
+  connect(slider_, &QSlider::valueChanged, this, [this](int value) { session_.set_step(value); });
+  connect(&session_, &Session::stepChanged, this, &StepBar::sync);
+  connect(&session_, &Session::planChanged, this, &StepBar::sync);
+  connect(&session_, &Session::rankChanged, this, &StepBar::sync);
+  connect(&timer_, &QTimer::timeout, this, &StepBar::advance);
+  sync();
+}
+
+QWidget* StepBar::make_buttons() {
+  auto* box = new QWidget(this);
+  auto* row = new QHBoxLayout(box);
+  row->setContentsMargins(0, 0, 0, 0);
+  auto* start = small_button("|\u25c0", "Before the first op (Home)", box);
+  auto* back = small_button("\u25c0", "Previous op (\u2190)", box);
+  play_ = small_button("Play", "Play / pause (Space)", box);
+  auto* forward = small_button("\u25b6", "Next op (\u2192)", box);
+  auto* end = small_button("\u25b6|", "Last op (End)", box);
+  speed_ = new QComboBox(box);
+  for (int speed : kSpeeds) speed_->addItem(QString("%1 op/s").arg(speed), speed);
+  speed_->setCurrentIndex(3);
+  speed_->setToolTip("Playback speed");
+  jump_ = new QToolButton(box);
+  jump_->setText("Jump to");
+  jump_->setPopupMode(QToolButton::InstantPopup);
+  auto* menu = new QMenu(jump_);
+  for (Moment m : {Moment::Gather, Moment::Release, Moment::Reduce, Moment::Update, Moment::Peak}) {
+    menu->addAction(to_string(m), this, [this, m] { jump_to(m); });
+  }
+  jump_->setMenu(menu);
+  for (QWidget* w :
+       std::initializer_list<QWidget*>{start, back, play_, forward, end, speed_, jump_})
+    row->addWidget(w);
+  connect(start, &QToolButton::clicked, this, [this] { session_.set_step(-1); });
+  connect(back, &QToolButton::clicked, this, [this] { step_by(-1); });
+  connect(play_, &QToolButton::clicked, this, &StepBar::toggle_play);
+  connect(forward, &QToolButton::clicked, this, [this] { step_by(1); });
+  connect(end, &QToolButton::clicked, this, [this] { session_.set_step(session_.op_count() - 1); });
+  connect(speed_, &QComboBox::currentIndexChanged, this,
+          [this] { timer_.setInterval(1000 / speed_->currentData().toInt()); });
+  timer_.setInterval(1000 / speed_->currentData().toInt());
+  return box;
+}
+
+void StepBar::install_shortcuts(QWidget& window) {
+  const std::pair<QKeySequence, std::function<void()>> keys[] = {
+      {Qt::Key_Right, [this] { step_by(1); }},
+      {Qt::Key_Left, [this] { step_by(-1); }},
+      {Qt::Key_PageDown, [this] { step_by(10); }},
+      {Qt::Key_PageUp, [this] { step_by(-10); }},
+      {Qt::Key_Home, [this] { session_.set_step(-1); }},
+      {Qt::Key_End, [this] { session_.set_step(session_.op_count() - 1); }},
+      {Qt::Key_Space, [this] { toggle_play(); }}};
+  for (const auto& [sequence, action] : keys) {
+    auto* shortcut = new QShortcut(sequence, &window);
+    connect(shortcut, &QShortcut::activated, this, action);
+  }
+}
+
+void StepBar::step_by(std::int64_t delta) {
+  session_.set_step(session_.step() + delta);
+}
+
+void StepBar::jump_to(Moment moment) {
+  if (!session_.planned()) return;
+  const std::int64_t op = next_moment(session_.planned()->plan, session_.step(), moment);
+  if (op >= 0) session_.set_step(op);
+}
+
+void StepBar::toggle_play() {
+  if (timer_.isActive()) {
+    timer_.stop();
+  } else {
+    if (session_.step() >= session_.op_count() - 1) session_.set_step(-1);
+    timer_.start();
+  }
+  play_->setText(timer_.isActive() ? "Pause" : "Play");
+}
+
+void StepBar::advance() {
+  if (session_.step() >= session_.op_count() - 1) {
+    toggle_play();
+    return;
+  }
+  step_by(1);
+}
+
+void StepBar::sync() {
+  const QSignalBlocker block(slider_);
+  slider_->setRange(-1, int(std::max<std::int64_t>(0, session_.op_count() - 1)));
+  slider_->setValue(int(session_.step()));
+  position_->setText(session_.step() < 0
+                         ? QString("start / %1").arg(session_.op_count())
+                         : QString("op %1 / %2").arg(session_.step() + 1).arg(session_.op_count()));
+  const Planned* planned = session_.planned();
+  caption_->setText(planned ? QString::fromStdString(
+                                  op_caption(*planned, session_.step(), session_.selected_rank()))
+                            : QString());
+}
+
+}  // namespace zerolens::gui

@@ -1,0 +1,42 @@
+#pragma once
+// The timeline's scene: a Gantt chart of a trace's ops, one row per rank and stream, with a time
+// axis. Each op's rectangle carries its rank and schedule index (item data) for clicks and tests.
+#include <QGraphicsLineItem>
+#include <QGraphicsRectItem>
+#include <QGraphicsScene>
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "gui/scene_items.hpp"
+#include "sim/trace.hpp"
+
+namespace zerolens::gui {
+
+struct TimelineGeometry {
+  double pixels_per_second = 1;
+  double label_width = 150;
+  double row_height = 22;
+  int max_ranks = 16;  // rows for more ranks would only repeat the same ops
+};
+
+struct TimelineItems {
+  std::unordered_map<std::int64_t, std::vector<QGraphicsRectItem*>>
+      by_index;               // schedule index -> one per rank
+  std::vector<QString> rows;  // "rank 0 compute", top to bottom
+  double end_time = 0;        // seconds, the last op's end
+  QGraphicsLineItem* cursor = nullptr;
+};
+
+// Seconds from the start of the step to the last op's end.
+double trace_end_time(const Trace& trace);
+TimelineItems build_timeline_scene(QGraphicsScene& scene, const Trace& trace,
+                                   const TimelineGeometry& geometry);
+// Time unit for axes: seconds, milliseconds or microseconds by the span shown.
+struct TimeUnit {
+  double per_second;
+  const char* name;
+};
+TimeUnit time_unit_for(double seconds);
+
+}  // namespace zerolens::gui

@@ -1,0 +1,205 @@
+#include "gui/timeline_view.hpp"
+
+#include <QHBoxLayout>
+#include <QMouseEvent>
+#include <QPushButton>
+#include <QScrollBar>
+#include <QSignalBlocker>
+#include <QSpinBox>
+#include <QVBoxLayout>
+#include <QWheelEvent>
+#include <algorithm>
+#include <cstdlib>
+
+namespace zerolens::gui {
+namespace {
+
+constexpr double kMaxSceneWidth = 5e7;  // pixels; beyond this zooming in stops
+
+}  // namespace
+
+TimelineView::TimelineView(Session& session, QWidget* parent)
+    : QGraphicsView(parent), session_(session) {
+  scene_.setItemIndexMethod(QGraphicsScene::NoIndex);  // rebuilt often, hit-tested rarely
+  setScene(&scene_);
+  setDragMode(QGraphicsView::ScrollHandDrag);
+  setAlignment(Qt::AlignLeft | Qt::AlignTop);
+  setBackgroundBrush(Qt::white);
+  connect(&session_, &Session::stepChanged, this, &TimelineView::show_step);
+}
+
+void TimelineView::request_rebuild() {
+  if (isVisible()) {
+    rebuild();
+  } else {
+    dirty_ = true;
+  }
+}
+
+void TimelineView::showEvent(QShowEvent* event) {
+  QGraphicsView::showEvent(event);
+  if (dirty_) rebuild();
+}
+
+const Trace* TimelineView::shown_trace() const {
+  if (use_loaded_ && session_.loaded()) return &session_.loaded()->trace;
+  return session_.planned() ? &session_.planned()->predicted : nullptr;
+}
+
+void TimelineView::set_use_loaded(bool use_loaded) {
+  use_loaded_ = use_loaded;
+  request_rebuild();
+}
+
+void TimelineView::rebuild() {
+  dirty_ = false;
+  highlighted_.clear();
+  const Trace* trace = shown_trace();
+  if (!trace) {
+    scene_.clear();
+    items_ = {};
+    return;
+  }
+  const double end = std::max(trace_end_time(*trace), 1e-9);
+  TimelineGeometry geometry;
+  geometry.max_ranks = max_ranks_;
+  built_width_ = viewport()->width();
+  const double width = std::max(200.0, double(built_width_) - geometry.label_width - 30);
+  geometry.pixels_per_second = std::min(width * zoom_, kMaxSceneWidth) / end;
+  items_ = build_timeline_scene(scene_, *trace, geometry);
+  show_step();
+}
+
+void TimelineView::show_step() {
+  if (dirty_) return;  // drawn with the next rebuild
+  for (auto* item : highlighted_) {
+    item->setPen(QPen(Qt::white, 0));
+    item->setZValue(0);
+  }
+  highlighted_.clear();
+  const auto found = items_.by_index.find(session_.step());
+  if (found == items_.by_index.end() || !items_.cursor) return;
+  for (auto* item : found->second) {
+    item->setPen(QPen(QColor(0xd62728), 2.5));
+    item->setZValue(2);
+    highlighted_.push_back(item);
+  }
+  const QRectF first = found->second.front()->rect();
+  QLineF line = items_.cursor->line();
+  line.setP1({first.left(), line.y1()});
+  line.setP2({first.left(), line.y2()});
+  items_.cursor->setLine(line);
+  // Scroll sideways only: the rows and the time axis stay where the user put them.
+  const QRectF visible = mapToScene(viewport()->rect()).boundingRect();
+  ensureVisible(QRectF(first.left(), visible.top() + 1, first.width(), 1), 80, 0);
+}
+
+void TimelineView::set_max_ranks(int ranks) {
+  max_ranks_ = ranks;
+  request_rebuild();
+}
+
+void TimelineView::zoom(double factor) {
+  const double centre_fraction = (horizontalScrollBar()->value() + viewport()->width() / 2.0) /
+                                 std::max(1.0, scene_.sceneRect().width());
+  zoom_ = std::clamp(zoom_ * factor, 1.0, 1e7);
+  rebuild();
+  horizontalScrollBar()->setValue(
+      int(centre_fraction * scene_.sceneRect().width() - viewport()->width() / 2.0));
+}
+
+void TimelineView::fit() {
+  zoom_ = 1;
+  rebuild();
+}
+
+void TimelineView::mousePressEvent(QMouseEvent* event) {
+  for (QGraphicsItem* item : items(event->position().toPoint())) {
+    QGraphicsItem* op =
+        item->data(item_key::Role).toInt() == int(ItemRole::Op) ? item : item->parentItem();
+    if (op && op->data(item_key::Role).toInt() == int(ItemRole::Op)) {
+      session_.set_step(op->data(item_key::Op).toLongLong());
+      break;
+    }
+  }
+  QGraphicsView::mousePressEvent(event);  // and start a drag to pan
+}
+
+void TimelineView::wheelEvent(QWheelEvent* event) {
+  if (!(event->modifiers() & Qt::ControlModifier)) {
+    QGraphicsView::wheelEvent(event);
+    return;
+  }
+  zoom(event->angleDelta().y() > 0 ? 1.25 : 0.8);
+  event->accept();
+}
+
+void TimelineView::resizeEvent(QResizeEvent* event) {
+  QGraphicsView::resizeEvent(event);
+  // A scroll bar coming or going changes the width a little: not worth redrawing every op.
+  if (std::abs(viewport()->width() - built_width_) > 40) request_rebuild();
+}
+
+TimelinePage::TimelinePage(Session& session, QWidget* parent) : QWidget(parent), session_(session) {
+  view_ = new TimelineView(session, this);
+  source_ = new QComboBox(this);
+  source_->addItems({"predicted (simulated)", "loaded trace"});
+  source_->setToolTip("Which trace the chart shows");
+  summary_ = new QLabel(this);
+  summary_->setWordWrap(true);
+  summary_->setToolTip("Ctrl+wheel zooms, drag pans, click an op to move the step cursor there");
+  auto* controls = new QHBoxLayout;
+  const std::pair<const char*, double> zooms[] = {{"Zoom in", 2.0}, {"Zoom out", 0.5}};
+  for (const auto& [name, factor] : zooms) {
+    auto* button = new QPushButton(name, this);
+    button->setFocusPolicy(Qt::NoFocus);
+    connect(button, &QPushButton::clicked, this, [this, f = factor] { view_->zoom(f); });
+    controls->addWidget(button);
+  }
+  auto* fit = new QPushButton("Fit", this);
+  fit->setFocusPolicy(Qt::NoFocus);
+  connect(fit, &QPushButton::clicked, view_, &TimelineView::fit);
+  controls->addWidget(fit);
+  controls->addSpacing(12);
+  ranks_ = new QSpinBox(this);
+  ranks_->setRange(1, TimelineGeometry{}.max_ranks);
+  ranks_->setValue(view_->max_ranks());
+  ranks_->setPrefix("ranks shown: ");
+  ranks_->setToolTip(
+      "Rows for this many ranks (a predicted trace's ranks are symmetric: one shows it all)");
+  connect(ranks_, &QSpinBox::valueChanged, view_, &TimelineView::set_max_ranks);
+  controls->addWidget(ranks_);
+  controls->addWidget(source_);
+  controls->addStretch();
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(4, 4, 4, 4);
+  layout->addLayout(controls);
+  layout->addWidget(summary_);
+  layout->addWidget(view_, 1);
+  connect(source_, &QComboBox::currentIndexChanged, this,
+          [this](int index) { view_->set_use_loaded(index == 1); });
+  connect(&session_, &Session::traceChanged, this, &TimelinePage::sync_source);
+  connect(&session_, &Session::planChanged, this, &TimelinePage::sync_source);
+  sync_source();
+}
+
+void TimelinePage::sync_source() {
+  const bool loaded = session_.loaded() != nullptr;
+  {
+    const QSignalBlocker block(source_);
+    source_->setEnabled(loaded);
+    source_->setCurrentIndex(loaded ? 1 : 0);
+  }
+  view_->set_use_loaded(loaded);
+  const Trace* trace = view_->shown_trace();
+  if (!trace) return;
+  const TimeUnit unit =
+      time_unit_for(trace->summary.step_time > 0 ? trace->summary.step_time : 1e-3);
+  summary_->setText(QString("step %1 %2, exposed communication %3 %2 (Ctrl+wheel: zoom, drag: pan, "
+                            "click: move the cursor)")
+                        .arg(trace->summary.step_time * unit.per_second, 0, 'f', 2)
+                        .arg(unit.name)
+                        .arg(trace->summary.exposed_communication * unit.per_second, 0, 'f', 2));
+}
+
+}  // namespace zerolens::gui

@@ -1,0 +1,69 @@
+#pragma once
+// The timeline view: the Gantt chart of the predicted trace (or a loaded one), zoom (buttons,
+// Ctrl+wheel) and pan (drag, scroll bars), the step cursor drawn on it and moved by a click on an
+// op.
+#include <QComboBox>
+#include <QGraphicsScene>
+#include <QGraphicsView>
+#include <QLabel>
+#include <QSpinBox>
+#include <QWidget>
+
+#include "gui/session.hpp"
+#include "gui/timeline_scene.hpp"
+
+namespace zerolens::gui {
+
+class TimelineView : public QGraphicsView {
+  Q_OBJECT
+
+ public:
+  explicit TimelineView(Session& session, QWidget* parent = nullptr);
+  void zoom(double factor);
+  void fit();
+  void set_use_loaded(bool use_loaded);
+  const TimelineItems& timeline_items() const { return items_; }
+  const Trace* shown_trace() const;
+  double zoom_factor() const { return zoom_; }
+  int max_ranks() const { return max_ranks_; }
+  void set_max_ranks(int ranks);
+  // Rebuilds now when shown, else when next shown.
+  void request_rebuild();
+
+ protected:
+  void mousePressEvent(QMouseEvent* event) override;
+  void wheelEvent(QWheelEvent* event) override;
+  void resizeEvent(QResizeEvent* event) override;
+  void showEvent(QShowEvent* event) override;
+
+ private:
+  void rebuild();
+  void show_step();
+  Session& session_;
+  QGraphicsScene scene_;
+  TimelineItems items_;
+  double zoom_ = 1;
+  bool use_loaded_ = true;
+  int max_ranks_ = 4;
+  bool dirty_ = true;
+  int built_width_ = 0;  // viewport width of the last rebuild
+  std::vector<QGraphicsRectItem*> highlighted_;
+};
+
+class TimelinePage : public QWidget {
+  Q_OBJECT
+
+ public:
+  explicit TimelinePage(Session& session, QWidget* parent = nullptr);
+  TimelineView& view() { return *view_; }
+
+ private:
+  void sync_source();
+  Session& session_;
+  TimelineView* view_;
+  QComboBox* source_;
+  QSpinBox* ranks_;
+  QLabel* summary_;
+};
+
+}  // namespace zerolens::gui

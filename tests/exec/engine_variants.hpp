@@ -1,0 +1,66 @@
+#pragma once
+// Plans of the toy model (toy_model.hpp) in every precision and offload setting, for the engine's
+// mixed-precision and offload tests under mpirun.
+#include <memory>
+#include <string>
+
+#include "exec/zero_engine.hpp"
+#include "toy_model.hpp"
+
+namespace zerolens::testing {
+
+inline exec::Communicator& world_communicator() {
+  static const std::unique_ptr<exec::Communicator> communicator = exec::make_mpi_communicator();
+  return *communicator;
+}
+
+enum class Offload { None, Optimizer, OptimizerAndParams };
+
+struct Variant {
+  int stage = 0;
+  Precision precision = Precision::Fp32;
+  Offload offload = Offload::None;
+  std::int64_t grad_accumulation = 1;
+  int scale_power = 8;        // fp16 dynamic loss scale 2^8: the toy's gradients do not overflow
+  double static_scale = 0;    // fp16 "loss_scale" (0: dynamic)
+  int hysteresis = 2;
+  double clipping = 0;
+};
+
+inline std::string name_of(const Variant& v) {
+  const char* offload[] = {"", " offload optimizer", " offload optimizer+params"};
+  return "stage " + std::to_string(v.stage) + " " + to_string(v.precision) + offload[int(v.offload)] + " ga " +
+         std::to_string(v.grad_accumulation) + (v.clipping > 0 ? " clip" : "");
+}
+
+inline const ToyShape kVariantShape{4, 8};
+
+inline Plan variant_plan(const Variant& v, int ranks) {
+  PlanRequest request;
+  request.model = toy_sim_model(kVariantShape);
+  TrainingConfig& c = request.config;
+  c.zero.stage = v.stage;
+  c.precision.precision = v.precision;
+  c.precision.loss_scale.initial_scale_power = v.scale_power;
+  c.precision.loss_scale.static_loss_scale = v.static_scale;
+  c.precision.loss_scale.hysteresis = v.hysteresis;
+  c.precision.loss_scale.loss_scale_window = 1000;
+  if (v.offload != Offload::None) c.zero.offload_optimizer.device = OffloadDevice::Cpu;
+  if (v.offload == Offload::OptimizerAndParams) c.zero.offload_param.device = OffloadDevice::Cpu;
+  c.batch.micro_batch_per_gpu = 2;
+  c.batch.gradient_accumulation_steps = v.grad_accumulation;
+  c.seq_len = 1;
+  c.zero.reduce_bucket_size = 40;     // several buckets, some splitting partitions
+  c.zero.allgather_bucket_size = 30;  // several all-gather shards in stages 1-2
+  c.zero.stage3_param_persistence_threshold = 8;  // biases stay whole (gathered after the step)
+  c.zero.stage3_max_reuse_distance = 0;
+  c.optimizer.type = OptimizerType::AdamW;
+  c.optimizer.lr = 0.01;
+  c.optimizer.weight_decay = 0.01;
+  c.gradient_clipping = v.clipping;
+  request.dp_size = ranks;
+  request.cluster = with_ranks(cluster_from_preset("dgx-a100-80gb"), ranks, 8);
+  return make_plan(request);
+}
+
+}  // namespace zerolens::testing

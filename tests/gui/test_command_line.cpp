@@ -1,0 +1,156 @@
+// The command line: flags build the settings as `zerolens plan` spells them, bad flags name
+// themselves, and the headless screenshot command renders each view with no display.
+#include <gtest/gtest.h>
+#include <QImage>
+#include <QProcess>
+
+#include "gui/command_line.hpp"
+#include "gui_test_helpers.hpp"
+#include "sim/walkthrough.hpp"
+
+namespace zerolens::gui {
+namespace {
+
+using testing::temp_file;
+
+QStringList args(std::initializer_list<const char*> list) {
+  QStringList out{"zerolens-gui"};
+  for (const char* a : list) out << a;
+  return out;
+}
+
+TEST(CommandLine, FlagsBuildTheSettings) {
+  const CommandLine line = parse_command_line(args({"--model",
+                                                    "gpt2-124m",
+                                                    "--gpus",
+                                                    "16",
+                                                    "--stage",
+                                                    "2",
+                                                    "--offload-optimizer",
+                                                    "cpu",
+                                                    "--precision",
+                                                    "bf16",
+                                                    "--micro-batch",
+                                                    "2",
+                                                    "--seq-len",
+                                                    "512",
+                                                    "--activation-checkpointing",
+                                                    "false",
+                                                    "--view",
+                                                    "timeline",
+                                                    "--step",
+                                                    "12",
+                                                    "--size",
+                                                    "800x600",
+                                                    "--scale",
+                                                    "peak"}));
+  const auto planned = plan_settings(line.settings);
+  const ScheduleContext& c = planned->plan.schedule.context;
+  EXPECT_EQ(planned->plan.request.model.name, "gpt2-124m");
+  EXPECT_EQ(c.dp_size, 16);
+  EXPECT_EQ(c.stage, 2);
+  EXPECT_EQ(c.optimizer_device, OffloadDevice::Cpu);
+  EXPECT_EQ(c.precision, Precision::Bf16);
+  EXPECT_EQ(c.micro_batch, 2);
+  EXPECT_EQ(c.seq_len, 512);
+  EXPECT_FALSE(c.activation_checkpointing);
+  EXPECT_EQ(line.view, View::Timeline);
+  EXPECT_EQ(line.step, 12);
+  EXPECT_EQ(line.size, QSize(800, 600));
+  EXPECT_EQ(line.scale, ScaleMode::Peak);
+}
+
+TEST(CommandLine, TheWalkthroughFlagIsTheSharedWalkthrough) {
+  const CommandLine line = parse_command_line(args({"--walkthrough"}));
+  const auto planned = plan_settings(line.settings);
+  const Plan reference = make_plan(walkthrough_request());
+  EXPECT_EQ(planned->plan.schedule.ops.size(), reference.schedule.ops.size());
+  EXPECT_EQ(planned->plan.device(Device::Gpu).peak, reference.device(Device::Gpu).peak);
+  EXPECT_EQ(planned->plan.schedule.layout.persistent, 0);
+}
+
+TEST(CommandLine, BadFlagsNameTheFlag) {
+  const std::vector<std::pair<QStringList, std::string>> cases = {
+      {args({"--stage", "5"}), "--stage"},
+      {args({"--gpus", "many"}), "--gpus"},
+      {args({"--view", "pie"}), "--view"},
+      {args({"--size", "10x10"}), "--size"},
+      {args({"--offload-optimizer", "tape"}), "--offload-optimizer"},
+      {args({"--precision", "fp8"}), "--precision"},
+      {args({"--activation-checkpointing", "maybe"}), "--activation-checkpointing"},
+      {args({"--show", "some"}), "--show"},
+      {args({"--model", "no-such-model"}), "no-such-model"},
+      {args({"--no-such-flag"}), "no-such-flag"},
+      {args({"extra"}), "extra"}};
+  for (const auto& [arguments, expected] : cases) {
+    try {
+      parse_command_line(arguments);
+      ADD_FAILURE() << "accepted " << arguments.join(' ').toStdString();
+    } catch (const InputError& error) {
+      EXPECT_NE(std::string(error.what()).find(expected), std::string::npos) << error.what();
+    }
+  }
+}
+
+struct GuiRun {
+  int exit_code;
+  std::string output;
+};
+
+GuiRun run_gui(const QStringList& arguments) {
+  QProcess process;
+  QProcessEnvironment environment = QProcessEnvironment::systemEnvironment();
+  environment.remove("QT_QPA_PLATFORM");  // --screenshot picks the offscreen platform itself
+  environment.remove("DISPLAY");
+  process.setProcessEnvironment(environment);
+  process.setProcessChannelMode(QProcess::MergedChannels);
+  process.start(ZEROLENS_GUI_BINARY, arguments);
+  if (!process.waitForFinished(120000)) return {-1, "timed out"};
+  return {process.exitCode(), process.readAll().toStdString()};
+}
+
+TEST(Headless, ScreenshotRendersEachViewWithoutADisplay) {
+  for (const char* view : {"ranks", "timeline", "memory", "traffic", "compare"}) {
+    const std::string path = temp_file(std::string("headless_") + view + ".png");
+    const GuiRun run = run_gui({"--walkthrough", "--screenshot", QString::fromStdString(path),
+                                "--view", view, "--step", "3", "--size", "1000x650"});
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_EQ(QImage(QString::fromStdString(path)).size(), QSize(1000, 650)) << view;
+  }
+  const std::string svg = temp_file("headless.svg");
+  const GuiRun run =
+      run_gui({"--model", "gpt2-124m", "--gpus", "8", "--stage", "3", "--offload-optimizer", "cpu",
+               "--screenshot", QString::fromStdString(svg), "--step", "40"});
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+}
+
+TEST(Headless, BadInputExitsWithStatusTwoAndNamesIt) {
+  const std::string out = temp_file("never.png");
+  const std::string bad_trace =
+      temp_file("headless_bad_trace.json", "{\"schema\": \"zerolens.trace\", \"version\": 3}");
+  const std::vector<std::pair<QStringList, std::string>> cases = {
+      {{"--walkthrough", "--screenshot", QString::fromStdString(out), "--step", "100000"},
+       "--step"},
+      {{"--screenshot", QString::fromStdString(out), "--trace", QString::fromStdString(bad_trace)},
+       "version"},
+      {{"--screenshot", QString::fromStdString(out), "--stage", "2", "--offload-param", "cpu"},
+       "offload_param"},
+      {{"--screenshot", QString::fromStdString(temp_file("out.gif")), "--walkthrough"},
+       "unknown image type"},
+      {{"--screenshot", QString::fromStdString(out), "--gpus", "0"}, "--gpus"},
+      {{"--walkthrough"}, "no display"}};  // the window needs a display; the message says what to do
+  for (const auto& [arguments, expected] : cases) {
+    const GuiRun run = run_gui(arguments);
+    EXPECT_EQ(run.exit_code, 2) << arguments.join(' ').toStdString() << "\n" << run.output;
+    EXPECT_NE(run.output.find(expected), std::string::npos) << run.output;
+  }
+}
+
+TEST(Headless, HelpNeedsNoDisplay) {
+  const GuiRun run = run_gui({"--help"});
+  EXPECT_EQ(run.exit_code, 0);
+  EXPECT_NE(run.output.find("--screenshot"), std::string::npos) << run.output;
+}
+
+}  // namespace
+}  // namespace zerolens::gui
