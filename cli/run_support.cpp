@@ -95,7 +95,8 @@ Fault parse_fault(const std::string& text) {
 exec::TrainingResult run_steps(const Plan& plan, exec::Communicator& comm, const RunFlags& flags, std::ostream& out) {
   const bool speak = comm.rank() == 0 && flags.log_every > 0;
   const Fault fault = parse_fault(flags.inject_fault);
-  if (speak) out << "  step        loss   grad norm    time (ms)\n";
+  const bool fp16 = plan.request.config.precision.precision == Precision::Fp16;
+  if (speak) out << "  step        loss   grad norm    time (ms)" << (fp16 ? "   loss scale" : "") << '\n';
   return exec::train_gpt2(plan, comm, flags.training, [&](const exec::StepRecord& s) {
     if (comm.rank() == fault.rank && s.step + 1 == fault.step) {
       std::fprintf(stderr, "zerolens: injected fault: rank %d exits after step %lld\n", fault.rank, (long long)fault.step);
@@ -104,8 +105,10 @@ exec::TrainingResult run_steps(const Plan& plan, exec::Communicator& comm, const
     const bool last = s.step + 1 == flags.training.steps;
     if (!speak || ((s.step + 1) % flags.log_every != 0 && !last && s.step != 0)) return;
     out << std::setw(6) << s.step + 1 << std::fixed << std::setprecision(4) << std::setw(12) << s.loss
-        << std::setw(12) << s.grad_norm << std::setprecision(2) << std::setw(13) << s.seconds * 1e3 << '\n'
-        << std::defaultfloat << std::flush;
+        << std::setw(12) << s.grad_norm << std::setprecision(2) << std::setw(13) << s.seconds * 1e3
+        << std::defaultfloat;
+    if (fp16) out << std::fixed << std::setprecision(0) << std::setw(13) << s.loss_scale << std::defaultfloat << (s.skipped ? "  overflow: step skipped" : "");
+    out << '\n' << std::flush;
   });
 }
 

@@ -14,12 +14,19 @@ void Gpt2Model::State::head_backward(std::size_t layer, ParamViews p, GradViews 
   const std::size_t rows = dims.rows(), C = dims.channels, V = dims.vocab;
   dresidual = zeroed_working(rows * C);
   {
-    TrackedBuffer<float> dlogits = zeroed_working(rows * V);
-    TrackedBuffer<float> dlosses = working(rows);
+    // The loss gradient is fp32 (as the softmax); 16-bit training casts it down for the product.
+    TrackedBuffer<float> dlogits = fp32(Component::ActivationWorking, rows * V);
+    TrackedBuffer<float> dlosses = fp32(Component::ActivationWorking, rows);
     std::fill(dlosses.data(), dlosses.data() + rows, scale / float(rows));
     kn::crossentropy_softmax_backward(dlogits.data(), dlosses.data(), probs.data(), targets.data(), rows, V);
-    kn::matmul_backward(dresidual.data(), g[0].data(), nullptr, dlogits.data(), outputs[layer - 1].data(),
-                        p[0].data(), rows, C, V);
+    TrackedBuffer<float> downcast;
+    if (sixteen_bit()) {
+      downcast = working(rows * V);
+      std::copy_n(dlogits.data(), rows * V, downcast.data());
+      dlogits.reset();
+    }
+    kn::matmul_backward(dresidual.data(), g[0].data(), nullptr, sixteen_bit() ? downcast.data() : dlogits.data(),
+                        outputs[layer - 1].data(), p[0].data(), rows, C, V);
   }
   for (TrackedBuffer<float>* buffer : {&logits, &probs, &losses}) buffer->reset();
   targets.reset();

@@ -9,19 +9,21 @@ namespace zerolens::exec {
 
 namespace kn = zerolens::kernels;
 
-void BlockActivations::allocate(MemoryLedger& ledger, Component component, const Gpt2Dims& d) {
+// LayerNorm statistics stay fp32 in any precision (as in mixed-precision LayerNorm kernels).
+void BlockActivations::allocate(MemoryLedger& ledger, Component component, const Gpt2Dims& d, HeldAs held) {
   const std::size_t rows = d.rows(), C = d.channels, F = d.ffn;
-  const auto make = [&](std::size_t count) { return TrackedBuffer<float>(ledger, Device::Gpu, component, count); };
+  const auto make = [&](std::size_t count) { return TrackedBuffer<float>(ledger, Device::Gpu, component, count, held); };
+  const auto fp32 = [&](std::size_t count) { return TrackedBuffer<float>(ledger, Device::Gpu, component, count); };
   ln1 = make(rows * C);
-  ln1_mean = make(rows);
-  ln1_rstd = make(rows);
+  ln1_mean = fp32(rows);
+  ln1_rstd = fp32(rows);
   qkv = make(rows * 3 * C);
   att = make(d.scores());
   atty = make(rows * C);
   mid = make(rows * C);
   ln2 = make(rows * C);
-  ln2_mean = make(rows);
-  ln2_rstd = make(rows);
+  ln2_mean = fp32(rows);
+  ln2_rstd = fp32(rows);
   fch = make(rows * F);
   fch_gelu = make(rows * F);
 }
@@ -35,7 +37,7 @@ void BlockActivations::release() {
 
 void Gpt2Model::State::embedding_forward(ParamViews p) {
   const Gpt2Dims& d = dims;
-  outputs[0] = {ledger, Device::Gpu, Component::ActivationsStored, d.rows() * d.channels};
+  outputs[0] = activation(Component::ActivationsStored, d.rows() * d.channels);
   kn::encoder_forward(outputs[0].data(), tokens.data(), p[0].data(), p[1].data(), d.batch, d.seq_len, d.channels,
                       d.vocab);
 }
@@ -56,7 +58,7 @@ void Gpt2Model::State::block_forward(std::size_t layer, ParamViews p, bool recom
   const float* x = outputs[layer - 1].data();
   BlockActivations& a = blocks[layer];
   const bool checkpointing = options.checkpointing;
-  a.allocate(ledger, checkpointing ? Component::ActivationWorking : Component::ActivationsStored, d);
+  a.allocate(ledger, checkpointing ? Component::ActivationWorking : Component::ActivationsStored, d, held());
   kn::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p[kLn1Weight].data(),
                         p[kLn1Bias].data(), rows, C);
   {
@@ -79,7 +81,7 @@ void Gpt2Model::State::block_forward(std::size_t layer, ParamViews p, bool recom
   kn::gelu_forward(a.fch_gelu.data(), a.fch.data(), rows * F);
   if (recomputing) return;  // the output (the next block's checkpoint) still exists
   TrackedBuffer<float>& out = outputs[layer];
-  out = {ledger, Device::Gpu, checkpointing ? Component::ActivationCheckpoints : Component::ActivationsStored, rows * C};
+  out = activation(checkpointing ? Component::ActivationCheckpoints : Component::ActivationsStored, rows * C);
   kn::matmul_forward(out.data(), a.fch_gelu.data(), p[kFcOutWeight].data(), p[kFcOutBias].data(), rows, F, C);
   kn::residual_forward(out.data(), out.data(), a.mid.data(), rows * C);
   if (checkpointing) a.release();
@@ -87,23 +89,30 @@ void Gpt2Model::State::block_forward(std::size_t layer, ParamViews p, bool recom
 
 void Gpt2Model::State::final_norm_forward(std::size_t layer, ParamViews p) {
   const std::size_t rows = dims.rows(), C = dims.channels;
-  outputs[layer] = {ledger, Device::Gpu, Component::ActivationsStored, rows * C};
-  lnf_mean = {ledger, Device::Gpu, Component::ActivationsStored, rows};
-  lnf_rstd = {ledger, Device::Gpu, Component::ActivationsStored, rows};
+  outputs[layer] = activation(Component::ActivationsStored, rows * C);
+  lnf_mean = fp32(Component::ActivationsStored, rows);
+  lnf_rstd = fp32(Component::ActivationsStored, rows);
   kn::layernorm_forward(outputs[layer].data(), lnf_mean.data(), lnf_rstd.data(), outputs[layer - 1].data(),
                         p[0].data(), p[1].data(), rows, C);
 }
 
 // The LM head multiplies by the token embedding (tied): logits = x · wteᵀ, then the mean
-// cross-entropy of the next tokens.
+// cross-entropy of the next tokens. The softmax and the losses are fp32 in any precision; 16-bit
+// logits are first copied to fp32 for them.
 void Gpt2Model::State::head_forward(ParamViews p) {
   const std::size_t rows = dims.rows(), C = dims.channels, V = dims.vocab;
   const std::size_t layer = model.layers.size() - 1;
-  logits = {ledger, Device::Gpu, Component::ActivationsStored, rows * V};
-  probs = {ledger, Device::Gpu, Component::ActivationsStored, rows * V};
-  losses = {ledger, Device::Gpu, Component::ActivationsStored, rows};
+  logits = activation(Component::ActivationsStored, rows * V);
+  probs = fp32(Component::ActivationsStored, rows * V);
+  losses = fp32(Component::ActivationsStored, rows);
   kn::matmul_forward(logits.data(), outputs[layer - 1].data(), p[0].data(), nullptr, rows, C, V);
-  kn::crossentropy_softmax_forward(losses.data(), probs.data(), logits.data(), targets.data(), rows, V);
+  TrackedBuffer<float> upcast;
+  if (sixteen_bit()) {
+    upcast = fp32(Component::ActivationWorking, rows * V);
+    std::copy_n(logits.data(), rows * V, upcast.data());
+  }
+  kn::crossentropy_softmax_forward(losses.data(), probs.data(), sixteen_bit() ? upcast.data() : logits.data(),
+                                   targets.data(), rows, V);
   double sum = 0;
   for (std::size_t r = 0; r < rows; ++r) sum += losses[r];
   loss = sum / double(rows);

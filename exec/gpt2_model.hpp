@@ -25,6 +25,11 @@ struct Gpt2Options {
   std::int64_t seq_len = 64;
   bool checkpointing = false;  // keep only block outputs; rebuild the rest in recompute()
   std::uint64_t seed = 1234;   // data and initial weights
+  // Bytes per activation element in the plan (2 with fp16/bf16 training). The fp32 kernels keep
+  // every activation in fp32; the ledger counts this many bytes per element and the rest as
+  // scratch, and the head casts as a 16-bit implementation does (an fp32 copy of the logits for the
+  // loss, a 16-bit copy of their gradient).
+  std::int64_t activation_element_bytes = 4;
 };
 
 class Gpt2Model final : public LayerModel {

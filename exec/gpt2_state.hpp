@@ -22,7 +22,7 @@ enum BlockParam : std::size_t {
 // What a block keeps for backward besides its input (the previous layer's output).
 struct BlockActivations {
   TrackedBuffer<float> ln1, ln1_mean, ln1_rstd, qkv, att, atty, mid, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
-  void allocate(MemoryLedger& ledger, Component component, const Gpt2Dims& d);
+  void allocate(MemoryLedger& ledger, Component component, const Gpt2Dims& d, HeldAs held);
   void release();
 };
 
@@ -47,9 +47,14 @@ struct Gpt2Model::State {
   void final_norm_backward(std::size_t layer, ParamViews params, GradViews grads);
   void head_backward(std::size_t layer, ParamViews params, GradViews grads, float scale);
 
-  TrackedBuffer<float> working(std::size_t count) {
-    return {ledger, Device::Gpu, Component::ActivationWorking, count};
+  // An activation (counted at the plan's activation dtype) and an fp32 buffer in any precision.
+  TrackedBuffer<float> activation(Component component, std::size_t count) {
+    return {ledger, Device::Gpu, component, count, held()};
   }
+  TrackedBuffer<float> fp32(Component component, std::size_t count) { return {ledger, Device::Gpu, component, count}; }
+  TrackedBuffer<float> working(std::size_t count) { return activation(Component::ActivationWorking, count); }
+  HeldAs held() const { return {std::size_t(options.activation_element_bytes)}; }
+  bool sixteen_bit() const { return options.activation_element_bytes < 4; }
   TrackedBuffer<float> zeroed_working(std::size_t count);
 
   const Model& model;

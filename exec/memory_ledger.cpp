@@ -70,18 +70,39 @@ template <typename T>
 TrackedBuffer<T>::TrackedBuffer(MemoryLedger& ledger, Device device, Component component, std::size_t count,
                                 std::size_t alignment)
     : ledger_(&ledger), device_(device), component_(component), count_(count) {
+  allocate_storage(alignment);
+  ledger_->allocate(device_, component_, bytes());
+}
+
+template <typename T>
+TrackedBuffer<T>::TrackedBuffer(MemoryLedger& ledger, Device device, Component component, std::size_t count,
+                                HeldAs held)
+    : ledger_(&ledger), device_(device), component_(component), count_(count) {
+  if (held.per_element == 0 || held.per_element > sizeof(T)) {
+    throw std::logic_error("memory ledger: a buffer held as " + std::to_string(held.per_element) +
+                           " bytes per element of " + std::to_string(sizeof(T)));
+  }
+  allocate_storage(64);
+  scratch_ = Bytes(count * (sizeof(T) - held.per_element));
+  ledger_->allocate(device_, component_, bytes() - scratch_);
+  ledger_->allocate_scratch(device_, scratch_);
+}
+
+template <typename T>
+void TrackedBuffer<T>::allocate_storage(std::size_t alignment) {
   // aligned_alloc needs a size that is a multiple of the alignment.
-  const std::size_t bytes = (count * sizeof(T) + alignment - 1) / alignment * alignment;
-  data_ = static_cast<T*>(std::aligned_alloc(alignment, bytes == 0 ? alignment : bytes));
+  const std::size_t size = (count_ * sizeof(T) + alignment - 1) / alignment * alignment;
+  data_ = static_cast<T*>(std::aligned_alloc(alignment, size == 0 ? alignment : size));
   if (!data_) throw std::bad_alloc();
-  for (std::size_t i = 0; i < count; ++i) new (data_ + i) T{};
-  ledger_->allocate(device_, component_, this->bytes());
+  for (std::size_t i = 0; i < count_; ++i) new (data_ + i) T{};
 }
 
 template <typename T>
 void TrackedBuffer<T>::reset() {
   if (!ledger_) return;
-  ledger_->release(device_, component_, bytes());
+  ledger_->release(device_, component_, bytes() - scratch_);
+  ledger_->release_scratch(device_, scratch_);
+  scratch_ = 0;
   std::free(data_);
   ledger_ = nullptr;
   data_ = nullptr;
@@ -95,6 +116,7 @@ void TrackedBuffer<T>::swap(TrackedBuffer& other) noexcept {
   std::swap(component_, other.component_);
   std::swap(data_, other.data_);
   std::swap(count_, other.count_);
+  std::swap(scratch_, other.scratch_);
 }
 
 template class TrackedBuffer<float>;

@@ -49,6 +49,13 @@ class MemoryLedger {
   std::array<Bytes, kDeviceCount> scratch_peak_{};
 };
 
+// The bytes per element a buffer stands for in the plan when the CPU backend holds it wider: the
+// fp32 kernels keep 16-bit activations in fp32, so the ledger counts `per_element` bytes under the
+// buffer's component and the rest as scratch (MemoryLedger::allocate_scratch).
+struct HeldAs {
+  std::size_t per_element = 0;
+};
+
 // An owned, aligned array of T accounted in a ledger for its whole life. Move-only.
 template <typename T>
 class TrackedBuffer {
@@ -56,6 +63,8 @@ class TrackedBuffer {
   TrackedBuffer() = default;
   TrackedBuffer(MemoryLedger& ledger, Device device, Component component, std::size_t count,
                 std::size_t alignment = 64);
+  // Counted as `held.per_element` bytes per element (at most sizeof(T)), the rest as scratch.
+  TrackedBuffer(MemoryLedger& ledger, Device device, Component component, std::size_t count, HeldAs held);
   ~TrackedBuffer() { reset(); }
   TrackedBuffer(TrackedBuffer&& other) noexcept { swap(other); }
   TrackedBuffer& operator=(TrackedBuffer&& other) noexcept {
@@ -80,11 +89,13 @@ class TrackedBuffer {
 
  private:
   void swap(TrackedBuffer& other) noexcept;
+  void allocate_storage(std::size_t alignment);  // count_ elements, value-initialised
   MemoryLedger* ledger_ = nullptr;
   Device device_ = Device::Gpu;
   Component component_ = Component::ParamsFull;
   T* data_ = nullptr;
   std::size_t count_ = 0;
+  Bytes scratch_ = 0;  // bytes counted as scratch, not under component_
 };
 
 extern template class TrackedBuffer<float>;

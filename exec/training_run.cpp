@@ -50,7 +50,8 @@ TrainingResult train_gpt2(const Plan& plan, Communicator& comm, const TrainingOp
   MemoryLedger ledger;
   Gpt2Model model(plan.request.model,
                   {.micro_batch = context.micro_batch, .seq_len = context.seq_len,
-                   .checkpointing = context.activation_checkpointing, .seed = options.seed},
+                   .checkpointing = context.activation_checkpointing, .seed = options.seed,
+                   .activation_element_bytes = plan.request.config.precision.param_bytes()},
                   ledger);
   ZeroEngine engine(plan, comm, model, ledger);
   TrainingResult result;
@@ -76,7 +77,7 @@ TrainingResult train_gpt2(const Plan& plan, Communicator& comm, const TrainingOp
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     result.collectives = difference(counts_of(comm), counts_before);
     record_peaks(ledger, result);
-    result.steps.push_back({step, report.loss, report.grad_norm, seconds});
+    result.steps.push_back({step, report.loss, report.grad_norm, seconds, report.loss_scale, report.skipped});
     if (on_step) on_step(result.steps.back());
     const bool last = step + 1 == options.steps;
     if (!options.save_directory.empty() && (last || (options.save_every > 0 && (step + 1) % options.save_every == 0))) {

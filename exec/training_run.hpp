@@ -26,6 +26,8 @@ struct TrainingOptions {
 struct StepRecord {
   std::int64_t step = 0;
   double loss = 0, grad_norm = 0, seconds = 0;
+  double loss_scale = 1;  // the fp16 loss scale this step used (1 otherwise)
+  bool skipped = false;   // fp16 overflow: no update
 };
 
 struct OpRecord {

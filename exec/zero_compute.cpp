@@ -16,9 +16,12 @@ void ZeroEngine::State::begin_step(std::int64_t step_index) {
   step_scale_ = scaler.scale();
 }
 
+// The reduce buffer appears before the op's work and goes after it, in the order of the schedule's
+// effects (a backward allocates it before its working set comes and goes).
 void ZeroEngine::State::run(const Op& op) {
+  follow_reduce_buffer(op, /*allocations=*/true);
   run_op(op);
-  follow_reduce_buffer(op);
+  follow_reduce_buffer(op, /*allocations=*/false);
 }
 
 void ZeroEngine::State::run_op(const Op& op) {

@@ -58,10 +58,11 @@ Numbers ZeroEngine::State::staging(std::size_t elements, NumberBuffer& transient
 
 // The schedule decides when the persistent reduce buffer exists: allocated by an op other than a
 // reduction (the first backward of stages 1-2, initialisation in stage 3), freed after the update.
-void ZeroEngine::State::follow_reduce_buffer(const Op& op) {
+void ZeroEngine::State::follow_reduce_buffer(const Op& op, bool allocations) {
   if (op.kind == OpKind::AllReduce || op.kind == OpKind::ReduceScatter) return;  // their copies are transient
   for (const MemEffect& effect : schedule.effects_of(op)) {
     if (effect.device != Device::Gpu || effect.component != Component::ReduceBucket) continue;
+    if ((effect.bytes > 0) != allocations) continue;
     if (effect.bytes > 0 && reduce_buffer_.size() == 0) {
       reduce_buffer_ = {ledger, Device::Gpu, Component::ReduceBucket, grad_format,
                         std::size_t(effect.bytes) / element_bytes(grad_format)};

@@ -89,7 +89,7 @@ struct ZeroEngine::State {
   Numbers new_grad_chunk(Elements owned_begin, Elements length);
   Numbers owned_grads(const OwnedSegment& segment);
   Numbers staging(std::size_t elements, NumberBuffer& transient);
-  void follow_reduce_buffer(const Op& op);
+  void follow_reduce_buffer(const Op& op, bool allocations);
   void free_step_gradients();
   // precision and the update (zero_precision.cpp)
   void inject_fault(const Op& op);
