@@ -2,7 +2,10 @@
 // safetensors export of ZeRO checkpoints.
 #include "exec/checkpoint.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "exec/checkpoint_file.hpp"
 #include "exec/communicator.hpp"
@@ -108,10 +111,28 @@ fs::path save_checkpoint(const fs::path& directory, const CheckpointMeta& meta, 
   return final_dir;
 }
 
+// "; checkpoints in DIR: step_00000003, step_00000006" when the parent holds some (a mistyped step).
+static std::string checkpoints_beside(const fs::path& directory) {
+  std::error_code error;
+  std::vector<std::string> steps;
+  const fs::path parent = directory.has_parent_path() ? directory.parent_path() : fs::path(".");
+  for (const auto& entry : fs::directory_iterator(parent, error)) {
+    if (fs::exists(entry.path() / "manifest.json", error)) steps.push_back(entry.path().filename().string());
+  }
+  if (steps.empty()) return "";
+  std::sort(steps.begin(), steps.end());
+  std::string list = "; checkpoints in " + parent.string() + ":";
+  for (const std::string& step : steps) list += " " + step;
+  return list;
+}
+
 fs::path resolve_checkpoint(const fs::path& directory) {
   if (fs::exists(directory / "manifest.json")) return directory;
   const fs::path latest = directory / "latest";
-  if (!fs::exists(latest)) throw CheckpointError(directory.string() + ": no checkpoint here (no manifest.json or latest)");
+  if (!fs::exists(latest)) {
+    throw CheckpointError(directory.string() + ": no checkpoint here (no manifest.json or latest)" +
+                          checkpoints_beside(directory));
+  }
   const auto bytes = read_file(latest);
   std::string name(bytes.begin(), bytes.end());
   while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
