@@ -1,5 +1,7 @@
 #include "gui/config_panel.hpp"
 
+#include "gui/op_words.hpp"
+
 #include <QFileDialog>
 #include <QFormLayout>
 #include <QHBoxLayout>
@@ -46,7 +48,7 @@ QString peak_words(const Plan& plan, Device device, const char* name, const char
   const DeviceReport& d = plan.device(device);
   return QString("%1 %2 of %3 %4 (%5)")
       .arg(name)
-      .arg(QString::fromStdString(format_bytes(d.peak, SizeUnit::GB)))
+      .arg(QString::fromStdString(d.peak < Bytes{10'000'000} ? human_bytes(d.peak) : format_bytes(d.peak, SizeUnit::GB)))
       .arg(QString::fromStdString(format_bytes(d.capacity, SizeUnit::GB)))
       .arg(scope)
       .arg(d.fits() ? "fits" : "does NOT fit");

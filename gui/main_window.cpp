@@ -107,10 +107,14 @@ void MainWindow::apply_view_defaults() {
   RankViewOptions options;
   options.show = walkthrough ? ShowMemory::StatesAndCopies : ShowMemory::All;
   // Bars zoomed to the step's peak so the blocks read (the capacity is still marked); the memory
-  // chart shows the capacity line except for the walkthrough, whose model is tiny beside it.
+  // chart shows the capacity line unless the step uses under 5% of it (the walkthrough, a tiny
+  // model's measured trace), where a line on the floor would tell nothing.
   options.scale = ScaleMode::Peak;
   ranks_->set_options(options);
-  memory_->set_scale(walkthrough ? ScaleMode::Peak : ScaleMode::Capacity);
+  const Planned* planned = session_.planned();
+  const bool tiny = planned && planned->plan.device(Device::Gpu).peak_per_rank <
+                                   planned->plan.device(Device::Gpu).capacity / 20;
+  memory_->set_scale(walkthrough || tiny ? ScaleMode::Peak : ScaleMode::Capacity);
 }
 
 void MainWindow::update_title() {
@@ -245,7 +249,7 @@ void MainWindow::make_file_menu() {
     if (!path.isEmpty()) export_deepspeed_config(path);
   });
   file->addSeparator();
-  file->addAction("Open trace...", this, [this] {
+  file->addAction("Open trace (predicted or measured)...", QKeySequence(Qt::CTRL | Qt::Key_T), this, [this] {
     const QString path = open_path(this, "Open a trace (zerolens trace -o, or a measured trace)");
     if (!path.isEmpty()) open_trace_file(path);
   });

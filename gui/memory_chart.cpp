@@ -1,5 +1,7 @@
 #include "gui/memory_chart.hpp"
 
+#include "gui/op_words.hpp"
+
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QLegend>
@@ -59,6 +61,25 @@ std::vector<QPointF> predicted_steps(const Timeline& timeline, Device device) {
     points.emplace_back(sample.time, value);
   }
   return points;
+}
+
+// The predicted memory after each op laid on a loaded trace's clock, when the trace has the plan's
+// ops (a measured CPU run takes milliseconds where the plan predicts microseconds on a GPU: on one
+// time axis the prediction would be a sliver at zero). Empty when the ops do not line up.
+std::optional<Trace> predicted_on_loaded_clock(const Trace& predicted, const Trace& loaded) {
+  const int rank = loaded.ranks.front();
+  const auto predicted_ops = ops_of_rank(predicted, predicted.ranks.front());
+  const auto loaded_ops = ops_of_rank(loaded, rank);
+  if (predicted_ops.size() != loaded_ops.size()) return std::nullopt;
+  Trace moved;
+  moved.ranks = {rank};
+  for (std::size_t i = 0; i < loaded_ops.size(); ++i) {
+    if (predicted_ops[i]->kind != loaded_ops[i]->kind) return std::nullopt;
+    TraceOp op = *loaded_ops[i];
+    op.memory_after = predicted_ops[i]->memory_after;
+    moved.ops.push_back(op);
+  }
+  return moved;
 }
 
 }  // namespace
@@ -150,11 +171,17 @@ void MemoryPage::rebuild() {
 QChart* MemoryPage::device_chart(Device device) {
   const Planned& planned = *session_.planned();
   const Trace& predicted = planned.predicted;
-  const auto points = predicted_steps(planned.timeline, device);
+  auto points = predicted_steps(planned.timeline, device);
+  QString predicted_name = "predicted";
   std::vector<QPointF> measured;
   const LoadedTrace* loaded = session_.loaded();
-  if (loaded && !loaded->trace.ranks.empty())
+  if (loaded && !loaded->trace.ranks.empty()) {
     measured = memory_steps(loaded->trace, loaded->trace.ranks.front(), device, {});
+    if (const auto moved = predicted_on_loaded_clock(predicted, loaded->trace)) {
+      points = memory_steps(*moved, moved->ranks.front(), device, {});
+      predicted_name = "predicted (at the trace's op times)";
+    }
+  }
   const Bytes capacity = capacity_per_rank(planned.plan, device);
   double top =
       std::max({max_y(points), max_y(measured), double(planned.plan.device(device).peak_per_rank)});
@@ -166,7 +193,7 @@ QChart* MemoryPage::device_chart(Device device) {
   auto* chart = make_chart(
       QString("%1 memory of rank %2").arg(kDeviceNames[int(device)]).arg(predicted.ranks.front()));
   std::vector<QLineSeries*> series{
-      line_series("predicted", points, time.per_second, unit.bytes, QPen(QColor(0x1f77b4), 2))};
+      line_series(predicted_name, points, time.per_second, unit.bytes, QPen(QColor(0x1f77b4), 2))};
   if (!measured.empty()) {
     const QString name =
         loaded->trace.source == "exec" ? "measured (loaded trace)" : "loaded trace";
@@ -174,7 +201,7 @@ QChart* MemoryPage::device_chart(Device device) {
                                  QPen(QColor(0xff7f0e), 2, Qt::DashLine)));
   }
   series.push_back(line_series(
-      QString("capacity %1 %2").arg(double(capacity) / unit.bytes, 0, 'f', 2).arg(unit.name),
+      QString("capacity %1").arg(QString::fromStdString(human_bytes(capacity))),
       {QPointF(0, double(capacity)), QPointF(end, double(capacity))}, time.per_second, unit.bytes,
       QPen(QColor(0xd62728), 1.5, Qt::DashLine)));
   const Bytes peak = planned.plan.device(device).peak_per_rank;

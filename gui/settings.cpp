@@ -150,6 +150,13 @@ Settings settings_for_trace(const Settings& current, const TraceRun& run,
   s.config.batch = BatchConfig{.micro_batch_per_gpu = run.micro_batch,
                                .gradient_accumulation_steps = run.grad_accumulation};
   s.config.seq_len = run.seq_len;
+  if (run.inputs) {  // what the trace was planned from: the same schedule, op for op
+    s.model = run.inputs->model;
+    s.config = run.inputs->config;
+    s.cluster = run.inputs->cluster;
+    s.options = run.inputs->options;
+    s.deepspeed_source.clear();
+  }
   return s;
 }
 

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/json_read.hpp"
+#include "sim/model_io.hpp"
 
 namespace zerolens {
 namespace {
@@ -25,6 +26,7 @@ TraceRun run_of(const Plan& plan) {
   run.micro_batch = c.micro_batch;
   run.seq_len = c.seq_len;
   run.grad_accumulation = c.grad_accumulation;
+  run.inputs = TraceInputs{plan.request.model, plan.request.config, plan.request.cluster, plan.request.options};
   return run;
 }
 
@@ -81,11 +83,50 @@ TraceOp read_op(const json& object, const std::string& where) {
   return op;
 }
 
+json inputs_json(const TraceInputs& in) {
+  return {{"model", model_to_json(in.model)},
+          {"deepspeed_config", to_deepspeed_json(in.config)},
+          {"cluster", cluster_to_json(in.cluster)},
+          {"schedule_options",
+           {{"model_states_only", in.options.model_states_only},
+            {"cuda_context_bytes", in.options.cuda_context_bytes},
+            {"library_workspace_bytes", in.options.library_workspace_bytes},
+            {"fragmentation_fraction", in.options.fragmentation_fraction}}}};
+}
+
+// Errors name the key under run.inputs; warnings (unknown keys) are dropped: the writer is ours.
+TraceInputs read_inputs(const json& object) {
+  const std::string w = "run.inputs";
+  as_object(object, w);
+  Diagnostics ignored;
+  TraceInputs in;
+  try {
+    in.model = model_from_layers_json(required(object, "model", w), ignored, "trace model");
+    in.config = parse_training_config(required(object, "deepspeed_config", w), ignored,
+                                      in.model.shape ? std::optional(in.model.shape->hidden) : std::nullopt);
+    in.cluster = cluster_from_json(required(object, "cluster", w), ignored);
+  } catch (const InputError& error) {
+    throw InputError(w, error.what());
+  }
+  const json& options = required(object, "schedule_options", w);
+  const std::string o = w + ".schedule_options";
+  as_object(options, o);
+  in.options.model_states_only = as_bool(required(options, "model_states_only", o), o + ".model_states_only");
+  in.options.cuda_context_bytes = as_int(required(options, "cuda_context_bytes", o), o + ".cuda_context_bytes");
+  in.options.library_workspace_bytes =
+      as_int(required(options, "library_workspace_bytes", o), o + ".library_workspace_bytes");
+  in.options.fragmentation_fraction =
+      as_double(required(options, "fragmentation_fraction", o), o + ".fragmentation_fraction", 0, 1);
+  return in;
+}
+
 json run_json(const TraceRun& r) {
-  return {{"model", r.model}, {"parameter_count", r.parameter_count}, {"cluster", r.cluster},
+  json run = {{"model", r.model}, {"parameter_count", r.parameter_count}, {"cluster", r.cluster},
           {"precision", r.precision}, {"optimizer_device", r.optimizer_device}, {"param_device", r.param_device},
           {"dp_size", r.dp_size}, {"gpus_per_node", r.gpus_per_node}, {"stage", r.stage},
           {"micro_batch", r.micro_batch}, {"seq_len", r.seq_len}, {"grad_accumulation", r.grad_accumulation}};
+  if (r.inputs) run["inputs"] = inputs_json(*r.inputs);
+  return run;
 }
 
 TraceRun read_run(const json& object) {
@@ -104,6 +145,10 @@ TraceRun read_run(const json& object) {
   r.micro_batch = as_int(required(object, "micro_batch", w), "run.micro_batch", 1);
   r.seq_len = as_int(required(object, "seq_len", w), "run.seq_len", 1);
   r.grad_accumulation = as_int(required(object, "grad_accumulation", w), "run.grad_accumulation", 1);
+  if (const json* inputs = member(object, "inputs")) {
+    r.inputs = read_inputs(*inputs);
+    r.inputs->config.seq_len = r.seq_len;  // not a DeepSpeed field
+  }
   return r;
 }
 

@@ -4,6 +4,7 @@
 // The simulator writes predicted traces; the executor writes measured traces in the same schema so
 // the two can be diffed op by op, and the GUI reads either.
 #include <array>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,11 +29,22 @@ struct TraceOp {
   std::array<Bytes, kDeviceCount> memory_after{};  // per device (gpu, cpu, nvme), this rank's share
 };
 
+// Everything the schedule was planned from, so a reader plans the very same schedule (the GUI
+// lines a trace's ops up with its own plan by index). Optional in the file: older and hand-written
+// traces lack it and are re-planned from the summary fields of TraceRun.
+struct TraceInputs {
+  Model model;
+  TrainingConfig config;
+  Cluster cluster;  // as sized for the run
+  ScheduleOptions options;
+};
+
 struct TraceRun {
   std::string model, cluster, precision, optimizer_device, param_device;
   Elements parameter_count = 0;
   int dp_size = 1, gpus_per_node = 1, stage = 0;
   std::int64_t micro_batch = 1, seq_len = 1, grad_accumulation = 1;
+  std::optional<TraceInputs> inputs;
 };
 
 struct TraceSummary {

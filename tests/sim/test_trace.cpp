@@ -16,7 +16,9 @@ Trace sample_trace(int ranks) {
   TrainingConfig config = testing::mixed_adam(3);
   config.zero.stage3_param_persistence_threshold = 0;
   config.zero.offload_optimizer.device = OffloadDevice::Cpu;
-  const Plan plan = testing::plan_of(testing::flat_model(5, 40'000), config, 4, 8);
+  PlanRequest request = testing::plan_of(testing::flat_model(5, 40'000), config, 4, 8).request;
+  request.cluster = with_ranks(cluster_from_preset("dgx-a100-80gb"), 4, 8);  // a cluster a file can hold
+  const Plan plan = make_plan(request);
   const Timeline timeline = simulate_timeline(plan.schedule, cluster_from_preset("dgx-a100-80gb"), TimelineOptions{});
   return make_trace(plan, timeline, ranks);
 }
@@ -29,6 +31,45 @@ TEST(Trace, RoundTripKeepsEveryOp) {
   EXPECT_EQ(copy.ranks, (std::vector<int>{0, 1}));
   EXPECT_EQ(copy.ops.size(), trace.ops.size());
   EXPECT_EQ(document.at("schema"), "zerolens.trace");
+}
+
+// A trace carries what it was planned from: planning its inputs again gives the same schedule,
+// op for op, and the same memory (checked on a config far from every default).
+TEST(Trace, InputsPlanTheSameSchedule) {
+  TrainingConfig config = testing::mixed_adam(3);
+  config.zero.stage3_param_persistence_threshold = 1000;
+  config.zero.reduce_bucket_size = 30'000;
+  config.zero.stage3_prefetch_bucket_size = 50'000;
+  config.zero.offload_param.device = OffloadDevice::Nvme;
+  config.zero.offload_param.nvme_path = "/local_nvme";
+  config.zero.offload_optimizer.device = OffloadDevice::Cpu;
+  config.activation_checkpointing.enabled = true;
+  config.seq_len = 96;
+  PlanRequest request = testing::plan_of(testing::flat_model(5, 40'000), config, 4, 8).request;
+  request.cluster = with_ranks(cluster_from_preset("dgx-a100-80gb"), 4, 2);
+  request.options.cuda_context_bytes = 123;
+  request.options.fragmentation_fraction = 0;
+  const Plan plan = make_plan(request);
+  const Timeline timeline = simulate_timeline(plan.schedule, plan.request.cluster, TimelineOptions{});
+  const Trace copy = trace_from_json(json::parse(trace_to_json(make_trace(plan, timeline, 1)).dump()));
+  ASSERT_TRUE(copy.run.inputs.has_value());
+  PlanRequest again = request;
+  again.model = copy.run.inputs->model;
+  again.config = copy.run.inputs->config;
+  again.cluster = copy.run.inputs->cluster;
+  again.options = copy.run.inputs->options;
+  const Plan replanned = make_plan(again);
+  ASSERT_EQ(replanned.schedule.ops.size(), plan.schedule.ops.size());
+  for (std::size_t i = 0; i < plan.schedule.ops.size(); ++i) {
+    EXPECT_EQ(replanned.schedule.ops[i].kind, plan.schedule.ops[i].kind) << i;
+    EXPECT_EQ(replanned.schedule.ops[i].bytes, plan.schedule.ops[i].bytes) << i;
+  }
+  for (std::size_t d = 0; d < plan.devices.size(); ++d) {
+    EXPECT_EQ(replanned.devices[d].peak, plan.devices[d].peak) << d;
+  }
+  json broken = trace_to_json(make_trace(plan, timeline, 1));
+  broken["run"]["inputs"]["deepspeed_config"]["zero_optimization"]["stage"] = 7;
+  EXPECT_THROW(trace_from_json(broken), InputError);
 }
 
 TEST(Trace, OpsCarryTimesBytesAndMemory) {
