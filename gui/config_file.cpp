@@ -97,11 +97,7 @@ Settings settings_from_json(const json& document, const Settings& current,
         "schema",
         "not a zerolens GUI config (expected \"zerolens.gui-config\") nor a DeepSpeed config");
   Settings s = current;
-  std::optional<std::int64_t> hidden;
-  if (s.model.shape) hidden = s.model.shape->hidden;
-  TrainingConfig config = parse_training_config(document, diagnostics, hidden);
-  if (!config.seq_len) config.seq_len = s.config.seq_len;
-  s.config = std::move(config);
+  apply_deepspeed_config(s, document, diagnostics);
   s.walkthrough = false;
   return s;
 }

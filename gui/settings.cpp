@@ -107,13 +107,16 @@ void load_cluster_spec(Settings& s, const std::string& spec, Diagnostics& diagno
   s.cluster_source = spec;
 }
 
-void load_deepspeed_file(Settings& s, const std::string& path, Diagnostics& diagnostics) {
-  const nlohmann::json document = json_read::parse_json_file(path, "DeepSpeed config");
+void apply_deepspeed_config(Settings& s, const nlohmann::json& document, Diagnostics& diagnostics) {
   std::optional<std::int64_t> hidden;
   if (s.model.shape) hidden = s.model.shape->hidden;
   TrainingConfig config = parse_training_config(document, diagnostics, hidden);
-  if (!config.seq_len) config.seq_len = s.config.seq_len;
+  if (!config.seq_len) config.seq_len = s.config.seq_len;  // not a DeepSpeed key: keep the panel's
   s.config = std::move(config);
+}
+
+void load_deepspeed_file(Settings& s, const std::string& path, Diagnostics& diagnostics) {
+  apply_deepspeed_config(s, json_read::parse_json_file(path, "DeepSpeed config"), diagnostics);
   s.deepspeed_source = path;
 }
 

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "sim/plan.hpp"
 #include "sim/trace.hpp"
 
@@ -45,6 +47,9 @@ void set_seq_len(Settings& settings, std::optional<std::int64_t> seq_len);
 void load_model_spec(Settings& settings, const std::string& spec, Diagnostics& diagnostics);
 void load_cluster_spec(Settings& settings, const std::string& spec, Diagnostics& diagnostics);
 void load_deepspeed_file(Settings& settings, const std::string& path, Diagnostics& diagnostics);
+// A parsed DeepSpeed config becomes the training config (the sequence length, not a DeepSpeed key,
+// stays the panel's when the document has none).
+void apply_deepspeed_config(Settings& settings, const nlohmann::json& document, Diagnostics& diagnostics);
 
 // The micro-batch the config asks for (train_batch_size / (accumulation x gpus) when only that is
 // given).
