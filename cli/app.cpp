@@ -9,6 +9,7 @@
 
 #include "cli/commands.hpp"
 #include "exec/checkpoint.hpp"
+#include "exec/nvme_io.hpp"
 #include "sim/error.hpp"
 
 namespace zerolens::cli {
@@ -40,6 +41,9 @@ int run(int argc, char** argv) {
     return kExitInvalidInput;
   } catch (const exec::CheckpointError& error) {
     std::cerr << "error: checkpoint: " << error.what() << '\n';
+    return kExitInvalidInput;
+  } catch (const exec::NvmeError& error) {  // a full or failing drive under nvme_path
+    std::cerr << "error: nvme offload: " << error.what() << '\n';
     return kExitInvalidInput;
   } catch (const std::exception& error) {
     std::cerr << "internal error: " << error.what() << '\n';

@@ -53,6 +53,22 @@ void collective_checks(const Plan& plan, const exec::TrainingResult& measured, c
   }
 }
 
+// Host-device copies and NVMe transfers, per link (held to the collective tolerance: both are
+// bytes the schedule moves). A skipped fp16 step moves fewer; validate's steps do not skip.
+void link_checks(const Plan& plan, const exec::TrainingResult& measured, const Tolerances& tolerances,
+                 std::vector<Check>& checks) {
+  const LinkTotals& p = plan.comm.links;
+  const exec::LinkBytes& m = measured.links;
+  const std::pair<const char*, std::pair<Bytes, Bytes>> links[] = {{"pcie_h2d bytes", {p.pcie_h2d, m.pcie_h2d}},
+                                                                   {"pcie_d2h bytes", {p.pcie_d2h, m.pcie_d2h}},
+                                                                   {"nvme_read bytes", {p.nvme_read, m.nvme_read}},
+                                                                   {"nvme_write bytes", {p.nvme_write, m.nvme_write}}};
+  for (const auto& [name, bytes] : links) {
+    if (bytes.first == 0 && bytes.second == 0) continue;
+    checks.push_back({name, Unit::Bytes, double(bytes.first), double(bytes.second), tolerances.collective_bytes});
+  }
+}
+
 // The median step (the first steps pay for first touches of memory).
 double median_step_seconds(const exec::TrainingResult& measured) {
   std::vector<double> seconds;
@@ -76,6 +92,7 @@ std::vector<Check> compare_with_plan(const Plan& plan, const exec::TrainingResul
   std::vector<Check> checks;
   memory_checks(plan, measured, tolerances, checks);
   collective_checks(plan, measured, tolerances, checks);
+  link_checks(plan, measured, tolerances, checks);
   checks.push_back({"step time (median)", Unit::Seconds, predicted.step_time, median_step_seconds(measured),
                     tolerances.step_time});
   return checks;

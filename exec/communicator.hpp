@@ -33,6 +33,7 @@ class Communicator {
   virtual void reduce_scatter_sum(std::span<const float> input, std::span<const int> counts,
                                   std::span<float> output) = 0;
   // Concatenation of every rank's `input` in rank order into `output` (size() x input.size()).
+  // In place when `input` is this rank's block of `output`.
   virtual void all_gather(std::span<const float> input, std::span<float> output) = 0;
   virtual void broadcast(std::span<float> buffer, int root) = 0;
   // The same on 16-bit numbers (`format` fp16 or bf16, uint16 bit patterns): 2 bytes per element on

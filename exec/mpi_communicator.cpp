@@ -86,10 +86,17 @@ class MpiCommunicator final : public Communicator {
     record(OpKind::ReduceScatter, float_bytes(input.size()));
   }
 
+  // In place (NCCL's convention): the input is this rank's block of the output already.
+  template <typename T>
+  const void* send_buffer(std::span<const T> input, std::span<T> output) const {
+    const bool in_place = input.data() == output.data() + std::size_t(rank()) * input.size();
+    return in_place ? MPI_IN_PLACE : static_cast<const void*>(input.data());
+  }
+
   void all_gather(std::span<const float> input, std::span<float> output) override {
     require_blocks(output.size(), input.size(), "all_gather");
-    check(MPI_Allgather(input.data(), mpi_count(input.size()), MPI_FLOAT, output.data(), mpi_count(input.size()),
-                        MPI_FLOAT, MPI_COMM_WORLD),
+    check(MPI_Allgather(send_buffer(input, output), mpi_count(input.size()), MPI_FLOAT, output.data(),
+                        mpi_count(input.size()), MPI_FLOAT, MPI_COMM_WORLD),
           "MPI_Allgather");
     record(OpKind::AllGather, float_bytes(output.size()));
   }
@@ -126,7 +133,7 @@ class MpiCommunicator final : public Communicator {
 
   void all_gather(std::span<const std::uint16_t> input, std::span<std::uint16_t> output) override {
     require_blocks(output.size(), input.size(), "all_gather");
-    check(MPI_Allgather(input.data(), mpi_count(input.size()), MPI_UINT16_T, output.data(),
+    check(MPI_Allgather(send_buffer(input, output), mpi_count(input.size()), MPI_UINT16_T, output.data(),
                         mpi_count(input.size()), MPI_UINT16_T, MPI_COMM_WORLD),
           "MPI_Allgather");
     record(OpKind::AllGather, half_bytes(output.size()));

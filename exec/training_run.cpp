@@ -68,6 +68,7 @@ TrainingResult train_gpt2(const Plan& plan, Communicator& comm, const TrainingOp
   for (std::int64_t step = result.first_step; step < options.steps; ++step) {
     ledger.reset_peaks();
     const auto counts_before = counts_of(comm);
+    const LinkBytes links_before = engine.link_bytes();
     const auto start = Clock::now();
     const StepReport report = engine.step(step, [&](std::size_t op, double begin, double end) {
       ops[op].start = begin;
@@ -76,6 +77,9 @@ TrainingResult train_gpt2(const Plan& plan, Communicator& comm, const TrainingOp
     });
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     result.collectives = difference(counts_of(comm), counts_before);
+    const LinkBytes links = engine.link_bytes();
+    result.links = {links.pcie_h2d - links_before.pcie_h2d, links.pcie_d2h - links_before.pcie_d2h,
+                    links.nvme_read - links_before.nvme_read, links.nvme_write - links_before.nvme_write};
     record_peaks(ledger, result);
     result.steps.push_back({step, report.loss, report.grad_norm, seconds, report.loss_scale, report.skipped});
     if (on_step) on_step(result.steps.back());

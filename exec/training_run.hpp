@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "exec/communicator.hpp"
+#include "exec/zero_engine.hpp"
 #include "sim/plan.hpp"
 #include "sim/trace.hpp"
 
@@ -44,6 +45,7 @@ struct TrainingResult {
   std::array<CategoryBytes, kDeviceCount> at_peak{};     // categories when that peak was reached
   std::array<CategoryBytes, kDeviceCount> category_high{};  // the highest each category reached
   std::array<CollectiveCount, kOpKindCount> collectives{};  // of one step (the last)
+  LinkBytes links;  // host-device copies and NVMe transfers of one step (the last)
 };
 
 // Runs the steps of `plan` up to `options.steps`, from the start or from a checkpoint (whose model must be a GPT-2 the executor runs and whose

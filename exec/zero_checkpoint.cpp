@@ -56,18 +56,22 @@ const float* ZeroEngine::State::owned_params(const OwnedSegment& segment) const 
   return const_cast<State&>(*this).device_params(segment).wide().data();
 }
 
+// With NVMe offload the master and states are read back from the sub-groups' files.
 RankShard ZeroEngine::State::checkpoint_shard() const {
   RankShard shard;
   shard.rank = rank;
   const std::size_t states = optimizer.state_per_element();
   shard.states.resize(states);
-  const TrackedBuffer<float>* buffers[2] = {&first_state_, &second_state_};
+  const std::vector<float> swapped = optimizer_store_ ? read_optimizer_objects() : std::vector<float>();
+  const auto owned = std::size_t(layout.owned);
+  const float* state_base[2] = {first_state_.data(), second_state_.data()};
+  if (optimizer_store_) state_base[0] = swapped.data() + owned, state_base[1] = swapped.data() + 2 * owned;
   for (const OwnedSegment& segment : segments_) {
     shard.segments.push_back({segment.tensor, segment.begin, segment.length});
-    const float* params = owned_params(segment);
+    const float* params = optimizer_store_ ? swapped.data() + segment.owned_offset : owned_params(segment);
     shard.master.insert(shard.master.end(), params, params + segment.length);
     for (std::size_t k = 0; k < states; ++k) {
-      const float* values = buffers[k]->data() + segment.owned_offset;
+      const float* values = state_base[k] + segment.owned_offset;
       shard.states[k].insert(shard.states[k].end(), values, values + segment.length);
     }
   }
@@ -83,20 +87,27 @@ void ZeroEngine::State::restore(const FullState& state) {
     const auto partition = std::size_t(layout.tensor_partition[t]);
     const std::size_t first = std::min(whole.size(), std::size_t(rank) * partition);
     const std::size_t count = std::min(whole.size(), first + partition) - first;
-    part_[t].view().fill_zero();
-    part_[t].view(0, count).write(std::span(whole).subspan(first, count));
+    set_partition(t, std::span(whole).subspan(first, count));
   }
-  TrackedBuffer<float>* buffers[2] = {&first_state_, &second_state_};
+  // NVMe: assembled over the owned partition here, then written sub-group by sub-group
+  const bool in_files = optimizer_store_ != nullptr;
+  const auto owned = std::size_t(layout.owned);
+  std::vector<float> master(in_files ? owned : 0);
+  std::vector<std::vector<float>> states(in_files ? optimizer.state_per_element() : 0, std::vector<float>(owned));
+  float* master_base = in_files ? master.data() : master_.data();
+  float* state_base[2] = {first_state_.data(), second_state_.data()};
+  for (std::size_t k = 0; k < states.size(); ++k) state_base[k] = states[k].data();
   for (const OwnedSegment& segment : segments_) {
     if (mixed) {
       const std::vector<float>& whole = state.master[std::size_t(segment.tensor)];
-      std::copy_n(whole.begin() + segment.begin, segment.length, master_.data() + segment.owned_offset);
+      std::copy_n(whole.begin() + segment.begin, segment.length, master_base + segment.owned_offset);
     }
     for (std::size_t k = 0; k < optimizer.state_per_element(); ++k) {
       const std::vector<float>& whole = state.states[k][std::size_t(segment.tensor)];
-      std::copy_n(whole.begin() + segment.begin, segment.length, buffers[k]->data() + segment.owned_offset);
+      std::copy_n(whole.begin() + segment.begin, segment.length, state_base[k] + segment.owned_offset);
     }
   }
+  if (in_files) restore_nvme_optimizer(master, states);
   optimizer.restore_step(state.meta.step);
   scaler.restore(state.meta.loss_scale, state.meta.good_steps, state.meta.hysteresis_left);
 }

@@ -40,7 +40,11 @@ void ZeroEngine::State::run_op(const Op& op) {
     case OpKind::CopyD2H: return copy_to_host(op);
     case OpKind::OverflowCheck: return check_overflow();
     case OpKind::GradNorm: return grad_norm();
-    case OpKind::OptimizerStep: return optimizer_step();
+    case OpKind::NvmeRead: return nvme_read(op);
+    case OpKind::NvmeWrite: return nvme_write(op);
+    case OpKind::OptimizerStep:
+      if (optimizer_device == Device::Nvme) return optimizer_group_step(op.sub_group);
+      return optimizer_step();
     case OpKind::LossScaleUpdate: return scaler.update(overflow_);
     default:
       throw std::logic_error(std::string("the CPU executor cannot run a ") + to_string(op.kind) + " op yet");
@@ -81,6 +85,7 @@ void ZeroEngine::State::backward(const Op& op) {
 }
 
 StepReport ZeroEngine::State::finish_step() {
+  finish_nvme_io();
   StepReport report;
   const double mean_here = losses_ > 0 ? loss_sum_ / losses_ : 0;
   report.loss = comm.report_sum(mean_here) / dp;

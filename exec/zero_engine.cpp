@@ -15,22 +15,21 @@ using Clock = std::chrono::steady_clock;
 
 void require_offload_supported(const TrainingConfig& config) {
   const ZeroConfig& zero = config.zero;
-  if (zero.offload_optimizer.device == OffloadDevice::Nvme) {
-    throw InputError("zero_optimization.offload_optimizer.device",
-                     "nvme offload is not run by the CPU executor yet (its NvmeRead/NvmeWrite ops); use cpu");
+  const OffloadDevice optimizer = zero.offload_optimizer.device, params = zero.offload_param.device;
+  if (!config.precision.mixed()) {
+    for (const auto& [device, key] : {std::pair{optimizer, "offload_optimizer"}, std::pair{params, "offload_param"}}) {
+      if (device != OffloadDevice::Nvme) continue;
+      throw InputError(std::string("zero_optimization.") + key + ".device",
+                       "nvme offload runs with bf16 or fp16 in the CPU executor (in fp32 the host optimizer would "
+                       "update the parameters themselves, which the plan keeps in files, not on the host)");
+    }
   }
-  if (zero.offload_param.device == OffloadDevice::Nvme) {
+  if (params != OffloadDevice::None && optimizer == OffloadDevice::None) {
     throw InputError("zero_optimization.offload_param.device",
-                     "nvme offload is not run by the CPU executor yet (its NvmeRead/NvmeWrite ops); use cpu");
+                     "parameter offload needs offload_optimizer.device = cpu or nvme in the CPU executor (the plan "
+                     "has no copy of the updated parameters back to the host)");
   }
-  const bool optimizer_on_host = zero.offload_optimizer.device == OffloadDevice::Cpu;
-  const bool params_on_host = zero.offload_param.device == OffloadDevice::Cpu;
-  if (params_on_host && !optimizer_on_host) {
-    throw InputError("zero_optimization.offload_param.device",
-                     "parameter offload needs offload_optimizer.device = cpu in the CPU executor (the plan has no copy "
-                     "of the updated parameters back to the host)");
-  }
-  if (optimizer_on_host && !params_on_host && !config.precision.mixed()) {
+  if (optimizer == OffloadDevice::Cpu && params == OffloadDevice::None && !config.precision.mixed()) {
     throw InputError("zero_optimization.offload_optimizer.device",
                      "fp32 training with the optimizer on the host is not run: the plan counts no host copy of the fp32 "
                      "parameters, which the host optimizer updates (use bf16 or fp16, or offload_param.device = cpu)");

@@ -22,10 +22,16 @@
 // to it (the schedule's CopyD2H), the multi-threaded host Adam updates there and the new 16-bit
 // parameters cross back (CopyH2D). Parameter offload (stage 3) keeps the parameter partitions on
 // the host and copies a layer's partition to the device before its all-gather. The engine counts
-// the bytes it copies per link (link_bytes()). Refused with InputError: NVMe offload,
-// cpu_checkpointing, fp32 optimizer offload without parameter offload (the plan has no host copy of
-// the fp32 parameters, which the host optimizer needs) and parameter offload with the optimizer
-// on the device (the plan has no copy of updated parameters back to the host).
+// the bytes it copies per link (link_bytes()).
+//
+// NVMe offload (ZeRO-Infinity, files under nvme_path through exec/nvme_io.hpp): the optimizer's
+// master and states live in one file per sub-group and are swapped through the host swap buffers
+// at the schedule's NvmeRead / OptimizerStep / NvmeWrite; stage-3 parameters live in one file per
+// tensor partition, read before a layer's CopyH2D and written back as the update produces them.
+// Refused with InputError: NVMe offload in fp32, cpu_checkpointing, fp32 optimizer offload to the
+// CPU without parameter offload (the plan has no host copy of the fp32 parameters, which the host
+// optimizer needs), parameter offload with the optimizer on the device (the plan has no copy of
+// updated parameters back to the host), swap buffers too small for a sub-group or a layer.
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -61,10 +67,13 @@ struct EngineOptions {
   std::vector<GradientFault> inject_inf;
 };
 
-// Bytes this rank copied between host and device since the engine started.
+// Bytes this rank moved between host and device, and between host and NVMe files, since the
+// engine started (the schedule's copies and NVMe ops; not checkpoints or initialisation).
 struct LinkBytes {
   Bytes pcie_h2d = 0;
   Bytes pcie_d2h = 0;
+  Bytes nvme_read = 0;
+  Bytes nvme_write = 0;
 };
 
 // Called after every op with its index in the schedule and its start/end in seconds from the step's start.

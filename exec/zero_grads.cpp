@@ -172,7 +172,7 @@ Numbers ZeroEngine::State::reduce_flat(const Op& op, Numbers bucket, Elements fi
 // The reduced sums this rank owns (runs of its partition, in order): averaged into the device
 // partition, or, with the optimizer on the host, held until the schedule's CopyD2H moves them.
 void ZeroEngine::State::keep_reduced(Numbers reduced, std::vector<OwnedRun> runs) {
-  if (optimizer_device == Device::Cpu) {
+  if (host_optimizer()) {
     reduced_ = {ledger, Device::Gpu, Component::ReduceBucket, grad_format, reduced.size()};
     reduced_.view().copy_from(reduced);
     reduced_runs_ = std::move(runs);
@@ -200,7 +200,7 @@ Numbers ZeroEngine::State::new_grad_chunk(Elements owned_begin, Elements length)
 // The reduced gradients of an owned segment, wherever this stage and device keep them.
 Numbers ZeroEngine::State::owned_grads(const OwnedSegment& segment) {
   const auto length = std::size_t(segment.length);
-  if (optimizer_device == Device::Cpu) {
+  if (host_optimizer()) {
     return Numbers(host_grads_.span().subspan(std::size_t(segment.owned_offset), length));
   }
   if (stage == 0) return grads_[std::size_t(segment.tensor)].view(std::size_t(segment.begin), length);

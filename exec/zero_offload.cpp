@@ -19,9 +19,15 @@ void ZeroEngine::State::stage_layer_partition(std::size_t owner) {
   const auto [first, last] = tensors_of_layer(owner);
   std::size_t elements = 0;
   for (auto t = first; t < last; ++t) {
-    if (!layout.tensor_persistent[std::size_t(t)]) elements += part_[std::size_t(t)].size();
+    if (!layout.tensor_persistent[std::size_t(t)]) elements += std::size_t(layout.tensor_partition[std::size_t(t)]);
   }
   h2d_staging_ = {ledger, Device::Gpu, Component::OffloadStaging, param_format, elements};
+  if (param_store_) {  // the layer's NvmeRead put its partitions in the swap buffer, in this order
+    finish_param_writes();
+    h2d_staging_.view().copy_from(param_swap_.view(0, elements));
+    copied.pcie_h2d += h2d_staging_.bytes();
+    return;
+  }
   std::size_t position = 0;
   for (auto t = first; t < last; ++t) {
     if (layout.tensor_persistent[std::size_t(t)]) continue;
@@ -34,19 +40,22 @@ void ZeroEngine::State::stage_layer_partition(std::size_t owner) {
 
 // The master rounded to the training dtype, into the device parameters (the bytes crossing are
 // the training dtype's, as DeepSpeed's host Adam writes them): stage 3 copies whole partitions,
-// padding included; stages 1-2 the owned segments (the last rank's padding is not stored).
+// padding included; stages 1-2 the owned segments (the last rank's padding is not stored). With
+// the optimizer on NVMe each sub-group's update wrote its part already (its master is not kept):
+// this op completes the copy and counts it.
 void ZeroEngine::State::write_back_params() {
   if (!mixed) throw std::logic_error("schedule error: fp32 parameters copied back from a host optimizer");
+  const bool written = optimizer_device == Device::Nvme;
   if (stage == 3) {
     for (std::size_t t = 0; t < part_.size(); ++t) {
-      part_[t].view().write(master_.span().subspan(std::size_t(partition_offset_[t]), part_[t].size()));
+      if (!written) part_[t].view().write(master_.span().subspan(std::size_t(partition_offset_[t]), part_[t].size()));
       copied.pcie_h2d += part_[t].bytes();
     }
     return;
   }
   for (const OwnedSegment& segment : segments_) {
     const Numbers params = device_params(segment);
-    params.write(master_.span().subspan(std::size_t(segment.owned_offset), std::size_t(segment.length)));
+    if (!written) params.write(master_.span().subspan(std::size_t(segment.owned_offset), std::size_t(segment.length)));
     copied.pcie_h2d += params.bytes();
   }
 }

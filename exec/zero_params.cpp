@@ -8,7 +8,14 @@
 namespace zerolens::exec {
 namespace {
 
-Device device_of(OffloadDevice device) { return device == OffloadDevice::Cpu ? Device::Cpu : Device::Gpu; }
+Device device_of(OffloadDevice device) {
+  switch (device) {
+    case OffloadDevice::None: return Device::Gpu;
+    case OffloadDevice::Cpu: return Device::Cpu;
+    case OffloadDevice::Nvme: return Device::Nvme;
+  }
+  return Device::Gpu;
+}
 
 }  // namespace
 
@@ -44,6 +51,7 @@ ZeroEngine::State::State(const Plan& plan_, Communicator& comm_, LayerModel& net
   part_.resize(tensors);
   grads_.resize(tensors);
   build_segments();
+  open_nvme();
   init_parameters();
   allocate_optimizer_state();
   for (const MemEffect& effect : schedule.resident) {
@@ -55,13 +63,14 @@ ZeroEngine::State::State(const Plan& plan_, Communicator& comm_, LayerModel& net
 }
 
 // Where the schedule's resident effects put them: states (and the master) on the optimizer's
-// device; the gradient partition on the device in stage 3, in fp32 on the host with offload.
+// device (NVMe: in files, see open_nvme); the gradient partition on the device in stage 3, in fp32
+// on the host with offload.
 void ZeroEngine::State::allocate_optimizer_state() {
   const auto owned_elements = std::size_t(layout.owned);
-  const std::size_t states = optimizer.state_per_element();
+  const std::size_t states = optimizer_device == Device::Nvme ? 0 : optimizer.state_per_element();
   if (states >= 1) first_state_ = {ledger, optimizer_device, Component::OptimizerStatePartition, owned_elements};
   if (states >= 2) second_state_ = {ledger, optimizer_device, Component::OptimizerStatePartition, owned_elements};
-  if (optimizer_device == Device::Cpu) {
+  if (host_optimizer()) {
     host_grads_ = {ledger, Device::Cpu, Component::GradsPartition, owned_elements};
   } else if (stage == 3) {
     grad_part_ = {ledger, Device::Gpu, Component::GradsPartition, grad_format, owned_elements};
@@ -69,9 +78,13 @@ void ZeroEngine::State::allocate_optimizer_state() {
 }
 
 // 16-bit training starts from the rounded initial values, and the master from those (a model
-// initialised, then cast to half, then copied to fp32 as DeepSpeed does).
+// initialised, then cast to half, then copied to fp32 as DeepSpeed does). With NVMe offload the
+// master is assembled here once, then written to the sub-groups' files.
 void ZeroEngine::State::init_parameters() {
-  if (mixed) master_ = {ledger, optimizer_device, Component::MasterPartition, std::size_t(layout.owned)};
+  const bool master_in_files = mixed && optimizer_device == Device::Nvme;
+  if (mixed && !master_in_files) master_ = {ledger, optimizer_device, Component::MasterPartition, std::size_t(layout.owned)};
+  std::vector<float> initial_master(master_in_files ? std::size_t(layout.owned) : 0);
+  const std::span<float> master = master_in_files ? std::span<float>(initial_master) : master_.span();
   for (std::size_t t = 0; t < layout.tensor_numel.size(); ++t) {
     const auto numel = std::size_t(layout.tensor_numel[t]);
     std::vector<float> whole(numel);
@@ -81,10 +94,13 @@ void ZeroEngine::State::init_parameters() {
       full_[t].view().write(whole);
     } else {
       const auto partition = std::size_t(layout.tensor_partition[t]);
-      part_[t] = {ledger, param_device, Component::ParamsPartition, param_format, partition};
+      if (param_device != Device::Nvme) part_[t] = {ledger, param_device, Component::ParamsPartition, param_format, partition};
       const std::size_t first = std::min(numel, std::size_t(rank) * partition);
       const std::size_t count = std::min(numel, first + partition) - first;
-      part_[t].view(0, count).write(std::span<const float>(whole).subspan(first, count));
+      set_partition(t, std::span<const float>(whole).subspan(first, count));
+      if (mixed && param_store_) {  // the partition is in the swap buffer still (no part_ in memory)
+        param_swap_.view(0, count).read(master.subspan(std::size_t(partition_offset_[t]), count));
+      }
       if (layout.tensor_persistent[t]) {
         full_[t] = {ledger, Device::Gpu, Component::ParamsPersistent, param_format, partition * std::size_t(dp)};
         full_[t].view(0, numel).write(whole);
@@ -93,8 +109,10 @@ void ZeroEngine::State::init_parameters() {
   }
   if (!mixed) return;
   for (const OwnedSegment& segment : segments_) {
-    device_params(segment).read(master_.span().subspan(std::size_t(segment.owned_offset), std::size_t(segment.length)));
+    if (param_store_) break;
+    device_params(segment).read(master.subspan(std::size_t(segment.owned_offset), std::size_t(segment.length)));
   }
+  if (master_in_files) init_nvme_optimizer(initial_master);
 }
 
 // Stage 0 owns everything; stages 1-2 the flat range [rank x P, (rank + 1) x P); stage 3 the
@@ -172,7 +190,7 @@ void ZeroEngine::State::gather_layer(std::size_t owner) {
   for (auto t = first; t < last; ++t) {
     const auto index = std::size_t(t);
     if (layout.tensor_persistent[index]) continue;
-    const std::size_t partition = part_[index].size();
+    const auto partition = std::size_t(layout.tensor_partition[index]);
     full_[index] = {ledger, Device::Gpu, Component::GatheredParams, param_format, partition * std::size_t(dp)};
     const Numbers source = h2d_staging_.size() > 0 ? h2d_staging_.view(staged, partition) : part_[index].view();
     all_gather(comm, source, full_[index].view());
@@ -193,7 +211,11 @@ void ZeroEngine::State::release_layer(std::size_t owner) {
 void ZeroEngine::State::gather_persistent() {
   if (overflow_) return;
   for (std::size_t t = 0; t < full_.size(); ++t) {
-    if (layout.tensor_persistent[t]) all_gather(comm, part_[t].view(), full_[t].view());
+    if (!layout.tensor_persistent[t]) continue;
+    // NVMe parameters: the update put this rank's partition in its block already (in place)
+    const auto partition = std::size_t(layout.tensor_partition[t]);
+    const Numbers mine = param_store_ ? full_[t].view(std::size_t(rank) * partition, partition) : part_[t].view();
+    all_gather(comm, mine, full_[t].view());
   }
 }
 
@@ -245,10 +267,17 @@ std::vector<float> ZeroEngine::State::full_parameters() {
     if (stage < 3 || layout.tensor_persistent[t]) {
       full_[t].read(0, whole);
     } else {
-      std::vector<float> padded(part_[t].size() * std::size_t(dp));
+      const auto partition = std::size_t(layout.tensor_partition[t]);
+      std::vector<float> padded(partition * std::size_t(dp));
       std::vector<std::uint16_t> bits(param_format == NumberFormat::Fp32 ? 0 : padded.size());
       const Numbers gathered = bits.empty() ? Numbers(std::span<float>(padded)) : Numbers(std::span(bits), param_format);
-      all_gather(comm, part_[t].view(), gathered);
+      const Numbers mine = gathered.sub(std::size_t(rank) * partition, partition);
+      if (param_store_) {
+        read_param_partition(t, mine);
+      } else {
+        mine.copy_from(part_[t].view());
+      }
+      all_gather(comm, mine, gathered);  // in place
       gathered.sub(0, numel).read(whole);
     }
     values.insert(values.end(), whole.begin(), whole.end());

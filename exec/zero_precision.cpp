@@ -1,5 +1,6 @@
 // The update in any precision: the fp16 overflow check (and the test hook that forces one), the
 // global gradient norm, unscaling and clipping, and the optimizer on the device or on the host.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -90,20 +91,68 @@ void ZeroEngine::State::device_update(float factor) {
 
 // On the host (ZeRO-Offload): the fp32 gradient partition is there already; the multi-threaded
 // host Adam updates the master (fp32 with parameter offload: the host partition itself). Parameters
-// on the host are written in place; those on the device wait for the schedule's CopyH2D.
+// on the host or NVMe are written back now; those on the device wait for the schedule's CopyH2D.
 void ZeroEngine::State::host_update(float factor) {
-  for (const OwnedSegment& segment : segments_) {
-    const auto length = std::size_t(segment.length), offset = std::size_t(segment.owned_offset);
-    const std::span<float> grads = host_grads_.span().subspan(offset, length);
-    std::span<float> params = mixed ? master_.span().subspan(offset, length) : device_params(segment).wide();
+  const OptimizerRange range = optimizer_in_memory();
+  update_range(range, factor);
+  if (mixed && param_device != Device::Gpu) store_updated_params(range);
+}
+
+OptimizerRange ZeroEngine::State::optimizer_in_memory() {
+  return {.begin = 0, .master = master_.span(), .first_state = first_state_.span(), .second_state = second_state_.span()};
+}
+
+namespace {
+
+// The part of `segment` inside owned elements [begin, end), or an empty segment.
+OwnedSegment clip(const OwnedSegment& segment, Elements begin, Elements end) {
+  const Elements first = std::max(begin, segment.owned_offset);
+  const Elements last = std::min(end, segment.owned_offset + segment.length);
+  if (last <= first) return {segment.tensor, segment.begin, 0, first};
+  return {segment.tensor, segment.begin + (first - segment.owned_offset), last - first, first};
+}
+
+}  // namespace
+
+// The optimizer on the owned elements `range` holds (the whole partition, or one NVMe sub-group),
+// with the host gradients unscaled and clipped by `factor` on the way.
+void ZeroEngine::State::update_range(const OptimizerRange& range, float factor) {
+  const Elements end = range.begin + Elements(range.master.empty() ? layout.owned : Elements(range.master.size()));
+  for (const OwnedSegment& whole : segments_) {
+    const OwnedSegment segment = clip(whole, range.begin, end);
+    if (segment.length == 0) continue;
+    const auto length = std::size_t(segment.length);
+    const std::span<float> grads = host_grads_.span().subspan(std::size_t(segment.owned_offset), length);
+    const auto local = [&](std::span<float> values) {
+      return values.empty() ? values : values.subspan(std::size_t(segment.owned_offset - range.begin), length);
+    };
+    const std::span<float> params = mixed ? local(range.master) : device_params(segment).wide();
     if (factor != 1.0f) {
       for (float& g : grads) g *= factor;
     }
-    const auto state = [&](TrackedBuffer<float>& buffer) {
-      return buffer.size() == 0 ? std::span<float>() : buffer.span().subspan(offset, length);
-    };
-    optimizer.update(params, grads, state(first_state_), state(second_state_));
-    if (mixed && param_device == Device::Cpu) device_params(segment).write(params);
+    optimizer.update(params, grads, local(range.first_state), local(range.second_state));
+  }
+}
+
+// The updated master of `range`, rounded to the training dtype where the parameters live: in
+// place on the host (or device, counted by the CopyH2D after), or streamed to NVMe by tensor.
+void ZeroEngine::State::store_updated_params(const OptimizerRange& range) {
+  const Elements end = range.begin + Elements(range.master.size());
+  if (param_store_) {
+    for (std::size_t t = 0; t < layout.tensor_partition.size(); ++t) {
+      const Elements first = std::max(range.begin, partition_offset_[t]);
+      const Elements last = std::min(end, partition_offset_[t] + layout.tensor_partition[t]);
+      if (last <= first) continue;
+      stream_param_partition(t, first - partition_offset_[t],
+                             range.master.subspan(std::size_t(first - range.begin), std::size_t(last - first)));
+    }
+    return;
+  }
+  for (const OwnedSegment& whole : segments_) {
+    const OwnedSegment segment = clip(whole, range.begin, end);
+    if (segment.length == 0) continue;
+    device_params(segment).write(
+        range.master.subspan(std::size_t(segment.owned_offset - range.begin), std::size_t(segment.length)));
   }
 }
 

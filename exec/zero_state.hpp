@@ -1,10 +1,13 @@
 #pragma once
 // The ZeRO engine's per-rank state and the handlers of each op kind (internal to exec/).
+#include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "exec/loss_scaler.hpp"
 #include "exec/numbers.hpp"
+#include "exec/nvme_io.hpp"
 #include "exec/zero_engine.hpp"
 
 namespace zerolens::exec {
@@ -33,6 +36,37 @@ struct LayerGrads {
 // A run [owned_offset, owned_offset + length) of the owned gradient partition.
 struct OwnedRun {
   Elements owned_offset = 0, length = 0;
+};
+
+// Bytes held in NVMe files, on the ledger (device Nvme) for as long as this lives.
+class NvmeReservation {
+ public:
+  NvmeReservation(MemoryLedger& ledger, Component component, Bytes bytes);
+  ~NvmeReservation();
+  NvmeReservation(const NvmeReservation&) = delete;
+  NvmeReservation& operator=(const NvmeReservation&) = delete;
+
+ private:
+  MemoryLedger& ledger_;
+  Component component_;
+  Bytes bytes_;
+};
+
+// The NVMe swap directories this engine made, removed with it (also when its construction fails):
+// the files are the engine's working memory, not a checkpoint.
+struct SwapDirectories {
+  std::vector<std::string> paths;
+  SwapDirectories() = default;
+  SwapDirectories(const SwapDirectories&) = delete;
+  SwapDirectories& operator=(const SwapDirectories&) = delete;
+  ~SwapDirectories();
+};
+
+// The optimizer's fp32 master and states of one range of the owned partition, wherever they are
+// (in memory, or a sub-group's swap buffer read from NVMe); states absent are empty.
+struct OptimizerRange {
+  Elements begin = 0;  // owned position of element 0
+  std::span<float> master, first_state, second_state;
 };
 
 struct ZeroEngine::State {
@@ -105,6 +139,31 @@ struct ZeroEngine::State {
   void copy_to_host(const Op& op);
   void stage_layer_partition(std::size_t owner);
   void write_back_params();
+  // the host optimizer on a range of the owned partition (zero_precision.cpp)
+  bool host_optimizer() const { return optimizer_device != Device::Gpu; }
+  OptimizerRange optimizer_in_memory();
+  void update_range(const OptimizerRange& range, float factor);
+  void store_updated_params(const OptimizerRange& range);
+  // NVMe offload (zero_nvme.cpp)
+  void open_nvme();
+  void init_nvme_optimizer(std::span<const float> master);
+  void nvme_read(const Op& op);
+  void nvme_write(const Op& op);
+  Elements group_length(std::int32_t group) const;
+  OptimizerRange swapped_group(std::int32_t group);
+  void read_optimizer_group(std::int32_t group);
+  void write_optimizer_group(std::int32_t group);
+  void optimizer_group_step(std::int32_t group);
+  void wait_optimizer_io();
+  void read_layer_partitions(std::size_t owner);
+  void finish_param_writes();
+  void write_param_partition(std::size_t tensor, Numbers values);
+  void read_param_partition(std::size_t tensor, Numbers destination);
+  void stream_param_partition(std::size_t tensor, Elements from, std::span<const float> values);
+  void set_partition(std::size_t tensor, std::span<const float> values);
+  void finish_nvme_io();
+  std::vector<float> read_optimizer_objects() const;
+  void restore_nvme_optimizer(std::span<const float> master, std::span<const std::vector<float>> states);
   // compute
   void forward(const Op& op);
   void backward(const Op& op);
@@ -129,6 +188,18 @@ struct ZeroEngine::State {
   std::vector<OwnedRun> reduced_runs_;  // where they go in the host partition
   NumberBuffer h2d_staging_;            // parameter offload: a layer's partitions until its all-gather
   std::vector<OwnedSegment> segments_;
+  // NVMe offload: one store (directory) per offloaded kind, the files on the ledger, the host swap
+  // buffers the schedule counts (NvmeSwapBuffers) and the I/O in flight.
+  SwapDirectories swap_directories_;  // declared before the stores: removed after they finish
+  std::unique_ptr<NvmeStore> optimizer_store_, param_store_;
+  std::vector<std::unique_ptr<NvmeReservation>> nvme_files_;
+  TrackedBuffer<float> optimizer_swap_;  // buffer_count x sub-group elements: master | states of one sub-group
+  Elements group_elements_ = 0;          // optimizer sub-group size
+  std::optional<NvmeTicket> optimizer_io_;
+  NumberBuffer param_swap_;  // buffer_count x buffer_size parameters in the training dtype
+  std::vector<NvmeTicket> param_io_;
+  std::size_t param_swap_used_ = 0;       // elements of param_swap_ in use by reads or writes
+  std::vector<std::size_t> param_slot_;   // per tensor: where its partition is assembled for writing
   std::int64_t step_index_ = 0;
   std::int32_t loaded_micro_ = -1;
   Elements shard_offset_ = 0;  // stages 1-2: position of the next all-gather shard in the partition

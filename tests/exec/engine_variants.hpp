@@ -1,6 +1,7 @@
 #pragma once
 // Plans of the toy model (toy_model.hpp) in every precision and offload setting, for the engine's
 // mixed-precision and offload tests under mpirun.
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -14,7 +15,18 @@ inline exec::Communicator& world_communicator() {
   return *communicator;
 }
 
-enum class Offload { None, Optimizer, OptimizerAndParams };
+// To the host (cpu) or to NVMe files under a temporary directory of this job.
+enum class Offload { None, Optimizer, OptimizerAndParams, NvmeOptimizer, NvmeOptimizerAndParams };
+
+inline bool to_nvme(Offload offload) {
+  return offload == Offload::NvmeOptimizer || offload == Offload::NvmeOptimizerAndParams;
+}
+
+// One directory per job size: the ctest jobs at 1, 2 and 4 ranks may run at once (ranks of one
+// job keep apart in it by rank).
+inline std::string test_nvme_path(const std::string& test, int ranks) {
+  return (std::filesystem::temp_directory_path() / (test + "-nvme-np" + std::to_string(ranks))).string();
+}
 
 struct Variant {
   int stage = 0;
@@ -28,7 +40,8 @@ struct Variant {
 };
 
 inline std::string name_of(const Variant& v) {
-  const char* offload[] = {"", " offload optimizer", " offload optimizer+params"};
+  const char* offload[] = {"", " offload optimizer", " offload optimizer+params", " nvme optimizer",
+                           " nvme optimizer+params"};
   return "stage " + std::to_string(v.stage) + " " + to_string(v.precision) + offload[int(v.offload)] + " ga " +
          std::to_string(v.grad_accumulation) + (v.clipping > 0 ? " clip" : "");
 }
@@ -45,8 +58,16 @@ inline Plan variant_plan(const Variant& v, int ranks) {
   c.precision.loss_scale.static_loss_scale = v.static_scale;
   c.precision.loss_scale.hysteresis = v.hysteresis;
   c.precision.loss_scale.loss_scale_window = 1000;
-  if (v.offload != Offload::None) c.zero.offload_optimizer.device = OffloadDevice::Cpu;
-  if (v.offload == Offload::OptimizerAndParams) c.zero.offload_param.device = OffloadDevice::Cpu;
+  const OffloadDevice host = to_nvme(v.offload) ? OffloadDevice::Nvme : OffloadDevice::Cpu;
+  if (v.offload != Offload::None) c.zero.offload_optimizer.device = host;
+  if (v.offload == Offload::OptimizerAndParams || v.offload == Offload::NvmeOptimizerAndParams) {
+    c.zero.offload_param.device = host;
+  }
+  if (to_nvme(v.offload)) {
+    c.zero.offload_optimizer.nvme_path = c.zero.offload_param.nvme_path = test_nvme_path("zerolens-toy", ranks);
+    c.zero.sub_group_size = 50;          // several sub-groups swapped one after another
+    c.zero.offload_param.buffer_size = 40;  // layers and tensors share the swap buffers in turn
+  }
   c.batch.micro_batch_per_gpu = 2;
   c.batch.gradient_accumulation_steps = v.grad_accumulation;
   c.seq_len = 1;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <memory>
 
 #include "exec/gpt2_model.hpp"
@@ -24,11 +25,13 @@ struct Gpt2Setup {
   bool checkpointing = false;
   Precision precision = Precision::Fp32;
   bool offload_optimizer = false, offload_param = false;  // to the host (cpu)
+  bool nvme = false;                                       // offload to NVMe files instead
 };
 
 std::string name_of(const Gpt2Setup& s) {
   return "stage " + std::to_string(s.stage) + " " + to_string(s.precision) + (s.checkpointing ? " ckpt" : "") +
-         (s.offload_optimizer ? " offload optimizer" : "") + (s.offload_param ? " offload params" : "");
+         (s.offload_optimizer ? " offload optimizer" : "") + (s.offload_param ? " offload params" : "") +
+         (s.nvme ? " to nvme" : "");
 }
 
 Model tiny_gpt2() {
@@ -47,8 +50,15 @@ Plan gpt2_plan(const Gpt2Setup& s, int ranks) {
   // DeepSpeed's default 2^16 overflows in some steps of some stages and not others (stage 0 sums
   // the micro-steps before averaging over ranks, stage 2 after): 2^8 keeps every step.
   c.precision.loss_scale.initial_scale_power = 8;
-  if (s.offload_optimizer) c.zero.offload_optimizer.device = OffloadDevice::Cpu;
-  if (s.offload_param) c.zero.offload_param.device = OffloadDevice::Cpu;
+  const OffloadDevice host = s.nvme ? OffloadDevice::Nvme : OffloadDevice::Cpu;
+  if (s.offload_optimizer) c.zero.offload_optimizer.device = host;
+  if (s.offload_param) c.zero.offload_param.device = host;
+  if (s.nvme) {
+    c.zero.offload_optimizer.nvme_path = c.zero.offload_param.nvme_path =
+        (std::filesystem::temp_directory_path() / ("zerolens-gpt2-nvme-np" + std::to_string(ranks))).string();
+    c.zero.sub_group_size = 30000;            // several sub-groups
+    c.zero.offload_param.buffer_size = 20000;  // 5 x 20000: a block's partition (~50k at 1 rank) fits
+  }
   c.batch.micro_batch_per_gpu = s.micro_batch;
   c.batch.gradient_accumulation_steps = s.grad_accumulation;
   c.seq_len = s.seq_len;
@@ -137,6 +147,11 @@ TEST(Gpt2Engine, SixteenBitAndOffloadFollowDataParallelism) {
       variants.push_back(setup);
       setup.offload_param = stage == 3;
       if (stage == 3) variants.push_back(setup);
+      if (stage < 3) continue;
+      setup.nvme = true;  // optimizer and parameters in files; then the optimizer only
+      variants.push_back(setup);
+      setup.offload_param = false;
+      variants.push_back(setup);
     }
     for (const Gpt2Setup& setup : variants) {
       SCOPED_TRACE(name_of(setup));
@@ -182,6 +197,9 @@ std::vector<Gpt2Setup> memory_variants() {
   for (const Precision precision : {Precision::Fp32, Precision::Bf16}) {
     variants.push_back({.stage = 3, .precision = precision, .offload_optimizer = true, .offload_param = true});
   }
+  variants.push_back({.stage = 3, .precision = Precision::Bf16, .offload_optimizer = true, .nvme = true});
+  variants.push_back(
+      {.stage = 3, .precision = Precision::Fp16, .offload_optimizer = true, .offload_param = true, .nvme = true});
   return variants;
 }
 
@@ -194,7 +212,7 @@ TEST(Gpt2Engine, MeasuredMemoryMatchesThePlan) {
     TrainingRun run;
     train(plan, setup, 2, run);
     const auto predicted = category_highs(plan.schedule);
-    for (const Device device : {Device::Gpu, Device::Cpu}) {
+    for (const Device device : {Device::Gpu, Device::Cpu, Device::Nvme}) {
       for (const Category model_state :
            {Category::Params, Category::Grads, Category::MasterParams, Category::OptimizerStates}) {
         EXPECT_EQ(run.ledger.category_highs(device)[std::size_t(model_state)],

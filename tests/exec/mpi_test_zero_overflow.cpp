@@ -30,8 +30,10 @@ std::vector<Variant> fp16_variants(int hysteresis, double static_scale = 0) {
     offloaded.offload = Offload::Optimizer;
     variants.push_back(offloaded);
     if (stage < 3) continue;
-    offloaded.offload = Offload::OptimizerAndParams;
-    variants.push_back(offloaded);
+    for (const Offload offload : {Offload::OptimizerAndParams, Offload::NvmeOptimizer, Offload::NvmeOptimizerAndParams}) {
+      offloaded.offload = offload;
+      variants.push_back(offloaded);
+    }
   }
   return variants;
 }

@@ -46,13 +46,16 @@ std::vector<Variant> variants_of(Precision precision, std::int64_t grad_accumula
     variants.push_back({.stage = stage, .precision = precision, .grad_accumulation = grad_accumulation});
     variants.push_back({.stage = stage, .precision = precision, .offload = Offload::OptimizerAndParams,
                         .grad_accumulation = grad_accumulation});
-    // fp32 with only the optimizer on the host is refused (see RefusesWhatItDoesNotRun).
+    // fp32 with only the optimizer on the host, and NVMe in fp32, are refused (see RefusesWhatItDoesNotRun).
     if (precision != Precision::Fp32) {
-      variants.push_back({.stage = stage, .precision = precision, .offload = Offload::Optimizer,
-                          .grad_accumulation = grad_accumulation});
+      for (const Offload offload : {Offload::Optimizer, Offload::NvmeOptimizer, Offload::NvmeOptimizerAndParams}) {
+        variants.push_back({.stage = stage, .precision = precision, .offload = offload, .grad_accumulation = grad_accumulation});
+      }
     }
   }
-  std::erase_if(variants, [](const Variant& v) { return v.offload == Offload::OptimizerAndParams && v.stage != 3; });
+  std::erase_if(variants, [](const Variant& v) {
+    return (v.offload == Offload::OptimizerAndParams || v.offload == Offload::NvmeOptimizerAndParams) && v.stage != 3;
+  });
   return variants;
 }
 
@@ -133,7 +136,7 @@ TEST(ZeroPrecision, ModelStatesAndTrafficEqualThePlan) {
     ledger.reset_peaks();
     ASSERT_FALSE(engine.step(1).skipped);
     const auto predicted = category_highs(plan.schedule);
-    for (const Device device : {Device::Gpu, Device::Cpu}) {
+    for (const Device device : {Device::Gpu, Device::Cpu, Device::Nvme}) {
       for (const Category category : {Category::Params, Category::Grads, Category::MasterParams, Category::OptimizerStates}) {
         EXPECT_EQ(ledger.category_highs(device)[std::size_t(category)],
                   predicted[std::size_t(device)][std::size_t(category)])
@@ -145,6 +148,12 @@ TEST(ZeroPrecision, ModelStatesAndTrafficEqualThePlan) {
     }
     EXPECT_EQ(engine.link_bytes().pcie_h2d - copied.pcie_h2d, plan.comm.links.pcie_h2d);
     EXPECT_EQ(engine.link_bytes().pcie_d2h - copied.pcie_d2h, plan.comm.links.pcie_d2h);
+    EXPECT_EQ(engine.link_bytes().nvme_read - copied.nvme_read, plan.comm.links.nvme_read);
+    EXPECT_EQ(engine.link_bytes().nvme_write - copied.nvme_write, plan.comm.links.nvme_write);
+    // the whole of each device, swap buffers and staging included, at its high
+    for (const Device device : {Device::Cpu, Device::Nvme}) {
+      EXPECT_EQ(ledger.peak(device), plan.device(device).peak_per_rank) << to_string(device);
+    }
   }
 }
 
@@ -200,10 +209,13 @@ TEST(ZeroPrecision, RefusesWhatItDoesNotRun) {
   };
   refused({.stage = 2, .precision = Precision::Fp32, .offload = Offload::Optimizer}, [](TrainingConfig&) {});
   refused({.stage = 3, .precision = Precision::Bf16}, [](TrainingConfig& c) { c.zero.offload_param.device = OffloadDevice::Cpu; });
-  refused({.stage = 3, .precision = Precision::Bf16}, [](TrainingConfig& c) {
-    c.zero.offload_optimizer.device = OffloadDevice::Nvme;
-    c.zero.offload_optimizer.nvme_path = "/tmp";
-  });
+  refused({.stage = 3, .precision = Precision::Fp32, .offload = Offload::NvmeOptimizer}, [](TrainingConfig&) {});
+  refused({.stage = 3, .precision = Precision::Bf16, .offload = Offload::NvmeOptimizer},
+          [](TrainingConfig& c) { c.zero.offload_optimizer.buffer_count = 2; });  // master + 2 Adam states
+  refused({.stage = 3, .precision = Precision::Bf16, .offload = Offload::NvmeOptimizerAndParams},
+          [](TrainingConfig& c) { c.zero.offload_param.buffer_size = 1; });  // 5 < a layer's partition (72 / ranks)
+  refused({.stage = 3, .precision = Precision::Bf16, .offload = Offload::NvmeOptimizer},
+          [](TrainingConfig& c) { c.zero.offload_optimizer.nvme_path = "/proc/zerolens-cannot-be-here"; });
   refused({.stage = 2, .precision = Precision::Bf16}, [](TrainingConfig& c) {
     c.activation_checkpointing.enabled = true;
     c.activation_checkpointing.cpu_checkpointing = true;
