@@ -50,9 +50,9 @@ void ZeroEngine::restore(const FullState& state) {
   state_->restore(state);
 }
 
-// Master weights: the fp32 master partition in mixed precision, else the fp32 parameters themselves.
+// Master weights: the fp32 master partition, else (fp32 on the device) the parameters themselves.
 const float* ZeroEngine::State::owned_params(const OwnedSegment& segment) const {
-  if (mixed) return master_.data() + segment.owned_offset;
+  if (has_master) return master_.data() + segment.owned_offset;
   return const_cast<State&>(*this).device_params(segment).wide().data();
 }
 
@@ -98,7 +98,7 @@ void ZeroEngine::State::restore(const FullState& state) {
   float* state_base[2] = {first_state_.data(), second_state_.data()};
   for (std::size_t k = 0; k < states.size(); ++k) state_base[k] = states[k].data();
   for (const OwnedSegment& segment : segments_) {
-    if (mixed) {
+    if (has_master) {
       const std::vector<float>& whole = state.master[std::size_t(segment.tensor)];
       std::copy_n(whole.begin() + segment.begin, segment.length, master_base + segment.owned_offset);
     }

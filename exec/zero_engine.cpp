@@ -16,23 +16,17 @@ using Clock = std::chrono::steady_clock;
 void require_offload_supported(const TrainingConfig& config) {
   const ZeroConfig& zero = config.zero;
   const OffloadDevice optimizer = zero.offload_optimizer.device, params = zero.offload_param.device;
-  if (!config.precision.mixed()) {
-    for (const auto& [device, key] : {std::pair{optimizer, "offload_optimizer"}, std::pair{params, "offload_param"}}) {
-      if (device != OffloadDevice::Nvme) continue;
-      throw InputError(std::string("zero_optimization.") + key + ".device",
-                       "nvme offload runs with bf16 or fp16 in the CPU executor (in fp32 the host optimizer would "
-                       "update the parameters themselves, which the plan keeps in files, not on the host)");
-    }
+  if (!config.precision.mixed() && params != OffloadDevice::None &&
+      (optimizer == OffloadDevice::Nvme || params == OffloadDevice::Nvme)) {
+    throw InputError("zero_optimization.offload_param.device",
+                     "fp32 training with the parameters offloaded and NVMe in use is not run: the host optimizer "
+                     "updates the fp32 parameters themselves, which the executor keeps in memory only (use bf16 or "
+                     "fp16, or keep the parameters on the device)");
   }
   if (params != OffloadDevice::None && optimizer == OffloadDevice::None) {
     throw InputError("zero_optimization.offload_param.device",
                      "parameter offload needs offload_optimizer.device = cpu or nvme in the CPU executor (the plan "
                      "has no copy of the updated parameters back to the host)");
-  }
-  if (optimizer == OffloadDevice::Cpu && params == OffloadDevice::None && !config.precision.mixed()) {
-    throw InputError("zero_optimization.offload_optimizer.device",
-                     "fp32 training with the optimizer on the host is not run: the plan counts no host copy of the fp32 "
-                     "parameters, which the host optimizer updates (use bf16 or fp16, or offload_param.device = cpu)");
   }
 }
 

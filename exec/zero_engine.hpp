@@ -28,10 +28,11 @@
 // master and states live in one file per sub-group and are swapped through the host swap buffers
 // at the schedule's NvmeRead / OptimizerStep / NvmeWrite; stage-3 parameters live in one file per
 // tensor partition, read before a layer's CopyH2D and written back as the update produces them.
-// Refused with InputError: NVMe offload in fp32, cpu_checkpointing, fp32 optimizer offload to the
-// CPU without parameter offload (the plan has no host copy of the fp32 parameters, which the host
-// optimizer needs), parameter offload with the optimizer on the device (the plan has no copy of
-// updated parameters back to the host), swap buffers too small for a sub-group or a layer.
+// In fp32 with only the optimizer offloaded the host optimizer updates its own fp32 master (the
+// plan's), with the parameters offloaded too it updates them in place.
+// Refused with InputError: fp32 with offloaded parameters and NVMe, cpu_checkpointing, parameter
+// offload with the optimizer on the device (the plan has no copy of updated parameters back to
+// the host), swap buffers too small for a sub-group or a layer.
 #include <chrono>
 #include <cstdint>
 #include <functional>

@@ -44,7 +44,7 @@ void ZeroEngine::State::stage_layer_partition(std::size_t owner) {
 // the optimizer on NVMe each sub-group's update wrote its part already (its master is not kept):
 // this op completes the copy and counts it.
 void ZeroEngine::State::write_back_params() {
-  if (!mixed) throw std::logic_error("schedule error: fp32 parameters copied back from a host optimizer");
+  if (!has_master) throw std::logic_error("schedule error: parameters copied back from a host optimizer without a master");
   const bool written = optimizer_device == Device::Nvme;
   if (stage == 3) {
     for (std::size_t t = 0; t < part_.size(); ++t) {

@@ -17,6 +17,13 @@ Device device_of(OffloadDevice device) {
   return Device::Gpu;
 }
 
+// The plan decides whether an fp32 master partition exists (and where): the engine follows it.
+bool plans_master(const Schedule& schedule) {
+  return std::any_of(schedule.resident.begin(), schedule.resident.end(), [](const MemEffect& effect) {
+    return effect.component == Component::MasterPartition && effect.bytes > 0;
+  });
+}
+
 }  // namespace
 
 ZeroEngine::State::State(const Plan& plan_, Communicator& comm_, LayerModel& net_, MemoryLedger& ledger_,
@@ -37,6 +44,7 @@ ZeroEngine::State::State(const Plan& plan_, Communicator& comm_, LayerModel& net
       param_format(format_of(plan_.request.config.precision.precision)),
       grad_format(plan_.request.config.precision.grad_bytes() == 4 ? NumberFormat::Fp32 : param_format),
       mixed(plan_.request.config.precision.mixed()),
+      has_master(plans_master(plan_.schedule)),
       optimizer_device(device_of(plan_.schedule.context.optimizer_device)),
       param_device(device_of(plan_.schedule.context.param_device)) {
   const std::size_t tensors = layout.tensor_numel.size();
@@ -81,8 +89,8 @@ void ZeroEngine::State::allocate_optimizer_state() {
 // initialised, then cast to half, then copied to fp32 as DeepSpeed does). With NVMe offload the
 // master is assembled here once, then written to the sub-groups' files.
 void ZeroEngine::State::init_parameters() {
-  const bool master_in_files = mixed && optimizer_device == Device::Nvme;
-  if (mixed && !master_in_files) master_ = {ledger, optimizer_device, Component::MasterPartition, std::size_t(layout.owned)};
+  const bool master_in_files = has_master && optimizer_device == Device::Nvme;
+  if (has_master && !master_in_files) master_ = {ledger, optimizer_device, Component::MasterPartition, std::size_t(layout.owned)};
   std::vector<float> initial_master(master_in_files ? std::size_t(layout.owned) : 0);
   const std::span<float> master = master_in_files ? std::span<float>(initial_master) : master_.span();
   for (std::size_t t = 0; t < layout.tensor_numel.size(); ++t) {
@@ -98,7 +106,7 @@ void ZeroEngine::State::init_parameters() {
       const std::size_t first = std::min(numel, std::size_t(rank) * partition);
       const std::size_t count = std::min(numel, first + partition) - first;
       set_partition(t, std::span<const float>(whole).subspan(first, count));
-      if (mixed && param_store_) {  // the partition is in the swap buffer still (no part_ in memory)
+      if (has_master && param_store_) {  // the partition is in the swap buffer still (no part_ in memory)
         param_swap_.view(0, count).read(master.subspan(std::size_t(partition_offset_[t]), count));
       }
       if (layout.tensor_persistent[t]) {
@@ -107,7 +115,7 @@ void ZeroEngine::State::init_parameters() {
       }
     }
   }
-  if (!mixed) return;
+  if (!has_master) return;
   for (const OwnedSegment& segment : segments_) {
     if (param_store_) break;
     device_params(segment).read(master.subspan(std::size_t(segment.owned_offset), std::size_t(segment.length)));

@@ -95,7 +95,7 @@ void ZeroEngine::State::device_update(float factor) {
 void ZeroEngine::State::host_update(float factor) {
   const OptimizerRange range = optimizer_in_memory();
   update_range(range, factor);
-  if (mixed && param_device != Device::Gpu) store_updated_params(range);
+  if (has_master && param_device != Device::Gpu) store_updated_params(range);
 }
 
 OptimizerRange ZeroEngine::State::optimizer_in_memory() {
@@ -126,7 +126,7 @@ void ZeroEngine::State::update_range(const OptimizerRange& range, float factor) 
     const auto local = [&](std::span<float> values) {
       return values.empty() ? values : values.subspan(std::size_t(segment.owned_offset - range.begin), length);
     };
-    const std::span<float> params = mixed ? local(range.master) : device_params(segment).wide();
+    const std::span<float> params = has_master ? local(range.master) : device_params(segment).wide();
     if (factor != 1.0f) {
       for (float& g : grads) g *= factor;
     }

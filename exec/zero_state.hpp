@@ -92,7 +92,9 @@ struct ZeroEngine::State {
   EngineOptions options;
   int stage = 0, dp = 1, rank = 0;
   NumberFormat param_format = NumberFormat::Fp32, grad_format = NumberFormat::Fp32;
-  bool mixed = false;  // an fp32 master partition besides the training-dtype parameters
+  bool mixed = false;       // 16-bit parameters and gradients
+  bool has_master = false;  // an fp32 master partition besides the parameters: mixed precision, or
+                            // a host optimizer with the parameters on the device (fp32 too)
   Device optimizer_device = Device::Gpu, param_device = Device::Gpu;
   LinkBytes copied;
 
@@ -175,7 +177,7 @@ struct ZeroEngine::State {
   std::vector<NumberBuffer> grads_;  // per tensor: whole gradient before reduction
   NumberBuffer grad_part_;           // stages 2-3 without optimizer offload: the reduced gradients this rank owns
   TrackedBuffer<float> host_grads_;  // optimizer offload: the fp32 gradient partition on the host
-  TrackedBuffer<float> master_;      // mixed precision: the fp32 master partition
+  TrackedBuffer<float> master_;      // the fp32 master partition (has_master), unless in NVMe files
   TrackedBuffer<float> first_state_, second_state_;
   struct GradChunk {
     Elements begin = 0;  // position in the owned partition

@@ -23,7 +23,7 @@ inline constexpr int kDeviceCount = 3;
 enum class Category : std::uint8_t {
   Params,           // low-precision (training dtype) parameters
   Grads,            // gradients kept for the optimizer
-  MasterParams,     // fp32 master copy (mixed precision)
+  MasterParams,     // fp32 master copy (mixed precision, or fp32 with only the optimizer offloaded)
   OptimizerStates,  // momentum / variance
   Activations,      // kept for backward, checkpoints, recompute and working sets
   Buffers,          // communication buckets, stage-3 gathered parameters, staging, casts

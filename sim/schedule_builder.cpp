@@ -67,10 +67,14 @@ class ScheduleBuilder {
     schedule_.fragmentation_fraction = options.model_states_only ? 0 : options.fragmentation_fraction;
     param_bytes_ = config.precision.param_bytes();
     grad_bytes_ = config.precision.grad_bytes();
-    master_bytes_ = config.precision.mixed() ? 4 : 0;
     state_bytes_ = config.optimizer.state_bytes_per_param();
     optimizer_device_ = device_of(c.optimizer_device);
     param_device_ = device_of(c.param_device);
+    // A host optimizer updates an fp32 copy of the partition on the host; in fp32 training with
+    // the parameters on the device that copy is a master of its own (DeepSpeed's ZeRO-Offload
+    // clones the partition to fp32 whatever the dtype), with parameters offloaded it is them.
+    const bool host_copy = optimizer_device_ != Device::Gpu && param_device_ == Device::Gpu;
+    master_bytes_ = config.precision.mixed() || host_copy ? 4 : 0;
     const std::size_t layers = model.layers.size();
     live_.assign(layers, false);
     gather_op_.assign(layers, kNoOp);
