@@ -8,15 +8,6 @@
 namespace zerolens::exec {
 namespace {
 
-Device device_of(OffloadDevice device) {
-  switch (device) {
-    case OffloadDevice::None: return Device::Gpu;
-    case OffloadDevice::Cpu: return Device::Cpu;
-    case OffloadDevice::Nvme: return Device::Nvme;
-  }
-  return Device::Gpu;
-}
-
 // The plan decides whether an fp32 master partition exists (and where): the engine follows it.
 bool plans_master(const Schedule& schedule) {
   return std::any_of(schedule.resident.begin(), schedule.resident.end(), [](const MemEffect& effect) {

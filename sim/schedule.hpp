@@ -82,6 +82,7 @@ inline constexpr int kOpKindCount = 16;
 enum class Link : std::uint8_t { None, Network, PcieH2D, PcieD2H, NvmeRead, NvmeWrite };
 
 const char* to_string(Device device);
+Device device_of(OffloadDevice device);  // where an offload setting puts its states (none: the GPU)
 const char* to_string(Category category);
 const char* to_string(Component component);
 const char* to_string(Stream stream);

@@ -11,15 +11,6 @@ namespace {
 
 constexpr std::uint32_t kNoOp = std::numeric_limits<std::uint32_t>::max();
 
-Device device_of(OffloadDevice device) {
-  switch (device) {
-    case OffloadDevice::None: return Device::Gpu;
-    case OffloadDevice::Cpu: return Device::Cpu;
-    case OffloadDevice::Nvme: return Device::Nvme;
-  }
-  return Device::Gpu;
-}
-
 // A short list of memory effects; with model-states-only accounting, activations, buffers and
 // overhead are dropped here so every consumer sees the same filtered schedule.
 class Effects {

@@ -3,6 +3,15 @@
 
 namespace zerolens {
 
+Device device_of(OffloadDevice device) {
+  switch (device) {
+    case OffloadDevice::None: return Device::Gpu;
+    case OffloadDevice::Cpu: return Device::Cpu;
+    case OffloadDevice::Nvme: return Device::Nvme;
+  }
+  return Device::Gpu;
+}
+
 const char* to_string(Device device) {
   switch (device) {
     case Device::Gpu: return "gpu";
