@@ -120,7 +120,8 @@ void print_io(std::ostream& out, const exec::Calibration& c) {
   out << "  NVMe " << n.path << ", " << to_string(n.mode)
       << (n.mode_reason.empty() ? "" : " (" + n.mode_reason + ")") << ", block " << n.block_size
       << " B, queue depth " << n.queue_depth << ", " << n.bytes_per_rank << " B per rank: write "
-      << rate(n.write_bytes_per_second, "GB/s") << ", read "
+      << rate(n.write_bytes_per_second, "GB/s") << " (new file), "
+      << rate(n.overwrite_bytes_per_second, "GB/s") << " (over the previous version), read "
       << rate(n.read_bytes_per_second, "GB/s") << " (whole node)\n";
 }
 

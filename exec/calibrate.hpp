@@ -64,7 +64,10 @@ struct NvmeRate {
   Bytes bytes_per_rank = 0;
   std::size_t block_size = 0;
   int queue_depth = 0;
-  double write_bytes_per_second = 0;  // whole node: every rank writing at once
+  double write_bytes_per_second = 0;  // whole node: every rank writing a new file at once
+  // Writing over an existing object, as the engine does every step: the write also pays for
+  // replacing the previous version (NvmeStore renames a new file over it, freeing its blocks).
+  double overwrite_bytes_per_second = 0;
   double read_bytes_per_second = 0;
   Bytes available_bytes = 0;  // free space of the filesystem
 };

@@ -65,7 +65,8 @@ Cluster calibrated_cluster(const Calibration& c, const std::string& name) {
   if (c.nvme) {
     node.nvme_capacity_bytes = c.nvme->available_bytes;
     node.nvme_read_bandwidth = c.nvme->read_bytes_per_second;
-    node.nvme_write_bandwidth = c.nvme->write_bytes_per_second;
+    // The engine rewrites its swap files every step: price NVMe writes as overwrites.
+    node.nvme_write_bandwidth = c.nvme->overwrite_bytes_per_second;
   }
   node.intra_node = intra_node_link(c);
   node.pcie = {"host memory copy (CPU backend: no PCIe)", c.copy_bytes_per_second, 0};
@@ -117,6 +118,7 @@ nlohmann::json calibration_to_json(const Calibration& c) {
                         {"block_size", n.block_size},
                         {"queue_depth", n.queue_depth},
                         {"write_bytes_per_second", n.write_bytes_per_second},
+                        {"overwrite_bytes_per_second", n.overwrite_bytes_per_second},
                         {"read_bytes_per_second", n.read_bytes_per_second},
                         {"available_bytes", n.available_bytes}};
   }

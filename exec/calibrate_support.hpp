@@ -10,7 +10,9 @@ namespace zerolens::exec {
 // Runs `body` `repeats` times with every rank in step (a barrier before each run) and returns
 // each run's time on the slowest rank. If `body` throws on any rank, every rank throws (the
 // failing rank its own error), so no rank is left waiting in a collective.
-std::vector<double> timed_runs(Communicator& comm, int repeats, const std::function<void()>& body);
+// `untimed_setup` (optional) runs on every rank before each timed run, outside the timing.
+std::vector<double> timed_runs(Communicator& comm, int repeats, const std::function<void()>& body,
+                               const std::function<void()>& untimed_setup = {});
 
 // Runs `action` on every rank; if it throws on any rank, every rank throws.
 void on_every_rank(Communicator& comm, const std::function<void()>& action);

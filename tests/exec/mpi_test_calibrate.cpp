@@ -48,6 +48,7 @@ TEST(MpiCalibrate, EveryRankMeasuresAndAgrees) {
   EXPECT_DOUBLE_EQ(comm.report_sum(c.triad_bytes_per_second), n * c.triad_bytes_per_second);
   EXPECT_DOUBLE_EQ(comm.report_sum(c.nvme->write_bytes_per_second),
                    n * c.nvme->write_bytes_per_second);
+  EXPECT_GT(c.nvme->overwrite_bytes_per_second, 0);
   ASSERT_EQ(c.collectives.size(), n == 1 ? 0u : 6u);  // 3 collectives x 2 sizes
   for (const auto& rate : c.collectives) {
     EXPECT_EQ(rate.bytes % (rate.kind == OpKind::AllReduce ? 4 : 4 * n), 0) << to_string(rate.kind);
