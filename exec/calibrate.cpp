@@ -131,7 +131,9 @@ std::unique_ptr<NvmeStore> open_store(Communicator& comm, const CalibrateOptions
   std::unique_ptr<NvmeStore> store;
   on_every_rank(comm, [&] {
     try {
-      store = std::make_unique<NvmeStore>(*options.nvme_path, options.nvme);
+      NvmeOptions nvme = options.nvme;
+      nvme.overwrite_in_place = true;  // as the engine's swap files are written
+      store = std::make_unique<NvmeStore>(*options.nvme_path, nvme);
     } catch (const NvmeError& error) {
       throw InputError("--nvme-path", error.what());
     } catch (const std::invalid_argument& error) {

@@ -148,6 +148,17 @@ std::shared_ptr<NvmeRequest> NvmeStore::Impl::open_write(const std::string& name
     std::lock_guard lock(mutex);
     request->id = next_id++;
   }
+  if (options.overwrite_in_place) {
+    struct stat info {};
+    if (::stat(request->path.c_str(), &info) == 0 && S_ISREG(info.st_mode) &&
+        std::size_t(info.st_size) == data.size()) {
+      const int fd = ::open(request->path.c_str(), O_WRONLY | open_flags());
+      if (fd < 0)
+        throw NvmeError(request->path, "cannot open for writing: " + errno_text(errno), errno);
+      request->fd = fd;
+      return request;
+    }
+  }
   request->temp_path = directory + "/." + name + ".partial-" + std::to_string(request->id);
   const int fd =
       ::open(request->temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | open_flags(), 0644);
@@ -206,7 +217,7 @@ void NvmeStore::Impl::commit(NvmeRequest& request) {
   if (::close(request.fd) != 0 && request.is_write && !request.error)
     fail(request, errno, "close failed");
   request.fd = -1;
-  if (!request.is_write) return;
+  if (!request.is_write || request.temp_path.empty()) return;
   if (!request.error && ::rename(request.temp_path.c_str(), request.path.c_str()) != 0) {
     fail(request, errno, "cannot rename " + request.temp_path + " over it");
   }

@@ -46,6 +46,12 @@ struct NvmeOptions {
   int queue_depth = 8;             // aio.queue_depth: pieces in flight, 1..4096
   bool direct = true;       // try O_DIRECT; false forces buffered I/O (through the page cache)
   bool preallocate = true;  // reserve a write's space up front (fallocate): disk full fails early
+  // A write of the same size as the object's current file goes into that file in place: no new
+  // file, no rename, no freeing of the old blocks (about half the write time on ext4 for 256 MiB
+  // objects). Its space is already allocated, so a full disk cannot fail it, but an I/O error
+  // leaves the object part old, part new. For swap files that are rewritten every step; off by
+  // default (a write then replaces the object atomically, as described above).
+  bool overwrite_in_place = false;
 };
 
 enum class NvmeMode { Direct, Buffered };

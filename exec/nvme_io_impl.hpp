@@ -24,7 +24,7 @@ struct NvmeRequest {
   bool is_write = false;
   int fd = -1;
   std::string path;       // the object's file
-  std::string temp_path;  // writes: where the data goes until it is complete
+  std::string temp_path;  // writes: where the data goes until it is complete (empty: in place)
   std::byte* user = nullptr;
   Bytes user_begin = 0;  // file offset of user[0]
   std::size_t user_length = 0;

@@ -40,7 +40,8 @@ std::unique_ptr<NvmeStore> open_store(const OffloadConfig& offload, const std::s
   if (error) throw InputError(key, "cannot create " + directory.string() + ": " + error.message());
   made.paths.push_back(directory.string());
   try {
-    return std::make_unique<NvmeStore>(directory.string());
+    // Swap files keep their size from step to step; a failed write stops the run anyway.
+    return std::make_unique<NvmeStore>(directory.string(), NvmeOptions{.overwrite_in_place = true});
   } catch (const NvmeError& failure) {
     throw InputError(key, failure.what());
   }

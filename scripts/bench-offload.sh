@@ -93,7 +93,7 @@ for line in [header] + rows:
 mode = report["nvme"]["mode"] + (f" ({report['nvme']['mode_reason']})" if report["nvme"]["mode_reason"] else "")
 print(f"\nNvmeStore mode: {mode}; host: {report['host']['cpu']}, {report['host']['threads_per_rank']} threads;"
       " Adam counts 28 B/parameter, triad 12 B/element (STREAM)")
-print("median over rounds (target >= 0.80; 'overwrite' replaces the previous version of the file, as the"
+print("median over rounds (target >= 0.80; 'overwrite' writes over the previous version in place, as the"
       " engine's swap writes do every step, and is informational: fio writes a new file)")
 for name, values in ratios.items():
     median = statistics.median(values)

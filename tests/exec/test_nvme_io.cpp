@@ -22,6 +22,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include "exec/memory_ledger.hpp"
 #include "exec/nvme_io.hpp"
@@ -195,6 +196,29 @@ TEST(NvmeStore, OverwriteReplacesTheObjectAndLeavesNoTemporaryFiles) {
   store.remove("a");
   EXPECT_FALSE(store.contains("a"));
   store.remove("a");  // absent: not an error
+}
+
+// Swap files: a write of the same size goes into the existing file (the same inode, so no new
+// file and no rename), a write of another size still replaces the object.
+TEST(NvmeStore, InPlaceOverwriteKeepsTheFileWhenTheSizeIsUnchanged) {
+  TempDir dir;
+  NvmeOptions options = small_pieces();
+  options.overwrite_in_place = true;
+  NvmeStore store(dir.path(), options);
+  const auto inode_of = [&](const std::string& name) {
+    struct stat info {};
+    EXPECT_EQ(::stat(store.path_of(name).c_str(), &info), 0);
+    return info.st_ino;
+  };
+  store.write("a", random_bytes(70000, 1));
+  const auto first = inode_of("a");
+  store.write("a", random_bytes(70000, 2));
+  EXPECT_EQ(inode_of("a"), first);
+  EXPECT_TRUE(same(file_bytes(store.path_of("a")), random_bytes(70000, 2)));
+  store.write("a", random_bytes(5000, 3));  // another size: a new file renamed over the old one
+  EXPECT_TRUE(same(file_bytes(store.path_of("a")), random_bytes(5000, 3)));
+  EXPECT_EQ(directory_entries(dir.path()), std::vector<std::string>{"a"});
+  EXPECT_EQ(store.counters().bytes_written, 70000 + 70000 + 5000);
 }
 
 TEST(NvmeStore, BufferedModeWhenAsked) {
