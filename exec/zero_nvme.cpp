@@ -70,6 +70,7 @@ void ZeroEngine::State::open_nvme() {
     }
     optimizer_store_ = open_store(zero.offload_optimizer, key + ".nvme_path", rank, "optimizer", swap_directories_);
     group_elements_ = std::min(std::max<Elements>(1, zero.sub_group_size), owned);
+    swap_set_io_.assign(std::size_t(optimizer_swap_buffer_sets(zero.offload_optimizer, int(needed))), std::nullopt);
     optimizer_swap_ = {ledger, Device::Cpu, Component::NvmeSwapBuffers,
                        std::size_t(zero.offload_optimizer.buffer_count) * std::size_t(group_elements_), kNvmeAlignment};
     nvme_files_.push_back(std::make_unique<NvmeReservation>(ledger, Component::MasterPartition, owned * 4));
@@ -113,10 +114,15 @@ Elements ZeroEngine::State::group_length(std::int32_t group) const {
   return std::min(size, layout.owned - Elements(group) * size);
 }
 
-// The swap buffer holding sub-group g: master | first state | second state.
+std::size_t ZeroEngine::State::swap_set_of(std::int32_t group) const {
+  return std::size_t(group) % swap_set_io_.size();
+}
+
+// The swap buffer set holding sub-group g: master | first state | second state.
 OptimizerRange ZeroEngine::State::swapped_group(std::int32_t group) {
   const auto length = std::size_t(group_length(group));
-  const std::span<float> buffer = optimizer_swap_.span();
+  const std::size_t set_elements = (1 + optimizer.state_per_element()) * std::size_t(group_elements_);
+  const std::span<float> buffer = optimizer_swap_.span().subspan(swap_set_of(group) * set_elements, set_elements);
   OptimizerRange range{.begin = Elements(group) * std::max<Elements>(1, plan.request.config.zero.sub_group_size),
                        .master = buffer.subspan(0, length)};
   const std::size_t states = optimizer.state_per_element();
@@ -131,36 +137,49 @@ void ZeroEngine::State::init_nvme_optimizer(std::span<const float> master) {
     const OptimizerRange range = swapped_group(std::int32_t(group));
     std::fill(optimizer_swap_.data(), optimizer_swap_.data() + optimizer_swap_.size(), 0.0f);
     std::copy_n(master.begin() + begin, range.master.size(), range.master.begin());
-    const std::size_t used = range.master.size() * (1 + optimizer.state_per_element());
-    optimizer_store_->write(group_object(std::int32_t(group)), bytes_of(optimizer_swap_.span().subspan(0, used)));
+    optimizer_store_->write(group_object(std::int32_t(group)), swapped_bytes(std::int32_t(group)));
   }
 }
 
-void ZeroEngine::State::wait_optimizer_io() {
-  if (!optimizer_io_) return;
-  const NvmeTicket ticket = *optimizer_io_;
-  optimizer_io_.reset();
+void ZeroEngine::State::wait_swap_set(std::size_t set) {
+  if (!swap_set_io_[set]) return;
+  const NvmeTicket ticket = *swap_set_io_[set];
+  swap_set_io_[set].reset();
   optimizer_store_->wait(ticket);
 }
 
-// NvmeRead of a sub-group: its write-back must finish before the buffer is filled again. A
-// skipped step (fp16 overflow) moves nothing: nothing changes.
-void ZeroEngine::State::read_optimizer_group(std::int32_t group) {
-  if (overflow_) return;
-  wait_optimizer_io();
-  const OptimizerRange range = swapped_group(group);
-  const std::size_t used = range.master.size() * (1 + optimizer.state_per_element());
-  optimizer_io_ = optimizer_store_->read_async(group_object(group), bytes_of(optimizer_swap_.span().subspan(0, used)));
-  copied.nvme_read += Bytes(used * sizeof(float));
+void ZeroEngine::State::wait_optimizer_io() {
+  for (std::size_t set = 0; set < swap_set_io_.size(); ++set) wait_swap_set(set);
 }
 
-void ZeroEngine::State::write_optimizer_group(std::int32_t group) {
-  if (overflow_) return;
-  wait_optimizer_io();  // the update waited for the read already; nothing else is pending
+// The bytes of sub-group g's master and states in its swap set.
+std::span<std::byte> ZeroEngine::State::swapped_bytes(std::int32_t group) {
   const OptimizerRange range = swapped_group(group);
   const std::size_t used = range.master.size() * (1 + optimizer.state_per_element());
-  optimizer_io_ = optimizer_store_->write_async(group_object(group), bytes_of(optimizer_swap_.span().subspan(0, used)));
-  copied.nvme_write += Bytes(used * sizeof(float));
+  return bytes_of(std::span(range.master.data(), used));
+}
+
+// NvmeRead of a sub-group into its set, once the write of the sub-group that used the set last is
+// complete. A skipped step (fp16 overflow) moves nothing: nothing changes.
+void ZeroEngine::State::read_optimizer_group(std::int32_t group) {
+  if (overflow_) return;
+  const std::size_t set = swap_set_of(group);
+  wait_swap_set(set);
+  const std::span<std::byte> bytes = swapped_bytes(group);
+  swap_set_io_[set] = optimizer_store_->read_async(group_object(group), bytes);
+  copied.nvme_read += Bytes(bytes.size());
+}
+
+// Without pipeline_write the CPU waits for the write (DeepSpeed's synchronous swap-out), as the
+// schedule's next update waits for it.
+void ZeroEngine::State::write_optimizer_group(std::int32_t group) {
+  if (overflow_) return;
+  const std::size_t set = swap_set_of(group);
+  wait_swap_set(set);  // the update waited for the read already; nothing else is pending
+  const std::span<std::byte> bytes = swapped_bytes(group);
+  swap_set_io_[set] = optimizer_store_->write_async(group_object(group), bytes);
+  copied.nvme_write += Bytes(bytes.size());
+  if (!plan.request.config.zero.offload_optimizer.pipeline_write) wait_swap_set(set);
 }
 
 // The host optimizer on one sub-group as soon as its read is complete; the new parameters go
@@ -168,7 +187,7 @@ void ZeroEngine::State::write_optimizer_group(std::int32_t group) {
 void ZeroEngine::State::optimizer_group_step(std::int32_t group) {
   if (!overflow_) {
     if (group == 0) optimizer.begin_step();
-    wait_optimizer_io();
+    wait_swap_set(swap_set_of(group));
     const OptimizerRange range = swapped_group(group);
     update_range(range, update_factor());
     store_updated_params(range);
@@ -282,8 +301,7 @@ void ZeroEngine::State::restore_nvme_optimizer(std::span<const float> master,
     std::copy_n(master.begin() + begin, length, range.master.begin());
     if (!range.first_state.empty()) std::copy_n(states[0].begin() + begin, length, range.first_state.begin());
     if (!range.second_state.empty()) std::copy_n(states[1].begin() + begin, length, range.second_state.begin());
-    const std::size_t used = length * (1 + optimizer.state_per_element());
-    optimizer_store_->write(group_object(std::int32_t(group)), bytes_of(optimizer_swap_.span().subspan(0, used)));
+    optimizer_store_->write(group_object(std::int32_t(group)), swapped_bytes(std::int32_t(group)));
   }
 }
 

@@ -153,10 +153,13 @@ struct ZeroEngine::State {
   void nvme_write(const Op& op);
   Elements group_length(std::int32_t group) const;
   OptimizerRange swapped_group(std::int32_t group);
+  std::span<std::byte> swapped_bytes(std::int32_t group);
   void read_optimizer_group(std::int32_t group);
   void write_optimizer_group(std::int32_t group);
   void optimizer_group_step(std::int32_t group);
-  void wait_optimizer_io();
+  std::size_t swap_set_of(std::int32_t group) const;
+  void wait_swap_set(std::size_t set);
+  void wait_optimizer_io();  // every set
   void read_layer_partitions(std::size_t owner);
   void finish_param_writes();
   void write_param_partition(std::size_t tensor, Numbers values);
@@ -195,9 +198,12 @@ struct ZeroEngine::State {
   SwapDirectories swap_directories_;  // declared before the stores: removed after they finish
   std::unique_ptr<NvmeStore> optimizer_store_, param_store_;
   std::vector<std::unique_ptr<NvmeReservation>> nvme_files_;
-  TrackedBuffer<float> optimizer_swap_;  // buffer_count x sub-group elements: master | states of one sub-group
-  Elements group_elements_ = 0;          // optimizer sub-group size
-  std::optional<NvmeTicket> optimizer_io_;
+  // buffer_count x sub-group elements, in sets of [master | states] of one sub-group each; sub-group
+  // g uses set g mod sets (sim's optimizer_swap_buffer_sets), so the next one can be read while g
+  // is updated (pipeline_read)
+  TrackedBuffer<float> optimizer_swap_;
+  Elements group_elements_ = 0;                          // optimizer sub-group size
+  std::vector<std::optional<NvmeTicket>> swap_set_io_;  // per set: the read or write in flight
   NumberBuffer param_swap_;  // buffer_count x buffer_size parameters in the training dtype
   std::vector<NvmeTicket> param_io_;
   std::size_t param_swap_used_ = 0;       // elements of param_swap_ in use by reads or writes

@@ -600,33 +600,56 @@ class ScheduleBuilder {
     return 12;
   }
 
-  // CPU Adam on the host partition (ZeRO-Offload); with NVMe, states are swapped per sub-group.
+  // CPU Adam on the host partition (ZeRO-Offload).
   std::uint32_t host_optimizer(std::uint32_t before) {
     const ParamLayout& p = params();
-    std::uint32_t last = last_d2h_ != kNoOp ? last_d2h_ : before;
-    const Elements chunk_size = optimizer_device_ == Device::Nvme ? std::max<Elements>(1, zero_.sub_group_size) : p.owned;
-    std::int32_t group = 0;
-    for (Elements start = 0; start < p.owned; start += chunk_size, ++group) {
-      const Elements chunk = std::min(chunk_size, p.owned - start);
-      const Bytes state = chunk * (master_bytes_ + state_bytes_);
-      if (optimizer_device_ == Device::Nvme) {
-        last = emit(Op{.kind = OpKind::NvmeRead, .stream = Stream::Nvme, .phase = Phase::Optimizer,
-                       .sub_group = group, .link = Link::NvmeRead, .bytes = state},
-                    effects(), {last, before});
-      }
-      Effects fx = effects();
-      if (start + chunk >= p.owned) free_step_gradients(fx);
-      last = emit(Op{.kind = OpKind::OptimizerStep, .stream = Stream::Cpu, .phase = Phase::Optimizer,
-                     .sub_group = group, .flops = double(chunk) * optimizer_flops_per_element(),
-                     .memory_bytes_touched = chunk * (4 + 2 * (master_bytes_ + state_bytes_) + param_bytes_)},
-                  fx, {last, before});
-      if (optimizer_device_ == Device::Nvme) {
-        last = emit(Op{.kind = OpKind::NvmeWrite, .stream = Stream::Nvme, .phase = Phase::Optimizer,
-                       .sub_group = group, .link = Link::NvmeWrite, .bytes = state},
-                    effects(), {last});
-      }
+    const std::uint32_t after = last_d2h_ != kNoOp ? last_d2h_ : before;
+    if (optimizer_device_ == Device::Nvme) return write_back_params(swapped_host_optimizer(after, before));
+    if (p.owned == 0) return write_back_params(after);  // nothing owned: no update
+    return write_back_params(host_optimizer_step(0, p.owned, true, {after, before}));
+  }
+
+  std::uint32_t host_optimizer_step(std::int32_t group, Elements chunk, bool last_group,
+                                    std::initializer_list<std::uint32_t> deps) {
+    Effects fx = effects();
+    if (last_group) free_step_gradients(fx);
+    return emit(Op{.kind = OpKind::OptimizerStep, .stream = Stream::Cpu, .phase = Phase::Optimizer,
+                   .sub_group = group, .flops = double(chunk) * optimizer_flops_per_element(),
+                   .memory_bytes_touched = chunk * (4 + 2 * (master_bytes_ + state_bytes_) + param_bytes_)},
+                fx, deps);
+  }
+
+  // ZeRO-Infinity: each sub-group's master and states are read, updated and written back through
+  // one of the swap buffer sets (optimizer_swap_buffer_sets): a read waits for the write that frees
+  // its set; with pipeline_read the next sub-group is read before this one is updated; without
+  // pipeline_write the next update waits for this sub-group's write (a synchronous swap-out).
+  std::uint32_t swapped_host_optimizer(std::uint32_t after, std::uint32_t before) {
+    const Elements owned = params().owned;
+    const Elements size = std::max<Elements>(1, zero_.sub_group_size);
+    const auto groups = std::size_t(ceil_div(owned, size));
+    const int tensors = int((master_bytes_ + state_bytes_) / 4);
+    const auto sets = std::size_t(optimizer_swap_buffer_sets(zero_.offload_optimizer, tensors));
+    const bool read_ahead = optimizer_swap_reads_ahead(zero_.offload_optimizer, tensors);
+    const auto chunk_of = [&](std::size_t g) { return std::min(size, owned - Elements(g) * size); };
+    const auto state_of = [&](std::size_t g) { return chunk_of(g) * (master_bytes_ + state_bytes_); };
+    std::vector<std::uint32_t> reads(groups, kNoOp), writes(groups, kNoOp);
+    const auto read = [&](std::size_t g) {
+      reads[g] = emit(Op{.kind = OpKind::NvmeRead, .stream = Stream::Nvme, .phase = Phase::Optimizer,
+                         .sub_group = std::int32_t(g), .link = Link::NvmeRead, .bytes = state_of(g)},
+                      effects(), {after, before, g >= sets ? writes[g - sets] : kNoOp});
+    };
+    std::uint32_t last = after;
+    for (std::size_t g = 0; g < groups; ++g) {
+      if (reads[g] == kNoOp) read(g);
+      if (read_ahead && g + 1 < groups) read(g + 1);
+      const bool waits_write = g > 0 && !zero_.offload_optimizer.pipeline_write;
+      last = host_optimizer_step(std::int32_t(g), chunk_of(g), g + 1 == groups,
+                                 {last, reads[g], waits_write ? writes[g - 1] : kNoOp});
+      writes[g] = emit(Op{.kind = OpKind::NvmeWrite, .stream = Stream::Nvme, .phase = Phase::Optimizer,
+                          .sub_group = std::int32_t(g), .link = Link::NvmeWrite, .bytes = state_of(g)},
+                       effects(), {last});
     }
-    return write_back_params(last);
+    return writes.empty() ? last : writes.back();
   }
 
   // Updated low-precision parameters go where the parameters live.

@@ -26,12 +26,13 @@ struct Gpt2Setup {
   Precision precision = Precision::Fp32;
   bool offload_optimizer = false, offload_param = false;  // to the host (cpu)
   bool nvme = false;                                       // offload to NVMe files instead
+  bool pipelined = false;  // NVMe: pipeline_read and pipeline_write, buffers for two sub-groups
 };
 
 std::string name_of(const Gpt2Setup& s) {
   return "stage " + std::to_string(s.stage) + " " + to_string(s.precision) + (s.checkpointing ? " ckpt" : "") +
          (s.offload_optimizer ? " offload optimizer" : "") + (s.offload_param ? " offload params" : "") +
-         (s.nvme ? " to nvme" : "");
+         (s.nvme ? " to nvme" : "") + (s.pipelined ? " pipelined" : "");
 }
 
 Model tiny_gpt2() {
@@ -58,6 +59,8 @@ Plan gpt2_plan(const Gpt2Setup& s, int ranks) {
         (std::filesystem::temp_directory_path() / ("zerolens-gpt2-nvme-np" + std::to_string(ranks))).string();
     c.zero.sub_group_size = 30000;            // several sub-groups
     c.zero.offload_param.buffer_size = 20000;  // 5 x 20000: a block's partition (~50k at 1 rank) fits
+    c.zero.offload_optimizer.pipeline_read = c.zero.offload_optimizer.pipeline_write = s.pipelined;
+    if (s.pipelined) c.zero.offload_optimizer.buffer_count = 6;
   }
   c.batch.micro_batch_per_gpu = s.micro_batch;
   c.batch.gradient_accumulation_steps = s.grad_accumulation;
@@ -158,6 +161,8 @@ TEST(Gpt2Engine, SixteenBitAndOffloadFollowDataParallelism) {
       variants.push_back(setup);
       setup.offload_param = false;
       variants.push_back(setup);
+      setup.pipelined = true;  // the next sub-group read while this one is updated
+      variants.push_back(setup);
     }
     for (const Gpt2Setup& setup : variants) {
       SCOPED_TRACE(name_of(setup));
@@ -168,6 +173,17 @@ TEST(Gpt2Engine, SixteenBitAndOffloadFollowDataParallelism) {
       }
     }
   }
+}
+
+// Pipelined swapping changes when sub-groups are read and written, not the arithmetic: the same
+// losses to the bit as one sub-group at a time.
+TEST(Gpt2Engine, PipelinedNvmeSwappingGivesTheSameLosses) {
+  Gpt2Setup setup{.stage = 3, .precision = Precision::Bf16, .offload_optimizer = true, .nvme = true};
+  TrainingRun serial, pipelined;
+  train(gpt2_plan(setup, world().size()), setup, 5, serial);
+  setup.pipelined = true;
+  train(gpt2_plan(setup, world().size()), setup, 5, pipelined);
+  EXPECT_EQ(pipelined.losses, serial.losses);
 }
 
 TEST(Gpt2Engine, CheckpointingRecomputesTheSameLosses) {
@@ -205,6 +221,7 @@ std::vector<Gpt2Setup> memory_variants() {
   variants.push_back({.stage = 3, .precision = Precision::Bf16, .offload_optimizer = true, .nvme = true});
   variants.push_back(
       {.stage = 3, .precision = Precision::Fp16, .offload_optimizer = true, .offload_param = true, .nvme = true});
+  variants.push_back({.stage = 3, .precision = Precision::Bf16, .offload_optimizer = true, .nvme = true, .pipelined = true});
   return variants;
 }
 

@@ -128,6 +128,46 @@ TEST(Timeline, NvmeOffloadWithoutNvmeBandwidthIsAnError) {
   }
 }
 
+// ZeRO-Infinity's optimizer on 3 sub-groups whose read, update and write each take the same time
+// t (rates below). Serial swapping (one buffer set): r0 u0 w0 r1 u1 w1 r2 u2 w2 = 9t. With
+// pipeline_read and pipeline_write and buffers for two sub-groups, worked by hand (units of t):
+// NVMe r0 0-1, r1 1-2, w0 2-3 (after u0 1-2), r2 3-4 (its set freed by w0), w1 4-5 (u1 2-3),
+// w2 5-6 (u2 4-5): the drive is never idle, 6t. Without pipeline_write each update also waits
+// for the previous write: u1 3-4 (after w0), w1 4-5, u2 5-6 (after w1), w2 6-7: 7t.
+TEST(Timeline, PipelinedOptimizerSwappingWorkedByHand) {
+  const auto swap_span = [](bool pipeline_read, bool pipeline_write, int buffer_count) {
+    TrainingConfig config = testing::mixed_adam(3);
+    config.zero.offload_optimizer.device = OffloadDevice::Nvme;
+    config.zero.offload_optimizer.nvme_path = "/nvme";
+    config.zero.offload_optimizer.pipeline_read = pipeline_read;
+    config.zero.offload_optimizer.pipeline_write = pipeline_write;
+    config.zero.offload_optimizer.buffer_count = buffer_count;
+    config.zero.sub_group_size = 1000;
+    const Plan plan = testing::plan_of(testing::flat_model(3, 1000), config, 1, 1);
+    Cluster cluster = slow_cluster();
+    cluster.node.gpus_per_node = 1;
+    // fp16 Adam per element: read and write 12 bytes (master and two states) at 1e9 bytes/s; the
+    // update touches 4 + 2 x 12 + 2 = 30 bytes at 2.5e9 bytes/s: 12 ns each.
+    cluster.node.cpu_memory_bandwidth = 2.5e9;
+    TimelineOptions options = exact_options();
+    options.cpu_efficiency = 1;
+    const Timeline timeline = simulate_timeline(plan.schedule, cluster, options);
+    double first = 1e300, last = 0;
+    for (std::size_t i = 0; i < plan.schedule.ops.size(); ++i) {
+      const Op& op = plan.schedule.ops[i];
+      if (op.sub_group < 0) continue;
+      EXPECT_NEAR(timeline.ops[i].duration, 12e-6, 1e-15) << to_string(op.kind) << " " << op.sub_group;
+      first = std::min(first, timeline.ops[i].start);
+      last = std::max(last, timeline.ops[i].end());
+    }
+    return (last - first) / 12e-6;
+  };
+  EXPECT_NEAR(swap_span(false, false, 4), 9, 1e-9);
+  EXPECT_NEAR(swap_span(true, true, 6), 6, 1e-9);
+  EXPECT_NEAR(swap_span(true, false, 6), 7, 1e-9);
+  EXPECT_NEAR(swap_span(true, true, 5), 9, 1e-9);  // buffers for one sub-group only: serial
+}
+
 TEST(Timeline, RatesFollowFromTheStepTime) {
   const Plan plan = three_layer_plan(true);
   const Timeline timeline = simulate_timeline(plan.schedule, slow_cluster(), exact_options());
