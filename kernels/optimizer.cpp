@@ -13,17 +13,6 @@ namespace zerolens::kernels {
 
 namespace {
 
-
-// Hyperparameters in float, as the loop uses them. 1 - beta and the bias corrections are formed
-// in double first, as PyTorch does: 1 - 0.999f computed in float is 1.3e-5 off (0.999 is inexact).
-// The bias corrections are folded into two factors, as PyTorch's and DeepSpeed's CPU Adam do
-// (step_size = lr / (1 - beta1^t), denominator sqrt(v) / sqrt(1 - beta2^t) + eps): one square
-// root and one division per element keep the loop bound by memory bandwidth, not by the divider.
-struct AdamScalars {
-  float beta1, beta2, one_minus_beta1, one_minus_beta2, eps, decay, lr_decay, step_size,
-      inverse_sqrt_correction2;
-};
-
 // The mode is a template parameter so each loop body is branch-free and vectorizes.
 template <bool decoupled_decay>
 inline void adam_span(float* params, const float* grads, float* m, float* v, std::size_t count,
@@ -92,19 +81,23 @@ void sgd_loop(float* params, const float* grads, float* buffer, std::size_t coun
 
 }  // namespace
 
-void adam_step(float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
-               std::size_t count, const AdamConfig& config, std::int64_t step, int threads) {
+AdamScalars adam_scalars(const AdamConfig& config, std::int64_t step) {
   if (step < 1) throw std::invalid_argument("adam_step: step counts from 1");
   const auto t = double(step);
-  const AdamScalars scalars{float(config.beta1),
-                            float(config.beta2),
-                            float(1.0 - config.beta1),
-                            float(1.0 - config.beta2),
-                            float(config.eps),
-                            float(config.weight_decay),
-                            float(config.lr * config.weight_decay),
-                            float(config.lr / (1.0 - std::pow(config.beta1, t))),
-                            float(1.0 / std::sqrt(1.0 - std::pow(config.beta2, t)))};
+  return {float(config.beta1),
+          float(config.beta2),
+          float(1.0 - config.beta1),
+          float(1.0 - config.beta2),
+          float(config.eps),
+          float(config.weight_decay),
+          float(config.lr * config.weight_decay),
+          float(config.lr / (1.0 - std::pow(config.beta1, t))),
+          float(1.0 / std::sqrt(1.0 - std::pow(config.beta2, t)))};
+}
+
+void adam_step(float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
+               std::size_t count, const AdamConfig& config, std::int64_t step, int threads) {
+  const AdamScalars scalars = adam_scalars(config, step);
   adam_loop(config.adam_w_mode, params, grads, exp_avg, exp_avg_sq, count, scalars,
             host_thread_count(threads));
 }

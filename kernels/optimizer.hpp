@@ -18,6 +18,17 @@ struct AdamConfig {
   bool adam_w_mode = true;
 };
 
+// The float scalars of one Adam step, shared by the CPU loop and the CUDA kernel so both round
+// alike. 1 - beta and the bias corrections are formed in double first, as PyTorch does (1 - 0.999f
+// in float is 1.3e-5 off); the corrections are folded into two factors, as PyTorch's and
+// DeepSpeed's CPU Adam do (step_size = lr / (1 - beta1^t), denominator sqrt(v) / sqrt(1 - beta2^t)
+// + eps): one square root and one division per element. Throws std::invalid_argument when step < 1.
+struct AdamScalars {
+  float beta1, beta2, one_minus_beta1, one_minus_beta2, eps, decay, lr_decay, step_size,
+      inverse_sqrt_correction2;
+};
+AdamScalars adam_scalars(const AdamConfig& config, std::int64_t step);
+
 // One step over `count` elements; `step` counts from 1 (bias correction 1 - beta^step).
 // exp_avg (m) and exp_avg_sq (v) start at zero and are updated in place. `threads` <= 0 uses the
 // OpenMP default. Throws std::invalid_argument when step < 1.
