@@ -26,6 +26,7 @@ int run(int argc, char** argv) {
   register_sweep_command(app, registry);
   register_run_command(app, registry);
   register_validate_command(app, registry);
+  register_check_measured_command(app, registry);
   register_consolidate_command(app, registry);
   register_calibrate_command(app, registry);
   try {

@@ -45,6 +45,7 @@ void register_trace_command(CLI::App& app, CommandRegistry& registry);
 void register_sweep_command(CLI::App& app, CommandRegistry& registry);
 void register_run_command(CLI::App& app, CommandRegistry& registry);
 void register_validate_command(CLI::App& app, CommandRegistry& registry);
+void register_check_measured_command(CLI::App& app, CommandRegistry& registry);
 void register_consolidate_command(CLI::App& app, CommandRegistry& registry);
 void register_calibrate_command(CLI::App& app, CommandRegistry& registry);
 

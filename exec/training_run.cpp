@@ -42,6 +42,18 @@ void record_peaks(const MemoryLedger& ledger, TrainingResult& result) {
   }
 }
 
+// What `zerolens check-measured` holds a recorded run to, in the trace's optional summary keys.
+void record_counts(const TrainingResult& result, TraceSummary& summary) {
+  summary.category_highs = result.category_high;
+  std::array<TraceCollective, kOpKindCount> collectives{};
+  for (std::size_t k = 0; k < collectives.size(); ++k) {
+    collectives[k] = {result.collectives[k].calls, result.collectives[k].bytes};
+  }
+  summary.collectives = collectives;
+  summary.link_bytes = TraceLinkBytes{result.links.pcie_h2d, result.links.pcie_d2h, result.links.nvme_read,
+                                      result.links.nvme_write};
+}
+
 }  // namespace
 
 TrainingResult train_gpt2(const Plan& plan, Communicator& comm, const TrainingOptions& options,
@@ -109,6 +121,7 @@ Trace measured_trace(const Plan& plan, const TrainingResult& result) {
                    .exposed_communication = 0,
                    .peak = result.peak};
   for (std::size_t i = 0; i < trace.ops.size(); ++i) trace.ops[i].memory_after = result.last_step_ops[i].memory_after;
+  record_counts(result, trace.summary);
   return trace;
 }
 

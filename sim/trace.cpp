@@ -4,6 +4,7 @@
 
 #include "sim/json_read.hpp"
 #include "sim/model_io.hpp"
+#include "sim/trace_counts.hpp"
 
 namespace zerolens {
 namespace {
@@ -153,9 +154,11 @@ TraceRun read_run(const json& object) {
 }
 
 json summary_json(const TraceSummary& s) {
-  return {{"step_time_s", s.step_time}, {"tokens_per_s", s.tokens_per_second},
-          {"model_flops_per_gpu", s.model_flops_per_gpu}, {"mfu", s.mfu},
-          {"exposed_communication_s", s.exposed_communication}, {"peak_bytes", device_bytes(s.peak)}};
+  json summary = {{"step_time_s", s.step_time}, {"tokens_per_s", s.tokens_per_second},
+                  {"model_flops_per_gpu", s.model_flops_per_gpu}, {"mfu", s.mfu},
+                  {"exposed_communication_s", s.exposed_communication}, {"peak_bytes", device_bytes(s.peak)}};
+  write_summary_counts(s, summary);
+  return summary;
 }
 
 TraceSummary read_summary(const json& object) {
@@ -168,6 +171,7 @@ TraceSummary read_summary(const json& object) {
   s.mfu = as_double(required(object, "mfu", w), "summary.mfu");
   s.exposed_communication = as_double(required(object, "exposed_communication_s", w), "summary.exposed_communication_s");
   s.peak = read_device_bytes(required(object, "peak_bytes", w), "summary.peak_bytes");
+  read_summary_counts(object, s);
   return s;
 }
 
@@ -180,8 +184,11 @@ Trace make_trace(const Plan& plan, const Timeline& timeline, int ranks) {
   }
   Trace trace;
   trace.run = run_of(plan);
-  trace.summary = {timeline.step_time, timeline.tokens_per_second, timeline.model_flops_per_gpu, timeline.mfu,
-                   timeline.exposed_communication, {}};
+  trace.summary.step_time = timeline.step_time;
+  trace.summary.tokens_per_second = timeline.tokens_per_second;
+  trace.summary.model_flops_per_gpu = timeline.model_flops_per_gpu;
+  trace.summary.mfu = timeline.mfu;
+  trace.summary.exposed_communication = timeline.exposed_communication;
   for (const auto& device : plan.devices) trace.summary.peak[std::size_t(device.device)] = device.peak_per_rank;
   const MemoryTimeline replay = replay_memory(plan.schedule, true);
   const auto& layers = plan.request.model.layers;

@@ -47,9 +47,23 @@ struct TraceRun {
   std::optional<TraceInputs> inputs;
 };
 
+struct TraceCollective {
+  std::int64_t calls = 0;
+  Bytes bytes = 0;  // sum of message sizes (nccl-tests' convention, as `bytes` of an op)
+};
+
+struct TraceLinkBytes {
+  Bytes pcie_h2d = 0, pcie_d2h = 0, nvme_read = 0, nvme_write = 0;
+};
+
 struct TraceSummary {
   double step_time = 0, tokens_per_second = 0, model_flops_per_gpu = 0, mfu = 0, exposed_communication = 0;
   std::array<Bytes, kDeviceCount> peak{};  // per rank
+  // Optional; the executor writes them in measured traces (what it counted on the recorded rank),
+  // so `zerolens check-measured` can hold a recorded run to the simulator's current figures.
+  std::optional<std::array<CategoryBytes, kDeviceCount>> category_highs;  // highest per device and category
+  std::optional<std::array<TraceCollective, kOpKindCount>> collectives;   // per op kind, one step (the last)
+  std::optional<TraceLinkBytes> link_bytes;                               // host-device and NVMe, one step
 };
 
 struct Trace {

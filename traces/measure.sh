@@ -1,0 +1,220 @@
+#!/usr/bin/env bash
+# Records measured traces of a matrix of configs (DP, ZeRO-1/2/3, CPU and NVMe offload, 1/2/4 ranks,
+# bf16 and fp32) with `zerolens validate` under mpirun, and a summary table, under
+# traces/measured/<device-name>/. Committed, they are re-checked on every CI run against the
+# simulator's current predictions (ctest traces.measured: `zerolens check-measured`).
+# See traces/measured/README.md.
+set -euo pipefail
+
+usage() {
+  cat <<'EOF'
+usage: traces/measure.sh [options]
+
+Runs every config of the matrix through `mpirun -np N zerolens validate`, writes
+<model>-<config>.measured.json and .predicted.json (trace schema, traces/README.md), the validate
+output under logs/, and SUMMARY.md (predicted vs measured, from `zerolens check-measured --json`)
+into OUT. Exit 1 when a config is outside its tolerance, 2 on bad arguments or a failed run.
+
+options (environment variable in brackets):
+  --zerolens PATH      zerolens binary [ZEROLENS]; default: build/release/cli/zerolens, else .devrt/bin/zerolens
+  --mpirun PATH        MPI launcher [MPIRUN]; default: mpirun beside --zerolens if there, else mpirun on PATH
+  --device-name NAME   directory name under traces/measured [DEVICE_NAME]; default: derived, the GPU's name
+                       from nvidia-smi (nvidia-h100-80gb-hbm3), else cpu-<CPU model> (cpu-amd-epyc)
+  --out DIR            output directory; default: traces/measured/<device-name>
+  --nvme-dir DIR       directory for the NVMe offload files [NVME_DIR]; default: a new temporary directory
+  --steps N            optimizer steps per config (default 4)
+  --model NAME         model of every config (default gpt2-tiny; gpt2-124m fits a GPU)
+  --only REGEX         run only the configs whose name matches (keeps the other files in OUT)
+  --validate-args STR  extra arguments for every validate run (e.g. a device backend flag)
+  --tolerance-args STR tolerance flags for validate and the summary's check (default: none, the
+                       defaults ctest traces.measured holds the committed traces to)
+  --torch PYTHON       Python with PyTorch and CUDA for traces/torch_reference.py [TORCH_PYTHON];
+                       default: /opt/torch/.venv/bin/python when it sees a GPU; "none" skips it
+  --list               print the matrix and exit
+  -h, --help           this help
+EOF
+}
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(dirname "$here")
+ZEROLENS=${ZEROLENS:-}
+MPIRUN=${MPIRUN:-}
+DEVICE_NAME=${DEVICE_NAME:-}
+NVME_DIR=${NVME_DIR:-}
+TORCH_PYTHON=${TORCH_PYTHON:-auto}
+out=""
+steps=4
+model=gpt2-tiny
+only=""
+validate_args=""
+tolerance_args=""
+list=0
+
+die() { echo "measure.sh: $*" >&2; exit 2; }
+
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --zerolens) ZEROLENS=${2:?--zerolens needs a path}; shift 2 ;;
+    --mpirun) MPIRUN=${2:?--mpirun needs a path}; shift 2 ;;
+    --device-name) DEVICE_NAME=${2:?--device-name needs a name}; shift 2 ;;
+    --out) out=${2:?--out needs a directory}; shift 2 ;;
+    --nvme-dir) NVME_DIR=${2:?--nvme-dir needs a directory}; shift 2 ;;
+    --steps) steps=${2:?--steps needs a number}; shift 2 ;;
+    --model) model=${2:?--model needs a name}; shift 2 ;;
+    --only) only=${2:?--only needs a regex}; shift 2 ;;
+    --validate-args) validate_args=${2?}; shift 2 ;;
+    --tolerance-args) tolerance_args=${2?}; shift 2 ;;
+    --torch) TORCH_PYTHON=${2:?--torch needs a python or none}; shift 2 ;;
+    --list) list=1; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) usage >&2; die "unknown argument '$1'" ;;
+  esac
+done
+[[ "$steps" =~ ^[1-9][0-9]*$ ]] || die "--steps: '$steps' is not a positive number"
+
+# name ranks flags (validate's defaults otherwise: micro-batch 4, sequence 64). The 1-rank DP and ZeRO-3 CPU-offload
+# configs are the ones torch_reference.py's plain and FSDP-offload runs stand beside.
+matrix() {
+  local nvme="--nvme-path $NVME_DIR --sub-group-size 30000"
+  cat <<EOF
+dp-bf16-np1 1 --precision bf16 --stage 0
+zero3-optcpu-paramcpu-bf16-np1 1 --precision bf16 --stage 3 --offload-optimizer cpu --offload-param cpu
+dp-bf16-np2 2 --precision bf16 --stage 0
+zero1-bf16-np2 2 --precision bf16 --stage 1
+zero2-bf16-np2 2 --precision bf16 --stage 2
+zero3-bf16-np2 2 --precision bf16 --stage 3
+zero2-fp32-np2 2 --precision fp32 --stage 2
+zero2-optcpu-bf16-np2 2 --precision bf16 --stage 2 --offload-optimizer cpu
+zero3-optcpu-bf16-np2 2 --precision bf16 --stage 3 --offload-optimizer cpu
+zero3-optcpu-paramcpu-bf16-np2 2 --precision bf16 --stage 3 --offload-optimizer cpu --offload-param cpu
+zero3-optnvme-bf16-np2 2 --precision bf16 --stage 3 --offload-optimizer nvme $nvme
+zero3-optnvme-paramnvme-bf16-np2 2 --precision bf16 --stage 3 --offload-optimizer nvme --offload-param nvme $nvme --set zero_optimization.offload_param.buffer_size=20000
+dp-bf16-np4 4 --precision bf16 --stage 0
+zero1-bf16-np4 4 --precision bf16 --stage 1
+zero2-bf16-np4 4 --precision bf16 --stage 2
+zero3-ckpt-ga2-bf16-np4 4 --precision bf16 --stage 3 --activation-checkpointing true --grad-accum 2
+zero3-optcpu-paramcpu-ga2-bf16-np4 4 --precision bf16 --stage 3 --offload-optimizer cpu --offload-param cpu --grad-accum 2
+zero3-optnvme-paramnvme-bf16-np4 4 --precision bf16 --stage 3 --offload-optimizer nvme --offload-param nvme $nvme --set zero_optimization.offload_param.buffer_size=20000
+EOF
+}
+
+slug() { tr '[:upper:]' '[:lower:]' | sed -E 's/\((r|tm)\)//g; s/[^a-z0-9]+/-/g; s/^-+|-+$//g'; }
+
+derive_device_name() {
+  local gpu=""
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 || true)
+  fi
+  if [[ -n "$gpu" ]]; then
+    printf '%s' "$gpu" | slug
+  else
+    printf 'cpu-%s' "$(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2- | slug)"
+  fi
+}
+
+find_zerolens() {
+  [[ -n "$ZEROLENS" ]] && return
+  for candidate in "$repo/build/release/cli/zerolens" "$repo/.devrt/bin/zerolens"; do
+    if [[ -x "$candidate" ]]; then ZEROLENS=$candidate; return; fi
+  done
+  die "no zerolens binary: build it (scripts/test.sh) or pass --zerolens PATH"
+}
+
+find_mpirun() {
+  [[ -n "$MPIRUN" ]] && return
+  if [[ -x "$(dirname "$ZEROLENS")/mpirun" ]]; then MPIRUN=$(dirname "$ZEROLENS")/mpirun; else MPIRUN=mpirun; fi
+}
+
+describe_commit() {
+  local commit
+  commit=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null) || { echo "(not a git checkout)"; return; }
+  git -C "$repo" diff --quiet HEAD -- 2>/dev/null && echo "$commit" || echo "$commit with uncommitted changes"
+}
+
+# As ctest runs the MPI tests: root allowed, no cross-memory attach, oversubscribed, one thread.
+export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1} OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
+export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
+export OMPI_MCA_rmaps_base_oversubscribe=${OMPI_MCA_rmaps_base_oversubscribe:-1}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
+
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/zerolens-measure.XXXXXX")
+trap 'rm -rf "$scratch"' EXIT
+if [[ -z "$NVME_DIR" ]]; then NVME_DIR="$scratch/nvme"; mkdir -p "$NVME_DIR"; fi
+
+if [[ $list -eq 1 ]]; then matrix; exit 0; fi
+find_zerolens
+find_mpirun
+[[ -x "$ZEROLENS" ]] || die "--zerolens: '$ZEROLENS' is not executable"
+command -v "$MPIRUN" >/dev/null 2>&1 || die "--mpirun: '$MPIRUN' not found"
+[[ -d "$NVME_DIR" && -w "$NVME_DIR" ]] || die "--nvme-dir: '$NVME_DIR' is not a writable directory"
+[[ -n "$DEVICE_NAME" ]] || DEVICE_NAME=$(derive_device_name)
+[[ "$DEVICE_NAME" =~ ^[a-z0-9][a-z0-9._-]*$ ]] || die "--device-name: '$DEVICE_NAME' (use a-z, 0-9, '.', '_', '-')"
+out=${out:-$repo/traces/measured/$DEVICE_NAME}
+mkdir -p "$out/logs"
+# Files are named <model>-<config>; a whole run replaces its model's files.
+if [[ -z "$only" ]]; then rm -f "$out/$model"-*.measured.json "$out/$model"-*.predicted.json "$out/logs/$model"-*.txt; fi
+
+# Runs one config; its exit status is validate's (1: outside tolerance).
+measure() {
+  local name=$1 ranks=$2
+  shift 2
+  # shellcheck disable=SC2086 # the argument strings are split on purpose
+  "$MPIRUN" -np "$ranks" "$ZEROLENS" validate --model "$model" --steps "$steps" --log-every 1 "$@" $validate_args \
+    $tolerance_args \
+    --measured-trace "$out/$name.measured.json" --predicted-trace "$out/$name.predicted.json" \
+    </dev/null >"$out/logs/$name.txt" 2>&1
+}
+
+failed=()
+broken=()
+started=$SECONDS
+while read -r name ranks flags; do
+  [[ -n "$only" && ! "$name" =~ $only ]] && continue
+  printf '%-45s np %s ... ' "$model-$name" "$ranks"
+  rc=0
+  # shellcheck disable=SC2086 # flags are split on purpose
+  measure "$model-$name" "$ranks" $flags || rc=$?
+  case $rc in
+    0) echo "ok" ;;
+    1) echo "outside tolerance (logs/$model-$name.txt)"; failed+=("$name") ;;
+    *) echo "FAILED with exit $rc (logs/$model-$name.txt)"; broken+=("$name"); rm -f "$out/$model-$name.measured.json" ;;
+  esac
+done < <(matrix)
+echo "matrix took $((SECONDS - started)) s"
+
+torch_json=""
+if [[ "$TORCH_PYTHON" == auto ]]; then
+  TORCH_PYTHON=none
+  if [[ -x /opt/torch/.venv/bin/python ]] &&
+     /opt/torch/.venv/bin/python -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    TORCH_PYTHON=/opt/torch/.venv/bin/python
+  fi
+fi
+if [[ "$TORCH_PYTHON" != none ]]; then
+  echo "PyTorch reference ($TORCH_PYTHON) ..."
+  if "$TORCH_PYTHON" "$here/torch_reference.py" --preset "$model" --micro-batch 4 --seq-len 64 --precision bf16 \
+       --steps 20 -o "$out/torch_reference.json" >"$out/logs/torch_reference.txt" 2>&1; then
+    torch_json="$out/torch_reference.json"
+  else
+    echo "torch_reference.py failed (logs/torch_reference.txt)"; broken+=(torch_reference)
+  fi
+elif [[ -f "$out/torch_reference.json" ]]; then
+  torch_json="$out/torch_reference.json"  # from an earlier run on this device
+fi
+
+# The table is made from check-measured's JSON: the very comparison CI runs.
+check_rc=0
+# shellcheck disable=SC2086 # split on purpose
+"$ZEROLENS" check-measured $tolerance_args --json "$out" -o "$scratch/check.json" || check_rc=$?
+[[ $check_rc -le 1 ]] || die "check-measured failed with exit $check_rc"
+summary_args=(--check "$scratch/check.json" --out "$out/SUMMARY.md" --device-name "$DEVICE_NAME"
+              --base "$out" --steps "$steps"
+              --machine "$(uname -srm), $(getconf _NPROCESSORS_ONLN) cores, $(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+              --mpi "$("$MPIRUN" --version 2>/dev/null | head -n 1)"
+              --commit "$(describe_commit)")
+[[ -n "$torch_json" ]] && summary_args+=(--torch "$torch_json")
+python3 "$here/measure_summary.py" "${summary_args[@]}"
+echo "wrote $out (SUMMARY.md, $(find "$out" -name '*.measured.json' | wc -l) measured traces, $(du -sh "$out" | cut -f1))"
+
+[[ ${#broken[@]} -eq 0 ]] || { echo "failed runs: ${broken[*]}" >&2; exit 2; }
+[[ ${#failed[@]} -eq 0 && $check_rc -eq 0 ]] || { echo "outside tolerance: ${failed[*]}" >&2; exit 1; }
