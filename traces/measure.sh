@@ -128,7 +128,9 @@ find_mpirun() {
 describe_commit() {
   local commit
   commit=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null) || { echo "(not a git checkout)"; return; }
-  git -C "$repo" diff --quiet HEAD -- 2>/dev/null && echo "$commit" || echo "$commit with uncommitted changes"
+  # The recorded traces themselves do not count as changes to the code that measured them.
+  git -C "$repo" diff --quiet HEAD -- . ':(exclude)traces/measured' 2>/dev/null && echo "$commit" ||
+    echo "$commit with uncommitted changes"
 }
 
 # As ctest runs the MPI tests: root allowed, no cross-memory attach, oversubscribed, one thread.
