@@ -63,14 +63,16 @@ void ZeroEngine::State::open_nvme() {
   const auto owned = layout.owned;
   if (optimizer_device == Device::Nvme) {
     const std::string key = "zero_optimization.offload_optimizer";
-    const auto needed = 1 + optimizer.state_per_element();
-    if (std::size_t(zero.offload_optimizer.buffer_count) < needed) {
+    const int states = int(optimizer.state_per_element());
+    const auto needed = optimizer_swap_buffers_per_sub_group(states);
+    if (zero.offload_optimizer.buffer_count < needed) {
       throw InputError(key + ".buffer_count", "must be at least " + std::to_string(needed) +
-                                                  " (a sub-group's fp32 master and each optimizer state take one)");
+                                                  " (a sub-group's fp32 master, each optimizer state and its gradient take one, as in "
+                                                  "DeepSpeed's optimizer swapper)");
     }
     optimizer_store_ = open_store(zero.offload_optimizer, key + ".nvme_path", rank, "optimizer", swap_directories_);
     group_elements_ = std::min(std::max<Elements>(1, zero.sub_group_size), owned);
-    swap_set_io_.assign(std::size_t(optimizer_swap_buffer_sets(zero.offload_optimizer, int(needed))), std::nullopt);
+    swap_set_io_.assign(std::size_t(optimizer_swap_buffer_sets(zero.offload_optimizer, states)), std::nullopt);
     optimizer_swap_ = {ledger, Device::Cpu, Component::NvmeSwapBuffers,
                        std::size_t(zero.offload_optimizer.buffer_count) * std::size_t(group_elements_), kNvmeAlignment};
     nvme_files_.push_back(std::make_unique<NvmeReservation>(ledger, Component::MasterPartition, owned * 4));
@@ -121,7 +123,8 @@ std::size_t ZeroEngine::State::swap_set_of(std::int32_t group) const {
 // The swap buffer set holding sub-group g: master | first state | second state.
 OptimizerRange ZeroEngine::State::swapped_group(std::int32_t group) {
   const auto length = std::size_t(group_length(group));
-  const std::size_t set_elements = (1 + optimizer.state_per_element()) * std::size_t(group_elements_);
+  const auto buffers = optimizer_swap_buffers_per_sub_group(int(optimizer.state_per_element()));
+  const std::size_t set_elements = std::size_t(buffers) * std::size_t(group_elements_);
   const std::span<float> buffer = optimizer_swap_.span().subspan(swap_set_of(group) * set_elements, set_elements);
   OptimizerRange range{.begin = Elements(group) * std::max<Elements>(1, plan.request.config.zero.sub_group_size),
                        .master = buffer.subspan(0, length)};

@@ -139,12 +139,14 @@ void TrainingConfig::validate() const {
   require(optimizer.momentum >= 0 && optimizer.momentum < 1, "optimizer.params.momentum", "must be in [0, 1)");
 }
 
-int optimizer_swap_buffer_sets(const OffloadConfig& offload, int tensors_per_sub_group) {
-  return std::max(1, offload.buffer_count / std::max(1, tensors_per_sub_group));
+int optimizer_swap_buffers_per_sub_group(int optimizer_states) { return 2 + std::max(0, optimizer_states); }
+
+int optimizer_swap_buffer_sets(const OffloadConfig& offload, int optimizer_states) {
+  return std::max(1, offload.buffer_count / optimizer_swap_buffers_per_sub_group(optimizer_states));
 }
 
-bool optimizer_swap_reads_ahead(const OffloadConfig& offload, int tensors_per_sub_group) {
-  return offload.pipeline_read && optimizer_swap_buffer_sets(offload, tensors_per_sub_group) >= 2;
+bool optimizer_swap_reads_ahead(const OffloadConfig& offload, int optimizer_states) {
+  return offload.pipeline_read && optimizer_swap_buffer_sets(offload, optimizer_states) >= 2;
 }
 
 }  // namespace zerolens

@@ -38,14 +38,16 @@ struct OffloadConfig {
   double ratio = 1.0;  // optimizer only: fraction of the optimizer step offloaded
 };
 
-// NVMe optimizer swapping: a sub-group takes one swap buffer of sub_group_size elements per fp32
-// tensor it swaps (the master and each optimizer state), so buffer_count buffers hold
-// buffer_count / tensors sub-groups at once (at least 1: the engine refuses fewer buffers).
-int optimizer_swap_buffer_sets(const OffloadConfig& offload, int tensors_per_sub_group);
+// NVMe optimizer swapping, as DeepSpeed's optimizer swapper: a sub-group takes one swap buffer of
+// sub_group_size elements per fp32 tensor it swaps (the master and each optimizer state) plus one
+// for its gradient, so buffer_count buffers hold buffer_count / that many sub-groups at once (at
+// least 1: the engine refuses fewer buffers than one sub-group needs).
+int optimizer_swap_buffers_per_sub_group(int optimizer_states);
+int optimizer_swap_buffer_sets(const OffloadConfig& offload, int optimizer_states);
 // DeepSpeed's pipeline_read: the next sub-group is read while this one is updated, which needs
-// buffers for two sub-groups; pipeline_write: the CPU goes on to the next sub-group while this
-// one is written (otherwise it waits for the write, as DeepSpeed's synchronous swap-out does).
-bool optimizer_swap_reads_ahead(const OffloadConfig& offload, int tensors_per_sub_group);
+// buffers for two sub-groups (8 for Adam); pipeline_write: the CPU goes on to the next sub-group
+// while this one is written (otherwise it waits for the write, as a synchronous swap-out does).
+bool optimizer_swap_reads_ahead(const OffloadConfig& offload, int optimizer_states);
 
 struct ZeroConfig {
   int stage = 0;

@@ -39,11 +39,11 @@ void add_notes(Plan& plan) {
                          " support: the memory figures hold, but such a job cannot run on it");
   }
   const OffloadConfig& swap = config.zero.offload_optimizer;
-  const int swapped_tensors = 1 + int(config.optimizer.state_bytes_per_param() / 4);  // master, states
+  const int optimizer_states = int(config.optimizer.state_bytes_per_param() / 4);
   if (swap.device == OffloadDevice::Nvme && (swap.pipeline_read || swap.pipeline_write) &&
-      optimizer_swap_buffer_sets(swap, swapped_tensors) < 2) {
+      optimizer_swap_buffer_sets(swap, optimizer_states) < 2) {
     plan.notes.push_back("offload_optimizer.pipeline_read/pipeline_write need buffers for two sub-groups (buffer_count >= " +
-                         std::to_string(2 * swapped_tensors) + "); with buffer_count " +
+                         std::to_string(2 * optimizer_swap_buffers_per_sub_group(optimizer_states)) + "); with buffer_count " +
                          std::to_string(swap.buffer_count) + " sub-groups are swapped one at a time");
   }
   if (config.zero.stage == 3) {

@@ -627,9 +627,9 @@ class ScheduleBuilder {
     const Elements owned = params().owned;
     const Elements size = std::max<Elements>(1, zero_.sub_group_size);
     const auto groups = std::size_t(ceil_div(owned, size));
-    const int tensors = int((master_bytes_ + state_bytes_) / 4);
-    const auto sets = std::size_t(optimizer_swap_buffer_sets(zero_.offload_optimizer, tensors));
-    const bool read_ahead = optimizer_swap_reads_ahead(zero_.offload_optimizer, tensors);
+    const int states = int(state_bytes_ / 4);
+    const auto sets = std::size_t(optimizer_swap_buffer_sets(zero_.offload_optimizer, states));
+    const bool read_ahead = optimizer_swap_reads_ahead(zero_.offload_optimizer, states);
     const auto chunk_of = [&](std::size_t g) { return std::min(size, owned - Elements(g) * size); };
     const auto state_of = [&](std::size_t g) { return chunk_of(g) * (master_bytes_ + state_bytes_); };
     std::vector<std::uint32_t> reads(groups, kNoOp), writes(groups, kNoOp);

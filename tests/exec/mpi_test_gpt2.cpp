@@ -60,7 +60,7 @@ Plan gpt2_plan(const Gpt2Setup& s, int ranks) {
     c.zero.sub_group_size = 30000;            // several sub-groups
     c.zero.offload_param.buffer_size = 20000;  // 5 x 20000: a block's partition (~50k at 1 rank) fits
     c.zero.offload_optimizer.pipeline_read = c.zero.offload_optimizer.pipeline_write = s.pipelined;
-    if (s.pipelined) c.zero.offload_optimizer.buffer_count = 6;
+    if (s.pipelined) c.zero.offload_optimizer.buffer_count = 8;  // two sub-groups of 4 buffers
   }
   c.batch.micro_batch_per_gpu = s.micro_batch;
   c.batch.gradient_accumulation_steps = s.grad_accumulation;

@@ -209,7 +209,7 @@ TEST(ZeroPrecision, RefusesWhatItDoesNotRun) {
   refused({.stage = 3, .precision = Precision::Bf16}, [](TrainingConfig& c) { c.zero.offload_param.device = OffloadDevice::Cpu; });
   refused({.stage = 3, .precision = Precision::Fp32, .offload = Offload::NvmeOptimizerAndParams}, [](TrainingConfig&) {});
   refused({.stage = 3, .precision = Precision::Bf16, .offload = Offload::NvmeOptimizer},
-          [](TrainingConfig& c) { c.zero.offload_optimizer.buffer_count = 2; });  // master + 2 Adam states
+          [](TrainingConfig& c) { c.zero.offload_optimizer.buffer_count = 3; });  // master, 2 Adam states, gradient: 4
   refused({.stage = 3, .precision = Precision::Bf16, .offload = Offload::NvmeOptimizerAndParams},
           [](TrainingConfig& c) { c.zero.offload_param.buffer_size = 1; });  // 5 < a layer's partition (72 / ranks)
   refused({.stage = 3, .precision = Precision::Bf16, .offload = Offload::NvmeOptimizer},

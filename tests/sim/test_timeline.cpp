@@ -130,7 +130,7 @@ TEST(Timeline, NvmeOffloadWithoutNvmeBandwidthIsAnError) {
 
 // ZeRO-Infinity's optimizer on 3 sub-groups whose read, update and write each take the same time
 // t (rates below). Serial swapping (one buffer set): r0 u0 w0 r1 u1 w1 r2 u2 w2 = 9t. With
-// pipeline_read and pipeline_write and buffers for two sub-groups, worked by hand (units of t):
+// pipeline_read and pipeline_write and buffers for two sub-groups (2 x 4), worked by hand (units of t):
 // NVMe r0 0-1, r1 1-2, w0 2-3 (after u0 1-2), r2 3-4 (its set freed by w0), w1 4-5 (u1 2-3),
 // w2 5-6 (u2 4-5): the drive is never idle, 6t. Without pipeline_write each update also waits
 // for the previous write: u1 3-4 (after w0), w1 4-5, u2 5-6 (after w1), w2 6-7: 7t.
@@ -163,9 +163,9 @@ TEST(Timeline, PipelinedOptimizerSwappingWorkedByHand) {
     return (last - first) / 12e-6;
   };
   EXPECT_NEAR(swap_span(false, false, 4), 9, 1e-9);
-  EXPECT_NEAR(swap_span(true, true, 6), 6, 1e-9);
-  EXPECT_NEAR(swap_span(true, false, 6), 7, 1e-9);
-  EXPECT_NEAR(swap_span(true, true, 5), 9, 1e-9);  // buffers for one sub-group only: serial
+  EXPECT_NEAR(swap_span(true, true, 8), 6, 1e-9);
+  EXPECT_NEAR(swap_span(true, false, 8), 7, 1e-9);
+  EXPECT_NEAR(swap_span(true, true, 7), 9, 1e-9);  // buffers for one sub-group only: serial
 }
 
 TEST(Timeline, RatesFollowFromTheStepTime) {
