@@ -15,6 +15,9 @@
 #include "cli/table.hpp"
 #include "exec/calibrate.hpp"
 #include "sim/hardware.hpp"
+#ifdef ZEROLENS_CALIBRATE_CUDA
+#include "exec/cuda/calibrate_gpu.hpp"
+#endif
 
 namespace zerolens::cli {
 namespace {
@@ -25,7 +28,7 @@ struct CalibrateCommand {
   std::vector<std::string> sizes;
   std::vector<std::size_t> gemm_sizes;
   std::optional<int> queue_depth, repeats, threads;
-  std::string name, output;
+  std::string name, output, device = "cpu";
 };
 
 // "4096", "64KiB", "1 MiB", "0.5GB".
@@ -61,6 +64,7 @@ exec::CalibrateOptions make_options(const CalibrateCommand& command) {
     for (const auto& size : command.sizes)
       options.message_sizes.push_back(parse_byte_size(size, "--sizes"));
   }
+  if (command.device == "cuda") options.gemm_sizes = exec::gpu_gemm_sizes(command.quick);
   if (!command.gemm_sizes.empty()) options.gemm_sizes = command.gemm_sizes;
   options.nvme_path = command.nvme_path;
   if (command.nvme_bytes) options.nvme_bytes = parse_byte_size(*command.nvme_bytes, "--nvme-bytes");
@@ -101,6 +105,24 @@ void print_host(std::ostream& out, const exec::Calibration& c) {
   host.print(out);
 }
 
+void print_gpu(std::ostream& out, const exec::GpuCalibration& g) {
+  out << "GPU: " << g.name << ", " << format_bytes(g.memory_bytes, SizeUnit::GiB)
+      << "; collectives over " << g.collective_backend << " (" << g.backend_reason << ")\n";
+  Table gpu({"measurement (per rank, all ranks at once)", "rate"});
+  const auto add_gemms = [&](const std::string& format, const std::vector<exec::GemmRate>& rates) {
+    for (const auto& gemm : rates) {
+      gpu.add_row({"GEMM " + format + " n=" + std::to_string(gemm.n),
+                   rate(gemm.flops_per_second, "TFLOP/s", 1e12)});
+    }
+  };
+  add_gemms("fp32", g.gemm_fp32);
+  add_gemms("bf16", g.gemm_bf16);
+  gpu.add_row({"HBM device copy (2 x size)", rate(g.hbm_bytes_per_second, "GB/s")});
+  gpu.add_row({"PCIe host-to-device (pinned)", rate(g.h2d_bytes_per_second, "GB/s")});
+  gpu.add_row({"PCIe device-to-host (pinned)", rate(g.d2h_bytes_per_second, "GB/s")});
+  gpu.print(out);
+}
+
 void print_io(std::ostream& out, const exec::Calibration& c) {
   if (!c.collectives.empty()) {
     Table collectives({"collective", "bytes", "time us", "algbw GB/s", "busbw GB/s"});
@@ -125,21 +147,37 @@ void print_io(std::ostream& out, const exec::Calibration& c) {
       << rate(n.read_bytes_per_second, "GB/s") << " (whole node)\n";
 }
 
+// The GPU side of `--device cuda`; nullptr for the CPU backend. Throws InputError on every rank
+// when a rank has no device or the build has no CUDA.
+std::unique_ptr<exec::DeviceCalibrator> make_device_calibrator(const std::string& device) {
+  if (device == "cpu") return nullptr;
+  if (device != "cuda")
+    throw InputError("--device", "'" + device + "' is not a device (cpu, cuda)");
+#ifdef ZEROLENS_CALIBRATE_CUDA
+  return exec::make_gpu_calibrator();
+#else
+  throw InputError("--device cuda", "this build has no CUDA support");
+#endif
+}
+
 int run_calibrate(const CalibrateCommand& command) {
   const exec::CalibrateOptions options = make_options(command);
   auto comm = exec::make_mpi_communicator();
+  // Before anything is measured, on every rank.
+  const std::unique_ptr<exec::DeviceCalibrator> device = make_device_calibrator(command.device);
   const bool writer = comm->rank() == 0;
   std::unique_ptr<Output> output = writer ? std::make_unique<Output>(command.output) : nullptr;
   std::unique_ptr<Output> report =
       writer && command.report ? std::make_unique<Output>(*command.report) : nullptr;
   exec::Calibration calibration;
   try {
-    calibration = exec::calibrate(*comm, options);
+    calibration = exec::calibrate(*comm, options, device.get());
   } catch (const exec::NvmeError& error) {
     throw InputError("--nvme-path", error.what());
   }
   if (!writer) return kExitOk;
   print_host(std::cerr, calibration);
+  if (calibration.gpu) print_gpu(std::cerr, *calibration.gpu);
   print_io(std::cerr, calibration);
   output->stream() << cluster_to_json(exec::calibrated_cluster(calibration, command.name)).dump(2)
                    << '\n';
@@ -161,6 +199,8 @@ void register_calibrate_command(CLI::App& app, CommandRegistry& registry) {
   calibrate->add_option("--report", command->report,
                         "Also write every measurement as JSON (schema zerolens.calibration)");
   calibrate->add_option("--name", command->name, "Cluster name (default: calibrated-<host>)");
+  calibrate->add_option("--device", command->device,
+                        "cpu (default: ranks as the CPU backend's GPUs) or cuda (each rank's GPU)");
   calibrate->add_flag("--quick", command->quick,
                       "Smaller arrays, fewer sizes and repeats: seconds, not a minute");
   calibrate
@@ -169,7 +209,7 @@ void register_calibrate_command(CLI::App& app, CommandRegistry& registry) {
       ->delimiter(',');
   calibrate
       ->add_option("--gemm-sizes", command->gemm_sizes,
-                   "GEMM sizes n (n x n x n), e.g. 256,512,1024")
+                   "GEMM sizes n (n x n x n), e.g. 256,512,1024 (cuda: 1024,2048,4096,8192)")
       ->delimiter(',');
   calibrate->add_option("--repeats", command->repeats,
                         "Timed runs per measurement (default 5, --quick 3)");

@@ -238,6 +238,8 @@ CalibrateOptions quick_calibrate_options() {
   options.adam_parameters = std::size_t{1} << 22;
   options.message_sizes = {Bytes{4} << 10, Bytes{1} << 20};
   options.nvme_bytes = Bytes{32} << 20;
+  options.gpu_copy_bytes = Bytes{256} << 20;
+  options.gpu_transfer_bytes = Bytes{64} << 20;
   options.repeats = 3;
   return options;
 }
@@ -261,19 +263,32 @@ void validate(const CalibrateOptions& options) {
   if (options.adam_parameters < 1024)
     throw InputError("--adam-parameters", "must be at least 1024");
   if (options.nvme_bytes < 1) throw InputError("--nvme-bytes", "must be positive");
+  if (options.gpu_copy_bytes < 4096 || options.gpu_transfer_bytes < 4096)
+    throw InputError("--device", "GPU copy sizes must be at least 4096 bytes");
   if (options.repeats < 1) throw InputError("--repeats", "must be at least 1");
 }
 
-Calibration calibrate(Communicator& comm, const CalibrateOptions& options) {
+std::vector<std::size_t> gpu_gemm_sizes(bool quick) {
+  if (quick) return {1024, 4096};
+  return {1024, 2048, 4096, 8192};
+}
+
+Calibration calibrate(Communicator& comm, const CalibrateOptions& options,
+                      DeviceCalibrator* device) {
   validate(options);
   // Opened first: a bad --nvme-path fails before a minute of measurements.
   const std::unique_ptr<NvmeStore> store = options.nvme_path ? open_store(comm, options) : nullptr;
   Calibration result;
   describe_host(comm, options, result);
-  for (const auto n : options.gemm_sizes)
-    result.gemm.push_back(measure_gemm(comm, n, options.repeats));
+  if (device) {
+    result.gpu = device->measure(options);
+  } else {
+    for (const auto n : options.gemm_sizes)
+      result.gemm.push_back(measure_gemm(comm, n, options.repeats));
+  }
   measure_host_memory(comm, options, result);
-  result.collectives = measure_collectives(comm, options.message_sizes);
+  result.collectives = device ? device->measure_collectives(options.message_sizes)
+                              : measure_collectives(comm, options.message_sizes);
   if (store) result.nvme = measure_nvme(comm, options, *store);
   return result;
 }

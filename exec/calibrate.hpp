@@ -12,6 +12,8 @@
 //   Collectives: all-reduce, all-gather, reduce-scatter through the MPI communicator; algbw = S/t,
 //     busbw = bytes each rank sends per the ring algorithm / t (nccl-tests' definitions).
 //   NVMe: NvmeStore writes then reads one object per rank under --nvme-path.
+// With a DeviceCalibrator (exec/cuda/calibrate_gpu.hpp: `--device cuda`) each rank also measures
+// its GPU, which replaces the host GEMM, and the collectives run through the GPU communicator.
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,6 +37,8 @@ struct CalibrateOptions {
   std::optional<std::string> nvme_path;  // no NVMe measurement without it
   Bytes nvme_bytes = Bytes{256} << 20;   // per rank
   NvmeOptions nvme;
+  Bytes gpu_copy_bytes = Bytes{1} << 30;        // device-to-device copy (--device cuda)
+  Bytes gpu_transfer_bytes = Bytes{256} << 20;  // each pinned host <-> device copy
   int repeats = 5;  // timed runs of each measurement (best for compute and memory, median for I/O)
   int threads = 0;  // OpenMP threads of the STREAM and Adam kernels (0: the OpenMP default)
 };
@@ -72,25 +76,54 @@ struct NvmeRate {
   Bytes available_bytes = 0;  // free space of the filesystem
 };
 
+// One rank's GPU (docs/calibrate.md, "--device cuda").
+struct GpuCalibration {
+  std::string name;           // cudaDeviceProp::name
+  Bytes memory_bytes = 0;     // the device's total memory (cudaMemGetInfo)
+  Bytes free_bytes = 0;       // free when calibration started
+  std::vector<GemmRate> gemm_fp32, gemm_bf16;  // cuBLASLt, 2 n^3 FLOP per call
+  Bytes copy_bytes = 0;       // size of the device-to-device copy
+  double hbm_bytes_per_second = 0;  // device-to-device copy, read + write: 2 x size / t
+  Bytes transfer_bytes = 0;         // size of each pinned host <-> device copy
+  double h2d_bytes_per_second = 0;  // size / t, one direction
+  double d2h_bytes_per_second = 0;
+  std::string collective_backend, backend_reason;  // "nccl" or "mpi-staged", and why
+};
+
 struct Calibration {
   std::string host, cpu_model;
   int ranks = 1;
   int cpu_cores = 1;
   int threads = 1;  // OpenMP threads per rank
   Bytes host_memory = 0;
-  std::vector<GemmRate> gemm;
+  std::vector<GemmRate> gemm;  // host GEMM (empty when a GPU was measured)
   double copy_bytes_per_second = 0;         // per rank
   double triad_bytes_per_second = 0;        // per rank
   double adam_parameters_per_second = 0;    // per rank
   double adam_bytes_per_second = 0;         // per rank
   std::vector<CollectiveRate> collectives;  // empty with one rank
   std::optional<NvmeRate> nvme;
+  std::optional<GpuCalibration> gpu;  // `--device cuda`
 
   double adam_over_triad() const { return adam_bytes_per_second / triad_bytes_per_second; }
 };
 
-// Every rank calls it (collective); every rank gets the same result.
-Calibration calibrate(Communicator& comm, const CalibrateOptions& options);
+// The device side of calibrate(): its figures replace the host GEMM, its communicator runs the
+// collectives. Each call is collective over the same ranks as calibrate's communicator.
+class DeviceCalibrator {
+ public:
+  virtual ~DeviceCalibrator() = default;
+  virtual GpuCalibration measure(const CalibrateOptions& options) = 0;
+  virtual std::vector<CollectiveRate> measure_collectives(const std::vector<Bytes>& sizes) = 0;
+};
+
+// GEMM sizes n for a GPU when --gemm-sizes is not given: large enough to approach peak.
+std::vector<std::size_t> gpu_gemm_sizes(bool quick);
+
+// Every rank calls it (collective); every rank gets the same result. With `device`, each rank
+// measures its GPU as well (and the host GEMM is not run).
+Calibration calibrate(Communicator& comm, const CalibrateOptions& options,
+                      DeviceCalibrator* device = nullptr);
 
 // nccl-tests' bus bandwidth of a collective of S bytes over `ranks` ranks taking `seconds`.
 double bus_bandwidth(OpKind kind, Bytes bytes, int ranks, double seconds);

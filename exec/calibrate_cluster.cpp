@@ -9,10 +9,16 @@
 namespace zerolens::exec {
 namespace {
 
-double best_gemm_rate(const Calibration& c) {
+double best_rate(const std::vector<GemmRate>& rates) {
   double rate = 0;
-  for (const auto& gemm : c.gemm) rate = std::max(rate, gemm.flops_per_second);
+  for (const auto& gemm : rates) rate = std::max(rate, gemm.flops_per_second);
   return rate;
+}
+
+// The simulator prices either direction at one PCIe bandwidth: the harmonic mean makes equal bytes
+// each way take exactly the measured total time.
+double pcie_bandwidth(const GpuCalibration& gpu) {
+  return 2 / (1 / gpu.h2d_bytes_per_second + 1 / gpu.d2h_bytes_per_second);
 }
 
 // Ranks > 1: the mean bus bandwidth of the three collectives at the largest message, and the
@@ -36,12 +42,59 @@ LinkSpec measured_link(const Calibration& c) {
       ++at_smallest;
     }
   }
-  return {"MPI between ranks (measured)", bandwidth / at_largest, latency / at_smallest};
+  const std::string over =
+      c.gpu ? c.gpu->collective_backend + " between GPUs" : std::string("MPI between ranks");
+  return {over + " (measured)", bandwidth / at_largest, latency / at_smallest};
 }
 
 LinkSpec intra_node_link(const Calibration& c) {
   if (!c.collectives.empty()) return measured_link(c);
+  if (c.gpu)
+    return {"not measured (1 rank): device memory copy", c.gpu->hbm_bytes_per_second, 0};
   return {"not measured (1 rank): host memory copy", c.copy_bytes_per_second, 0};
+}
+
+GpuSpec host_rank(const Calibration& c) {
+  const double flops = best_rate(c.gemm);  // the CPU kernels compute every precision in fp32
+  return {"CPU rank (" + c.cpu_model + ", " + std::to_string(c.threads) + " threads)",
+          c.host_memory / c.ranks,
+          c.triad_bytes_per_second,
+          flops,
+          flops,
+          flops};
+}
+
+// fp16 runs on the same tensor cores as bf16 at the same rate on A100/H100: priced as bf16.
+GpuSpec measured_gpu(const GpuCalibration& gpu) {
+  const double bf16 = best_rate(gpu.gemm_bf16);
+  return {gpu.name, gpu.memory_bytes, gpu.hbm_bytes_per_second, bf16, bf16,
+          best_rate(gpu.gemm_fp32)};
+}
+
+nlohmann::json gemm_json(const std::vector<GemmRate>& rates) {
+  nlohmann::json gemm = nlohmann::json::array();
+  for (const auto& g : rates)
+    gemm.push_back({{"n", g.n}, {"seconds", g.seconds}, {"flops_per_second", g.flops_per_second}});
+  return gemm;
+}
+
+nlohmann::json gpu_json(const GpuCalibration& g) {
+  return {{"name", g.name},
+          {"memory_bytes", g.memory_bytes},
+          {"free_bytes", g.free_bytes},
+          {"gemm_fp32", gemm_json(g.gemm_fp32)},
+          {"gemm_bf16", gemm_json(g.gemm_bf16)},
+          {"hbm",
+           {{"counting", "device-to-device copy, read + write: 2 x size bytes"},
+            {"copy_bytes", g.copy_bytes},
+            {"bytes_per_second", g.hbm_bytes_per_second}}},
+          {"pcie",
+           {{"counting", "pinned host buffer, size bytes per direction"},
+            {"transfer_bytes", g.transfer_bytes},
+            {"h2d_bytes_per_second", g.h2d_bytes_per_second},
+            {"d2h_bytes_per_second", g.d2h_bytes_per_second}}},
+          {"collective_backend", g.collective_backend},
+          {"backend_reason", g.backend_reason}};
 }
 
 }  // namespace
@@ -50,13 +103,7 @@ Cluster calibrated_cluster(const Calibration& c, const std::string& name) {
   Cluster cluster;
   cluster.name = name.empty() ? "calibrated-" + c.host : name;
   cluster.nodes = 1;
-  const double flops = best_gemm_rate(c);
-  cluster.gpu = {"CPU rank (" + c.cpu_model + ", " + std::to_string(c.threads) + " threads)",
-                 c.host_memory / c.ranks,
-                 c.triad_bytes_per_second,
-                 flops,  // the CPU kernels compute every precision in fp32
-                 flops,
-                 flops};
+  cluster.gpu = c.gpu ? measured_gpu(*c.gpu) : host_rank(c);
   NodeSpec& node = cluster.node;
   node.gpus_per_node = c.ranks;
   node.cpu_memory_bytes = c.host_memory;
@@ -69,7 +116,9 @@ Cluster calibrated_cluster(const Calibration& c, const std::string& name) {
     node.nvme_write_bandwidth = c.nvme->overwrite_bytes_per_second;
   }
   node.intra_node = intra_node_link(c);
-  node.pcie = {"host memory copy (CPU backend: no PCIe)", c.copy_bytes_per_second, 0};
+  node.pcie = c.gpu
+                  ? LinkSpec{"PCIe host<->device (measured, pinned)", pcie_bandwidth(*c.gpu), 0}
+                  : LinkSpec{"host memory copy (CPU backend: no PCIe)", c.copy_bytes_per_second, 0};
   cluster.inter_node = node.intra_node;
   cluster.inter_node.name = "not measured (one node): intra_node's figures";
   cluster.validate("calibrated cluster");
@@ -77,9 +126,7 @@ Cluster calibrated_cluster(const Calibration& c, const std::string& name) {
 }
 
 nlohmann::json calibration_to_json(const Calibration& c) {
-  nlohmann::json gemm = nlohmann::json::array(), collectives = nlohmann::json::array();
-  for (const auto& g : c.gemm)
-    gemm.push_back({{"n", g.n}, {"seconds", g.seconds}, {"flops_per_second", g.flops_per_second}});
+  nlohmann::json collectives = nlohmann::json::array();
   for (const auto& r : c.collectives) {
     collectives.push_back({{"collective", to_string(r.kind)},
                            {"bytes", r.bytes},
@@ -97,7 +144,7 @@ nlohmann::json calibration_to_json(const Calibration& c) {
         {"memory_bytes", c.host_memory},
         {"ranks", c.ranks},
         {"threads_per_rank", c.threads}}},
-      {"gemm_fp32", gemm},
+      {"gemm_fp32", gemm_json(c.gemm)},
       {"memory",
        {{"counting", "STREAM, float32: copy 8 bytes, triad 12 bytes per element"},
         {"copy_bytes_per_second", c.copy_bytes_per_second},
@@ -108,7 +155,8 @@ nlohmann::json calibration_to_json(const Calibration& c) {
         {"bytes_per_second", c.adam_bytes_per_second},
         {"over_triad", c.adam_over_triad()}}},
       {"collectives", collectives},
-      {"nvme", nullptr}};
+      {"nvme", nullptr},
+      {"gpu", c.gpu ? gpu_json(*c.gpu) : nlohmann::json(nullptr)}};
   if (c.nvme) {
     const NvmeRate& n = *c.nvme;
     document["nvme"] = {{"path", n.path},

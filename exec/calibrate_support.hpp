@@ -1,6 +1,7 @@
 #pragma once
 // Internals of `zerolens calibrate` shared by its source files.
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "exec/calibrate.hpp"
@@ -17,8 +18,14 @@ std::vector<double> timed_runs(Communicator& comm, int repeats, const std::funct
 // Runs `action` on every rank; if it throws on any rank, every rank throws.
 void on_every_rank(Communicator& comm, const std::function<void()>& action);
 
+// `count` zero floats where the communicator's collectives read and write: host memory for MPI,
+// device memory for a GPU communicator (whose spans are device pointers).
+using FloatArrayAllocator = std::function<std::shared_ptr<float>(std::size_t count)>;
+std::shared_ptr<float> host_float_array(std::size_t count);
+
 // All-reduce, all-gather and reduce-scatter at each message size (none with a single rank).
-std::vector<CollectiveRate> measure_collectives(Communicator& comm,
-                                                const std::vector<Bytes>& message_sizes);
+std::vector<CollectiveRate> measure_collectives(
+    Communicator& comm, const std::vector<Bytes>& message_sizes,
+    const FloatArrayAllocator& allocate = host_float_array);
 
 }  // namespace zerolens::exec

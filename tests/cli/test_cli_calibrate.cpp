@@ -13,6 +13,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#ifdef ZEROLENS_CALIBRATE_CUDA
+#include "exec/cuda/cuda_status.hpp"
+#endif
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -106,6 +110,7 @@ TEST_F(CalibrateCli, BadInputExitsTwoNamingTheFlag) {
       {" --sizes 4XB", "--sizes: unknown unit 'XB'"},
       {" --nvme-bytes lots", "--nvme-bytes"},
       {" --repeats 0", "--repeats"},
+      {" --device bogus", "--device: 'bogus' is not a device"},
       {" -o " + path("missing-dir/cluster.json"), "cannot write"}};
   for (const auto& [flags, message] : cases) {
     const Result result = run(std::string(kSmall) + flags);
@@ -116,5 +121,49 @@ TEST_F(CalibrateCli, BadInputExitsTwoNamingTheFlag) {
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_NE(help.output.find("--nvme-path"), std::string::npos);
 }
+
+// Without a device (or without CUDA in the build) `--device cuda` stops before measuring anything.
+TEST_F(CalibrateCli, DeviceCudaWithoutADeviceExitsTwoSayingWhy) {
+#ifdef ZEROLENS_CALIBRATE_CUDA
+  const auto probe = zerolens::exec::probe_cuda_devices();
+  if (probe.count > 0)
+    GTEST_SKIP() << "a CUDA device is present; this checks the behaviour without one";
+  const std::string reason = "--device cuda: no CUDA device on rank 0: " + probe.reason;
+#else
+  const std::string reason = "--device cuda: this build has no CUDA support";
+#endif
+  const Result result = run(std::string(kSmall) + " --device cuda -o " + path("cluster.json"));
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  EXPECT_NE(result.output.find(reason), std::string::npos) << result.output;
+  EXPECT_FALSE(fs::exists(path("cluster.json")));
+}
+
+#ifdef ZEROLENS_CALIBRATE_CUDA
+// On a GPU: a quick run describes this GPU, and `plan` loads the cluster.
+TEST_F(CalibrateCli, DeviceCudaDescribesThisGpuAndPlansLoadIt) {
+  const auto probe = zerolens::exec::probe_cuda_devices();
+  if (probe.count == 0) GTEST_SKIP() << "no CUDA device: " << probe.reason;
+  const Result result = run("calibrate --device cuda --quick --gemm-sizes 1024 --sizes 4KiB -o " +
+                            path("cluster.json") + " --report " + path("report.json"));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const auto cluster = read_json(path("cluster.json"));
+  const auto report = read_json(path("report.json"));
+  cudaDeviceProp properties{};
+  ASSERT_EQ(cudaGetDeviceProperties(&properties, 0), cudaSuccess);
+  EXPECT_EQ(cluster.at("gpu").at("name"), std::string(properties.name));
+  EXPECT_GT(cluster.at("gpu").at("hbm_bandwidth").get<double>(), 0);
+  EXPECT_GT(cluster.at("gpu").at("peak_flops_fp32").get<double>(), 0);
+  EXPECT_GT(cluster.at("gpu").at("peak_flops_bf16").get<double>(), 0);
+  EXPECT_GT(cluster.at("node").at("pcie").at("bandwidth").get<double>(), 0);
+  EXPECT_DOUBLE_EQ(cluster.at("gpu").at("hbm_bandwidth").get<double>(),
+                   report.at("gpu").at("hbm").at("bytes_per_second").get<double>());
+  EXPECT_FALSE(report.at("gpu").at("collective_backend").get<std::string>().empty());
+
+  const Result plan =
+      run("plan --model gpt2-124m --cluster " + path("cluster.json") + " --stage 2");
+  EXPECT_EQ(plan.exit_code, 0) << plan.output;
+  EXPECT_NE(plan.output.find(properties.name), std::string::npos) << plan.output;
+}
+#endif
 
 }  // namespace

@@ -92,6 +92,85 @@ TEST(Calibrate, OneRankWithoutCollectivesUsesTheHostCopyAsItsLink) {
   EXPECT_DOUBLE_EQ(cluster.node.cpu_memory_bandwidth, 10e9);
 }
 
+// `--device cuda`: two ranks, each with an H100-like GPU; the host figures are two_ranks()'.
+Calibration two_gpus() {
+  Calibration c = two_ranks();
+  c.gemm.clear();  // the host GEMM is not run when a GPU is measured
+  GpuCalibration g;
+  g.name = "NVIDIA H100 80GB HBM3";
+  g.memory_bytes = Bytes{80} << 30;
+  g.free_bytes = Bytes{79} << 30;
+  g.gemm_fp32 = {{4096, 3e-3, 40e12}, {8192, 2e-2, 50e12}};
+  g.gemm_bf16 = {{4096, 2e-4, 600e12}, {8192, 1.5e-3, 700e12}};
+  g.copy_bytes = Bytes{1} << 30;
+  g.hbm_bytes_per_second = 3e12;
+  g.transfer_bytes = Bytes{256} << 20;
+  g.h2d_bytes_per_second = 30e9;
+  g.d2h_bytes_per_second = 20e9;
+  g.collective_backend = "nccl";
+  g.backend_reason = "every rank has its own GPU";
+  c.gpu = g;
+  return c;
+}
+
+TEST(Calibrate, GpuClusterFieldsComeFromTheGpuMeasurements) {
+  const Cluster cluster = calibrated_cluster(two_gpus());
+  EXPECT_EQ(cluster.gpu.name, "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(cluster.gpu.memory_bytes, Bytes{80} << 30);  // the device's, not host memory / ranks
+  EXPECT_DOUBLE_EQ(cluster.gpu.peak_flops_fp32, 50e12);   // best fp32 GEMM
+  EXPECT_DOUBLE_EQ(cluster.gpu.peak_flops_bf16, 700e12);  // best bf16 GEMM
+  EXPECT_DOUBLE_EQ(cluster.gpu.peak_flops_fp16, 700e12);  // priced as bf16
+  EXPECT_DOUBLE_EQ(cluster.gpu.hbm_bandwidth, 3e12);      // device copy, read + write
+  // Harmonic mean of 30 and 20 GB/s: 2 / (1/30 + 1/20) = 24 GB/s, so 1 GB each way takes
+  // 1/30 + 1/20 s either way.
+  EXPECT_DOUBLE_EQ(cluster.node.pcie.bandwidth, 24e9);
+  EXPECT_DOUBLE_EQ(cluster.node.pcie.latency, 0);
+  EXPECT_NE(cluster.node.pcie.name.find("PCIe"), std::string::npos);
+  // The collectives, host and NVMe fields are filled as on the CPU backend.
+  EXPECT_EQ(cluster.node.intra_node.name, "nccl between GPUs (measured)");
+  EXPECT_DOUBLE_EQ(cluster.node.intra_node.bandwidth, 4e9);
+  EXPECT_DOUBLE_EQ(cluster.node.intra_node.latency, 10e-6);
+  EXPECT_DOUBLE_EQ(cluster.inter_node.bandwidth, 4e9);
+  EXPECT_EQ(cluster.node.gpus_per_node, 2);
+  EXPECT_EQ(cluster.node.cpu_memory_bytes, Bytes{64} << 30);
+  EXPECT_DOUBLE_EQ(cluster.node.cpu_memory_bandwidth, 20e9);
+  EXPECT_EQ(cluster.node.cpu_cores, 8);
+  EXPECT_DOUBLE_EQ(cluster.node.nvme_read_bandwidth, 3e9);
+  EXPECT_DOUBLE_EQ(cluster.node.nvme_write_bandwidth, 1.5e9);
+
+  Diagnostics diagnostics;
+  const Cluster read =
+      cluster_from_json(nlohmann::json::parse(cluster_to_json(cluster).dump()), diagnostics);
+  EXPECT_TRUE(diagnostics.warnings.empty());
+  EXPECT_EQ(read.gpu.name, cluster.gpu.name);
+  EXPECT_DOUBLE_EQ(read.gpu.peak_flops_bf16, 700e12);
+}
+
+TEST(Calibrate, OneGpuWithoutCollectivesUsesTheDeviceCopyAsItsLink) {
+  Calibration c = two_gpus();
+  c.ranks = 1;
+  c.collectives.clear();
+  const Cluster cluster = calibrated_cluster(c);
+  EXPECT_DOUBLE_EQ(cluster.node.intra_node.bandwidth, 3e12);
+  EXPECT_EQ(cluster.node.intra_node.name, "not measured (1 rank): device memory copy");
+}
+
+TEST(Calibrate, ReportCarriesTheGpuSectionOnlyWhenMeasured) {
+  const nlohmann::json report = calibration_to_json(two_gpus());
+  const nlohmann::json& gpu = report.at("gpu");
+  EXPECT_EQ(gpu.at("name"), "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(gpu.at("memory_bytes"), Bytes{80} << 30);
+  EXPECT_EQ(gpu.at("gemm_bf16").size(), 2u);
+  EXPECT_EQ(gpu.at("gemm_fp32").at(1).at("n"), 8192);
+  EXPECT_DOUBLE_EQ(gpu.at("hbm").at("bytes_per_second").get<double>(), 3e12);
+  EXPECT_EQ(gpu.at("hbm").at("copy_bytes"), Bytes{1} << 30);
+  EXPECT_DOUBLE_EQ(gpu.at("pcie").at("h2d_bytes_per_second").get<double>(), 30e9);
+  EXPECT_DOUBLE_EQ(gpu.at("pcie").at("d2h_bytes_per_second").get<double>(), 20e9);
+  EXPECT_EQ(gpu.at("collective_backend"), "nccl");
+  EXPECT_TRUE(report.at("gemm_fp32").empty());
+  EXPECT_TRUE(calibration_to_json(two_ranks()).at("gpu").is_null());
+}
+
 TEST(Calibrate, BadOptionsNameTheFlag) {
   CalibrateOptions options = quick_calibrate_options();
   options.gemm_sizes.clear();
