@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -69,7 +70,7 @@ void publish(const fs::path& directory, const fs::path& partial, const fs::path&
 
 void check_segment(const CheckpointSegment& s, const CheckpointMeta& meta, const std::string& file) {
   if (s.tensor < 0 || std::size_t(s.tensor) >= meta.tensors.size() || s.begin < 0 || s.length < 0 ||
-      s.begin + s.length > meta.tensors[std::size_t(s.tensor)].numel) {
+      s.length > meta.tensors[std::size_t(s.tensor)].numel - s.begin) {
     throw CheckpointError(file + ": segment outside its tensor");
   }
 }
@@ -151,6 +152,29 @@ FullState load_checkpoint(const fs::path& step_directory) {
   }
   FullState state;
   state.meta = meta_from_json(manifest, manifest_file.string());
+  const std::vector<ManifestFile> files = files_from_json(manifest, manifest_file.string(), state.meta.dp_size);
+  // The rank files hold every element once: their sizes on disk bound what the manifest's tensors
+  // may claim, checked before the whole tensors are allocated.
+  std::uint64_t stored = 0;
+  for (const ManifestFile& entry : files) {
+    const fs::path file = step_directory / entry.name;
+    std::error_code error;
+    const std::uintmax_t size = fs::file_size(file, error);
+    if (error) throw CheckpointError(file.string() + ": cannot open (missing or unreadable)");
+    if (size != entry.bytes) {
+      throw CheckpointError(file.string() + ": size or checksum differs from the manifest: the file is corrupted or was replaced");
+    }
+    stored += std::min<std::uint64_t>(size, std::numeric_limits<std::uint64_t>::max() - stored);
+  }
+  const std::uint64_t capacity = stored / (sizeof(float) * std::uint64_t(1 + state.meta.optimizer_states));
+  std::uint64_t claimed = 0;
+  for (const auto& t : state.meta.tensors) {
+    claimed += std::uint64_t(t.numel);  // each below 2^63: no wrap before the check
+    if (claimed > capacity) {
+      throw CheckpointError(manifest_file.string() + ": tensors claim more elements than the rank files' " + std::to_string(stored) +
+                            " bytes can hold (at " + t.name + ")");
+    }
+  }
   const auto& tensors = state.meta.tensors;
   std::vector<std::vector<std::uint8_t>> seen;
   for (const auto& t : tensors) {
@@ -158,12 +182,10 @@ FullState load_checkpoint(const fs::path& step_directory) {
     seen.emplace_back(std::size_t(t.numel), 0);
   }
   state.states.assign(std::size_t(state.meta.optimizer_states), state.master);
-  const json& files = manifest.at("files");
-  if (files.size() != std::size_t(state.meta.dp_size)) throw CheckpointError(manifest_file.string() + ": one file per rank expected");
-  for (const json& entry : files) {
-    const fs::path file = step_directory / entry.at("name").get<std::string>();
+  for (const ManifestFile& entry : files) {
+    const fs::path file = step_directory / entry.name;
     const auto bytes = read_file(file);
-    if (bytes.size() != entry.at("bytes").get<std::size_t>() || crc32_of(bytes, bytes.size()) != entry.at("crc32").get<std::uint32_t>()) {
+    if (bytes.size() != entry.bytes || crc32_of(bytes, bytes.size()) != entry.crc32) {
       throw CheckpointError(file.string() + ": size or checksum differs from the manifest: the file is corrupted or was replaced");
     }
     place(decode_rank_file(bytes, file.string(), state.meta.optimizer_states), file.string(), state, seen);

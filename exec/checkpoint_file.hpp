@@ -25,11 +25,24 @@ std::vector<unsigned char> read_file(const std::filesystem::path& file);
 void replace_file(const std::filesystem::path& file, const std::string& text);
 
 std::vector<unsigned char> encode_rank_file(const RankShard& shard);
-// Verifies magic, header and CRC-32 and the payload size; throws CheckpointError naming `file`.
+// Verifies magic, CRC-32 and header (integers in range, `states` as the manifest says, segments
+// covering exactly the header's element count, the payload exactly that many elements) before it
+// allocates anything; throws CheckpointError naming `file` and the field.
 RankShard decode_rank_file(const std::vector<unsigned char>& bytes, const std::string& file, int states);
 
 nlohmann::json meta_to_json(const CheckpointMeta& meta);
+// Verifies schema, version, every field's type and range, unique tensor names and that each
+// tensor's numel is the product of its shape; throws CheckpointError naming `file` and the field.
 CheckpointMeta meta_from_json(const nlohmann::json& document, const std::string& file);
+
+// One entry of the manifest's "files": rank r's file name (rank_file_name(r)), size and CRC-32.
+struct ManifestFile {
+  std::string name;
+  std::uint64_t bytes = 0;
+  std::uint32_t crc32 = 0;
+};
+// The manifest's "files", one per rank in rank order; throws CheckpointError naming `file`.
+std::vector<ManifestFile> files_from_json(const nlohmann::json& document, const std::string& file, int dp_size);
 
 std::string step_name(std::int64_t step);
 std::string rank_file_name(int rank);

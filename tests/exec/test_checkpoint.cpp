@@ -1,6 +1,7 @@
 // Checkpoint files in one process: a round trip, the safetensors layout read back by a separate
-// parser, corruption and truncation refused, and a save that fails on a full disk leaves the
-// previous checkpoint loadable.
+// parser, corruption and truncation refused, a save that fails on a full disk leaves the previous
+// checkpoint loadable, and the rank file and manifest readers refuse what fuzz_checkpoint found
+// them accepting or crashing on (each test below the fuzzer's comment failed before its fix).
 #include <sched.h>
 #include <sys/mount.h>
 #include <sys/wait.h>
@@ -9,11 +10,13 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "exec/checkpoint.hpp"
+#include "exec/checkpoint_file.hpp"
 #include "exec/communicator.hpp"
 
 namespace zerolens::exec {
@@ -185,6 +188,123 @@ TEST(Checkpoint, AFullDiskKeepsThePreviousCheckpoint) {
   if (code == 77) GTEST_SKIP() << "no private mount namespace for a small tmpfs here";
   EXPECT_EQ(code, 0) << "10: saved past a full disk, 11: the error does not say the disk is full, "
                         "12: the previous checkpoint does not load, 13: a partial save was left behind";
+}
+
+// --- Regressions found by fuzz_checkpoint (tests/fuzz) and the review that came with it. ---
+
+// A rank file as a writer with another idea of the layout might make it: any header, any payload,
+// a correct CRC-32.
+std::vector<unsigned char> rank_file(const std::string& header, std::size_t payload_floats) {
+  const std::uint64_t length = header.size();
+  std::vector<unsigned char> out(8 + 8 + header.size() + payload_floats * sizeof(float), 0);
+  std::memcpy(out.data(), checkpoint_detail::kMagic, 8);
+  std::memcpy(out.data() + 8, &length, 8);
+  std::memcpy(out.data() + 16, header.data(), header.size());
+  const std::uint32_t crc = checkpoint_detail::crc32_of(out, out.size());
+  out.resize(out.size() + 4);
+  std::memcpy(out.data() + out.size() - 4, &crc, 4);
+  return out;
+}
+
+void expect_decode_refused(const std::vector<unsigned char>& bytes, int states, const std::string& what) {
+  try {
+    checkpoint_detail::decode_rank_file(bytes, "rank_00000.bin", states);
+    ADD_FAILURE() << "decoded a rank file whose " << what << " is wrong";
+  } catch (const CheckpointError& error) {
+    EXPECT_NE(std::string(error.what()).find("rank_00000.bin"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find(what), std::string::npos) << error.what();
+  }
+}
+
+// The decoder passed a null pointer to memcpy for a rank that owns nothing (undefined behaviour:
+// UBSan reports it; the asan preset's build fails this test without the fix).
+TEST(Checkpoint, ARankOwningNothingRoundTrips) {
+  RankShard empty;
+  empty.rank = 3;
+  empty.states = {{}, {}};
+  const RankShard back = checkpoint_detail::decode_rank_file(checkpoint_detail::encode_rank_file(empty), "rank_00003.bin", 2);
+  EXPECT_EQ(back.rank, 3);
+  EXPECT_TRUE(back.master.empty());
+  ASSERT_EQ(back.states.size(), 2u);
+}
+
+// An element count whose byte size wraps 2^64 (2^62 floats are "0 bytes") passed the payload check
+// and the decoder tried to allocate 2^62 floats (std::length_error, or an out-of-memory abort).
+TEST(Checkpoint, ARankHeaderElementCountIsCheckedAgainstThePayload) {
+  expect_decode_refused(rank_file(R"({"rank":0,"segments":[[0,0,4611686018427387904]],"elements":4611686018427387904,"states":0})", 0), 0,
+                        "header elements");
+  expect_decode_refused(rank_file(R"({"rank":0,"segments":[[0,0,2]],"elements":-1,"states":0})", 2), 0, "header elements");
+  expect_decode_refused(rank_file(R"({"rank":0,"segments":[[0,0,2]],"elements":2,"states":1e300})", 2), 0, "header states");
+}
+
+// Segments that do not add up to the header's elements decoded; a begin near 2^63 made
+// `begin + length` wrap in the load's bounds check and the load wrote far outside the tensor.
+TEST(Checkpoint, ARankHeaderSegmentsMustCoverExactlyItsElements) {
+  expect_decode_refused(rank_file(R"({"rank":0,"segments":[[0,0,7581616]],"elements":2,"states":0})", 2), 0, "header segments[0]");
+  expect_decode_refused(rank_file(R"({"rank":0,"segments":[[0,0,1]],"elements":2,"states":0})", 2), 0, "cover 1 of its 2");
+  SoloCommunicator comm;
+  const fs::path dir = fresh_directory("ckpt_wrapping_segment");
+  RankShard shard = whole_shard(0);
+  shard.segments = {{0, std::numeric_limits<Elements>::max(), 1}, {0, 0, 11}, {1, 0, 5}};
+  try {
+    save_checkpoint(dir, two_tensors(1), shard, comm);
+    load_checkpoint(resolve_checkpoint(dir));
+    ADD_FAILURE() << "saved and loaded a segment that starts at 2^63 - 1";
+  } catch (const CheckpointError& error) {
+    EXPECT_NE(std::string(error.what()).find("segments[0] length"), std::string::npos) << error.what();
+  }
+}
+
+// Rewrites the manifest of the checkpoint in `dir` through `edit`.
+template <typename Edit>
+void edit_manifest(const fs::path& dir, Edit&& edit) {
+  const fs::path file = resolve_checkpoint(dir) / "manifest.json";
+  nlohmann::json manifest = nlohmann::json::parse(std::ifstream(file));
+  edit(manifest);
+  std::ofstream(file, std::ios::trunc) << manifest.dump(1);
+}
+
+// A shape that disagrees with numel loaded, and consolidate wrote a safetensors header whose shape
+// does not describe its data.
+TEST(Checkpoint, AManifestShapeMustMatchItsNumel) {
+  SoloCommunicator comm;
+  const fs::path dir = fresh_directory("ckpt_shape");
+  save_checkpoint(dir, two_tensors(1), whole_shard(0), comm);
+  edit_manifest(dir, [](nlohmann::json& m) { m["tensors"][0]["shape"] = {3, 0}; });
+  expect_refused(dir, "tensors[0] (a.weight) numel 12 differs from its shape [3,0]");
+}
+
+// Integers were read with nlohmann's get<int>(): dp_size 2^32 + 1 wrapped to 1 and loaded, and a
+// float such as 3e74 for optimizer_states was undefined behaviour (UBSan: outside the range of int).
+TEST(Checkpoint, AManifestIntegerOutOfRangeIsRefusedByName) {
+  SoloCommunicator comm;
+  const fs::path dir = fresh_directory("ckpt_ranges");
+  save_checkpoint(dir, two_tensors(1), whole_shard(0), comm);
+  edit_manifest(dir, [](nlohmann::json& m) { m["dp_size"] = 4294967297LL; });
+  expect_refused(dir, "dp_size must be at most 2147483647");
+  edit_manifest(dir, [](nlohmann::json& m) {
+    m["dp_size"] = 1;
+    m["optimizer_states"] = 3e74;
+  });
+  expect_refused(dir, "optimizer_states must be an integer");
+  edit_manifest(dir, [](nlohmann::json& m) {
+    m["optimizer_states"] = 2;
+    m["files"][0]["name"] = "../rank_00000.bin";
+  });
+  expect_refused(dir, "files[0] name must be rank_00000.bin");
+}
+
+// A manifest claiming 2^60 elements made the load allocate them (std::bad_alloc) before it read a
+// rank file; now the rank files' sizes on disk bound what the tensors may claim.
+TEST(Checkpoint, AManifestClaimingMoreThanItsFilesHoldIsRefusedBeforeAllocating) {
+  SoloCommunicator comm;
+  const fs::path dir = fresh_directory("ckpt_huge");
+  save_checkpoint(dir, two_tensors(1), whole_shard(0), comm);
+  edit_manifest(dir, [](nlohmann::json& m) {
+    m["tensors"][0]["shape"] = {1LL << 60};
+    m["tensors"][0]["numel"] = 1LL << 60;
+  });
+  expect_refused(dir, "tensors claim more elements than the rank files'");
 }
 
 }  // namespace
