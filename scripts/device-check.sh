@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine, from the repository root, with .devrt-pack carried (scripts/device-pack.sh):
+# every GPU test, the kernel benchmarks, calibrate --device cuda and the measured-trace matrix.
+# Output goes under $OUT (the device tool brings it back), else under device-out/.
+# usage: scripts/device-check.sh [all|tests|bench|calibrate|measure]...   (default: all)
+# Each part runs even when an earlier one fails; the exit status is the first failure's.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+runtime=${DEVICE_RUNTIME:-.devrt}
+out=${OUT:-device-out}
+mkdir -p "$out"
+if [ ! -f "$runtime/env.sh" ] && [ -f "$runtime-pack/devrt.tar.gz" ]; then
+  tar -xzf "$runtime-pack/devrt.tar.gz" || exit 2
+fi
+[ -f "$runtime/env.sh" ] ||
+  { echo "device-check: $runtime/env.sh missing: run scripts/device-pack.sh here and carry $runtime-pack" >&2; exit 2; }
+# shellcheck source=/dev/null
+source "$runtime/env.sh"
+devrt-check || exit 2
+bin=$runtime/bin
+parts=("$@")
+[ ${#parts[@]} -gt 0 ] || parts=(all)
+status=0
+
+run() {  # name command...: runs, keeps the output in $out/name.txt, remembers the first failure
+  local name=$1
+  shift
+  echo "== $name: $*"
+  "$@" >"$out/$name.txt" 2>&1
+  local rc=$?
+  tail -n 5 "$out/$name.txt"
+  [ $rc -eq 0 ] || { echo "== $name failed (exit $rc)"; [ $status -ne 0 ] || status=$rc; }
+}
+
+wants() { [[ " ${parts[*]} " == *" all "* || " ${parts[*]} " == *" $1 "* ]]; }
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$out/gpu.txt" 2>&1
+cat "$out/gpu.txt"
+if wants tests; then
+  run cuda-kernel-tests "$bin/zerolens_cuda_kernel_tests"
+  run exec-cuda-tests "$bin/zerolens_exec_cuda_tests"
+  run exec-cuda-mpi-np1 mpirun -np 1 "$bin/zerolens_exec_cuda_mpi_tests"
+  run exec-cuda-mpi-np2 mpirun -np 2 "$bin/zerolens_exec_cuda_mpi_tests"  # staged: two ranks, one GPU
+  run exec-mpi-np2 mpirun -np 2 "$bin/zerolens_exec_mpi_tests"
+fi
+if wants bench; then
+  run cuda-benchmarks "$bin/zerolens_cuda_benchmarks" --benchmark_out="$out/cuda-benchmarks.json" \
+    --benchmark_out_format=json
+fi
+if wants calibrate; then
+  run calibrate-cuda "$bin/zerolens" calibrate --device cuda --quick --report "$out/calibrate.report.json" \
+    -o "$out/calibrated-cluster.json"
+fi
+if wants measure; then
+  run measure traces/measure.sh --zerolens "$bin/zerolens" --mpirun "$bin/mpirun" --out "$out/measured"
+fi
+echo "device-check: outputs in $out (exit $status)"
+exit $status
