@@ -34,7 +34,11 @@ run() {  # name command...: runs, keeps the output in $out/name.txt, remembers t
 
 wants() { [[ " ${parts[*]} " == *" all "* || " ${parts[*]} " == *" $1 "* ]]; }
 
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$out/gpu.txt" 2>&1
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$out/gpu.txt" 2>&1
+else
+  echo "no nvidia-smi on this machine" >"$out/gpu.txt"
+fi
 cat "$out/gpu.txt"
 if wants tests; then
   run cuda-kernel-tests "$bin/zerolens_cuda_kernel_tests"
