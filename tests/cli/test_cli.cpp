@@ -11,33 +11,13 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "cli_test_support.hpp"
+
 namespace {
 
-struct Result {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-  std::string out;     // stdout only
-};
-
-std::string quote(const std::string& text) {
-  std::string quoted = "'";
-  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
-
-Result run(const std::string& arguments, bool merge = true) {
-  const std::string command = std::string(ZEROLENS_CLI_BINARY) + " " + arguments + (merge ? " 2>&1" : " 2>/dev/null");
-  Result result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return result;
-  std::array<char, 4096> buffer{};
-  std::size_t read = 0;
-  while ((read = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), read);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  if (!merge) result.out = result.output;
-  return result;
-}
+using zerolens::cli_testing::quote;
+using zerolens::cli_testing::Result;
+using zerolens::cli_testing::run;
 
 std::string data(const std::string& name) { return quote(std::string(ZEROLENS_TEST_DATA) + "/" + name); }
 

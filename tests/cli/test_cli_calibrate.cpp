@@ -13,32 +13,19 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "cli_test_support.hpp"
+
 #ifdef ZEROLENS_CALIBRATE_CUDA
 #include "exec/cuda/cuda_status.hpp"
 #endif
 
 namespace {
 
+using zerolens::cli_testing::quote;
+using zerolens::cli_testing::Result;
+using zerolens::cli_testing::run;
+
 namespace fs = std::filesystem;
-
-struct Result {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-Result run(const std::string& arguments) {
-  const std::string command = std::string(ZEROLENS_CLI_BINARY) + " " + arguments + " 2>&1";
-  Result result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return result;
-  std::array<char, 4096> buffer{};
-  std::size_t read = 0;
-  while ((read = fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
-    result.output.append(buffer.data(), read);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
 
 class CalibrateCli : public ::testing::Test {
  protected:
