@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "../attention_reference.hpp"
 #include "cuda_test_support.hpp"
 #include "kernels/attention.hpp"
 
@@ -17,43 +18,7 @@ namespace {
 
 using namespace zerolens::kernels::cuda::testing;  // cuda_test_support.hpp
 using CudaAttention = CudaTest;
-
-struct Reference {
-  std::vector<double> out, scores, att;
-};
-
-// att[b,h,t,s] = softmax over s <= t of q[b,t,h]·k[b,s,h] / sqrt(hs); out[b,t,h] = sum_s att
-// v[b,s,h].
-Reference attention_reference(const std::vector<float>& qkv, const AttentionShape& shape) {
-  const std::size_t B = shape.batch, T = shape.seq_len, C = shape.channels, NH = shape.heads,
-                    hs = C / NH;
-  Reference r{std::vector<double>(B * T * C), std::vector<double>(B * NH * T * T),
-              std::vector<double>(B * NH * T * T, 0.0)};
-  const auto at = [&](std::size_t b, std::size_t t, std::size_t part, std::size_t h,
-                      std::size_t i) {
-    return double(qkv[(b * T + t) * 3 * C + part * C + h * hs + i]);
-  };
-  for (std::size_t b = 0; b < B; ++b)
-    for (std::size_t h = 0; h < NH; ++h)
-      for (std::size_t t = 0; t < T; ++t) {
-        const std::size_t row = ((b * NH + h) * T + t) * T;
-        double normalizer = 0.0;
-        for (std::size_t s = 0; s <= t; ++s) {
-          double score = 0.0;
-          for (std::size_t i = 0; i < hs; ++i) score += at(b, t, 0, h, i) * at(b, s, 1, h, i);
-          r.scores[row + s] = score / std::sqrt(double(hs));
-          normalizer += std::exp(r.scores[row + s]);
-        }
-        for (std::size_t s = 0; s <= t; ++s)
-          r.att[row + s] = std::exp(r.scores[row + s]) / normalizer;
-        for (std::size_t i = 0; i < hs; ++i) {
-          double sum = 0.0;
-          for (std::size_t s = 0; s <= t; ++s) sum += r.att[row + s] * at(b, s, 2, h, i);
-          r.out[(b * T + t) * C + h * hs + i] = sum;
-        }
-      }
-  return r;
-}
+using zerolens::kernels::testing::attention_reference;
 
 constexpr AttentionShape shape{2, 37, 48, 4};  // T not a multiple of the warp; head size 12
 constexpr std::size_t qkv_size = 2 * 37 * 3 * 48, out_size = 2 * 37 * 48,
@@ -66,7 +31,7 @@ TEST_F(CudaAttention, ForwardMatchesFloat64WithMaskedScores) {
   DeviceBuffer<float> out(out_size), preatt(score_size), att(score_size);
   BlasHandles handles;
   attention_forward(out.data(), preatt.data(), att.data(), d_qkv.data(), shape, handles, nullptr);
-  const Reference reference = attention_reference(qkv, shape);
+  const auto reference = attention_reference(std::vector<double>(qkv.begin(), qkv.end()), shape);
   expect_close(out.download(), reference.out, 1e-4, 1e-5, "out");
   expect_close(att.download(), reference.att, 1e-4, 1e-6, "att");
   const std::vector<float> scores = preatt.download();
