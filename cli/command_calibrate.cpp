@@ -15,7 +15,7 @@
 #include "cli/table.hpp"
 #include "exec/calibrate.hpp"
 #include "sim/hardware.hpp"
-#ifdef ZEROLENS_CALIBRATE_CUDA
+#ifdef ZEROLENS_WITH_CUDA
 #include "exec/cuda/calibrate_gpu.hpp"
 #endif
 
@@ -153,7 +153,7 @@ std::unique_ptr<exec::DeviceCalibrator> make_device_calibrator(const std::string
   if (device == "cpu") return nullptr;
   if (device != "cuda")
     throw InputError("--device", "'" + device + "' is not a device (cpu, cuda)");
-#ifdef ZEROLENS_CALIBRATE_CUDA
+#ifdef ZEROLENS_WITH_CUDA
   return exec::make_gpu_calibrator();
 #else
   throw InputError("--device cuda", "this build has no CUDA support");

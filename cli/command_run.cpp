@@ -15,12 +15,12 @@
 namespace zerolens::cli {
 namespace {
 
-void print_header(std::ostream& out, const Plan& plan) {
+void print_header(std::ostream& out, const Plan& plan, const std::string& backend) {
   const ScheduleContext& c = plan.schedule.context;
   out << "zerolens run: " << plan.request.model.name << " (" << plan.request.model.parameter_count()
       << " parameters), ZeRO stage " << c.stage << ", " << to_string(c.precision) << ", " << c.dp_size
       << " rank(s), micro-batch " << c.micro_batch << " x sequence " << c.seq_len << ", gradient accumulation "
-      << c.grad_accumulation << "; CPU device backend, MPI collectives\n";
+      << c.grad_accumulation << "; " << backend << '\n';
   for (const auto& note : plan.notes) out << "note: " << note << '\n';
 }
 
@@ -44,13 +44,13 @@ void print_measured(std::ostream& out, const exec::TrainingResult& result) {
 }
 
 int run_run(RunFlags& flags) {
-  exec::Communicator& comm = world_communicator();
+  exec::Communicator& comm = run_communicator(flags);
   Diagnostics diagnostics;
   const Plan plan = make_run_plan(flags, comm, diagnostics);
   const bool leader = comm.rank() == 0;
   if (leader) {
     print_warnings(diagnostics);
-    print_header(std::cout, plan);
+    print_header(std::cout, plan, flags.backend);
   }
   const exec::TrainingResult result = run_steps(plan, comm, flags, std::cout);
   if (!leader) return kExitOk;

@@ -34,7 +34,7 @@ double median_step_seconds(const exec::TrainingResult& measured) {
 }
 
 int run_validate(ValidateCommand& command) {
-  exec::Communicator& comm = world_communicator();
+  exec::Communicator& comm = run_communicator(command.run);
   Diagnostics diagnostics;
   const Plan plan = make_run_plan(command.run, comm, diagnostics);
   const Timeline predicted = simulate_timeline(plan.schedule, plan.request.cluster, command.timeline.options());

@@ -12,6 +12,8 @@
 
 namespace zerolens::exec {
 
+class MemorySpace;
+
 struct CollectiveCount {
   std::int64_t calls = 0;
   Bytes bytes = 0;  // message size: the whole buffer for all-reduce/broadcast, the gathered output for
@@ -23,6 +25,11 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // Where its buffers must be: host memory (nullptr) or a device's memory space
+  // (exec/memory_space.hpp; NCCL's device pointers). The collectives on Numbers
+  // (exec/numbers.hpp) hand it copies there of buffers elsewhere; a run places its Gpu buffers in
+  // this space (MemoryLedger::place) so that no copy is needed.
+  virtual MemorySpace* memory_space() const { return nullptr; }
 
   // In place, element-wise sum over ranks.
   virtual void all_reduce_sum(std::span<float> buffer) = 0;

@@ -9,28 +9,18 @@
 // memory can be compared: per block its norm outputs, q/k/v, softmax probabilities, attention
 // output, the residual after attention, the MLP's GELU input and output, and the block output.
 // Each layer allocates its output in forward and frees its input in backward. The training data is
-// synthetic and learnable (see synthetic_token), a pure function of the seed and sample id.
+// synthetic and learnable (see synthetic_sequence), a pure function of the seed and sample id.
+// Options, architecture check, initial weights and corpus are exec/gpt2_shape.hpp's (shared with
+// the CUDA model, exec/cuda/gpt2_cuda_model.hpp).
 #include <cstdint>
 #include <memory>
-#include <vector>
 
+#include "exec/gpt2_shape.hpp"
 #include "exec/layer_model.hpp"
 #include "exec/memory_ledger.hpp"
 #include "sim/model.hpp"
 
 namespace zerolens::exec {
-
-struct Gpt2Options {
-  std::int64_t micro_batch = 1;
-  std::int64_t seq_len = 64;
-  bool checkpointing = false;  // keep only block outputs; rebuild the rest in recompute()
-  std::uint64_t seed = 1234;   // data and initial weights
-  // Bytes per activation element in the plan (2 with fp16/bf16 training). The fp32 kernels keep
-  // every activation in fp32; the ledger counts this many bytes per element and the rest as
-  // scratch, and the head casts as a 16-bit implementation does (an fp32 copy of the logits for the
-  // loss, a 16-bit copy of their gradient).
-  std::int64_t activation_element_bytes = 4;
-};
 
 class Gpt2Model final : public LayerModel {
  public:
@@ -54,12 +44,5 @@ class Gpt2Model final : public LayerModel {
  private:
   std::unique_ptr<State> state_;
 };
-
-// The synthetic corpus: the first `length` tokens of sample `sample` (the inputs and, shifted by
-// one, the targets). Each sample starts at a random token and follows a fixed random permutation
-// of the vocabulary, except that 1 token in 8 is replaced by a random one: a next-token rule a
-// model can learn, with an entropy floor so the loss cannot reach zero.
-std::vector<std::int32_t> synthetic_sequence(std::uint64_t seed, std::int64_t vocab, std::int64_t sample,
-                                             std::int64_t length);
 
 }  // namespace zerolens::exec

@@ -1,23 +1,11 @@
 #pragma once
-// Gpt2Model's internals (exec/gpt2_*.cpp only): dimensions, per-layer activation buffers and the
-// parameter order of sim's GPT-2 layers.
+// Gpt2Model's internals (exec/gpt2_*.cpp only): per-layer activation buffers and the layer
+// dispatch's state (dimensions and parameter order: exec/gpt2_shape.hpp).
 #include <vector>
 
 #include "exec/gpt2_model.hpp"
 
 namespace zerolens::exec {
-
-struct Gpt2Dims {
-  std::size_t batch = 0, seq_len = 0, channels = 0, heads = 0, ffn = 0, vocab = 0, blocks = 0;
-  std::size_t rows() const { return batch * seq_len; }
-  std::size_t scores() const { return batch * heads * seq_len * seq_len; }
-};
-
-// Parameter positions within a block's views, in sim's tensor order (checked at construction).
-enum BlockParam : std::size_t {
-  kLn1Weight, kLn1Bias, kQWeight, kQBias, kKWeight, kKBias, kVWeight, kVBias, kOWeight, kOBias,
-  kLn2Weight, kLn2Bias, kFcInWeight, kFcInBias, kFcOutWeight, kFcOutBias, kBlockParams
-};
 
 // What a block keeps for backward besides its input (the previous layer's output).
 struct BlockActivations {
@@ -31,10 +19,9 @@ struct BlockActivations {
 void copy_to_fused(float* fused, const float* part, std::size_t block, std::size_t rows, std::size_t width);
 void copy_from_fused(float* part, const float* fused, std::size_t block, std::size_t rows, std::size_t width);
 
-enum class Gpt2Role { Embedding, Block, FinalNorm, Head };
-
 struct Gpt2Model::State {
   State(const Model& model, const Gpt2Options& options, MemoryLedger& ledger);
+  State(const Model& model, const Gpt2Options& options, MemoryLedger& ledger, Gpt2Layout layout);
 
   // gpt2_forward.cpp
   void embedding_forward(ParamViews params);
@@ -62,7 +49,7 @@ struct Gpt2Model::State {
   MemoryLedger& ledger;
   Gpt2Dims dims;
   std::vector<Gpt2Role> roles;
-  std::vector<std::int32_t> permutation;        // the synthetic corpus's next-token rule
+  Gpt2Corpus corpus;
   TrackedBuffer<std::int32_t> tokens, targets;  // kept by the embedding and the head
   std::vector<TrackedBuffer<float>> outputs;    // per layer: its output [rows, C] (not the head's)
   std::vector<BlockActivations> blocks;         // per layer (used by blocks only)

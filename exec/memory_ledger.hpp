@@ -12,8 +12,16 @@
 
 namespace zerolens::exec {
 
+class MemorySpace;
+
 class MemoryLedger {
  public:
+  // Where the model-state buffers (NumberBuffer, ScratchFloats) of `device` are allocated: a
+  // memory space the host cannot address (exec/memory_space.hpp), or host memory (nullptr, the
+  // default). Set before any buffer of the device exists; the space must outlive them.
+  void place(Device device, MemorySpace* space) { spaces_[index(device)] = space; }
+  MemorySpace* space(Device device) const { return spaces_[index(device)]; }
+
   void allocate(Device device, Component component, Bytes bytes);
   void release(Device device, Component component, Bytes bytes);  // throws std::logic_error below zero
 
@@ -47,6 +55,7 @@ class MemoryLedger {
   std::array<CategoryBytes, kDeviceCount> category_high_{};
   std::array<Bytes, kDeviceCount> scratch_current_{};
   std::array<Bytes, kDeviceCount> scratch_peak_{};
+  std::array<MemorySpace*, kDeviceCount> spaces_{};
 };
 
 // The bytes per element a buffer stands for in the plan when the CPU backend holds it wider: the

@@ -5,9 +5,12 @@
 #include <cstdint>
 #include <span>
 
+#include "kernels/optimizer.hpp"
 #include "sim/config.hpp"
 
 namespace zerolens::exec {
+
+class Numbers;
 
 class Optimizer {
  public:
@@ -20,6 +23,12 @@ class Optimizer {
   // Adam: `first` = m, `second` = v; SGD with momentum: `first` = momentum; unused ones may be empty.
   void update(std::span<float> params, std::span<const float> grads, std::span<float> first,
               std::span<float> second) const;
+  // The same on fp32 numbers in host memory or in one memory space (exec/memory_space.hpp).
+  void update(Numbers params, Numbers grads, Numbers first, Numbers second) const;
+  const OptimizerConfig& config() const { return config_; }
+  // The kernels' settings (host and CUDA kernels take the same ones, so both run the same step).
+  kernels::AdamConfig adam_config() const;
+  kernels::SgdConfig sgd_config() const;
 
  private:
   OptimizerConfig config_;

@@ -60,12 +60,14 @@ TrainingResult train_gpt2(const Plan& plan, Communicator& comm, const TrainingOp
                           const std::function<void(const StepRecord&)>& on_step) {
   const ScheduleContext& context = plan.schedule.context;
   MemoryLedger ledger;
-  Gpt2Model model(plan.request.model,
-                  {.micro_batch = context.micro_batch, .seq_len = context.seq_len,
-                   .checkpointing = context.activation_checkpointing, .seed = options.seed,
-                   .activation_element_bytes = plan.request.config.precision.param_bytes()},
-                  ledger);
-  ZeroEngine engine(plan, comm, model, ledger);
+  ledger.place(Device::Gpu, comm.memory_space());
+  const Gpt2Options gpt2{.micro_batch = context.micro_batch, .seq_len = context.seq_len,
+                         .checkpointing = context.activation_checkpointing, .seed = options.seed,
+                         .activation_element_bytes = plan.request.config.precision.param_bytes()};
+  const std::unique_ptr<LayerModel> model = options.make_model
+                                                ? options.make_model(plan.request.model, gpt2, ledger)
+                                                : std::make_unique<Gpt2Model>(plan.request.model, gpt2, ledger);
+  ZeroEngine engine(plan, comm, *model, ledger);
   TrainingResult result;
   if (!options.resume_from.empty()) {
     const FullState state = load_checkpoint(resolve_checkpoint(options.resume_from));

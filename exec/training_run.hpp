@@ -6,15 +6,21 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "exec/communicator.hpp"
+#include "exec/gpt2_model.hpp"
 #include "exec/zero_engine.hpp"
 #include "sim/plan.hpp"
 #include "sim/trace.hpp"
 
 namespace zerolens::exec {
+
+// Builds the GPT-2 the engine trains, its activations charged to the ledger: the CPU Gpt2Model
+// by default, a CUDA one (exec/cuda) where the communicator's memory space is a GPU's.
+using Gpt2Factory = std::function<std::unique_ptr<LayerModel>(const Model&, const Gpt2Options&, MemoryLedger&)>;
 
 struct TrainingOptions {
   int steps = 20;             // train until this many optimizer steps have been taken in all
@@ -22,6 +28,7 @@ struct TrainingOptions {
   std::string save_directory;  // checkpoints (exec/checkpoint.hpp), none when empty
   int save_every = 0;          // steps between checkpoints (0: only after the last step)
   std::string resume_from;     // a checkpoint directory to start from (any number of ranks saved it)
+  Gpt2Factory make_model;      // empty: the CPU Gpt2Model
 };
 
 struct StepRecord {
@@ -48,6 +55,8 @@ struct TrainingResult {
   LinkBytes links;  // host-device copies and NVMe transfers of one step (the last)
 };
 
+// The engine's device buffers go where the communicator reads them (Communicator::memory_space:
+// host memory for MPI, the GPU's memory for NCCL).
 // Runs the steps of `plan` up to `options.steps`, from the start or from a checkpoint (whose model must be a GPT-2 the executor runs and whose
 // dp size must equal comm.size()). `on_step` sees each step as it ends. Throws InputError, and
 // CheckpointError for a checkpoint that cannot be written or read.

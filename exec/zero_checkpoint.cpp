@@ -51,10 +51,20 @@ void ZeroEngine::restore(const FullState& state) {
 }
 
 // Master weights: the fp32 master partition, else (fp32 on the device) the parameters themselves.
-const float* ZeroEngine::State::owned_params(const OwnedSegment& segment) const {
-  if (has_master) return master_.data() + segment.owned_offset;
-  return const_cast<State&>(*this).device_params(segment).wide().data();
+Numbers ZeroEngine::State::owned_params(const OwnedSegment& segment) const {
+  if (has_master) return master_.view(std::size_t(segment.owned_offset), std::size_t(segment.length));
+  return const_cast<State&>(*this).device_params(segment);
 }
+
+namespace {
+
+void append(std::vector<float>& out, Numbers values) {
+  const std::size_t first = out.size();
+  out.resize(first + values.size());
+  values.read(std::span(out).subspan(first));
+}
+
+}  // namespace
 
 // With NVMe offload the master and states are read back from the sub-groups' files.
 RankShard ZeroEngine::State::checkpoint_shard() const {
@@ -62,18 +72,17 @@ RankShard ZeroEngine::State::checkpoint_shard() const {
   shard.rank = rank;
   const std::size_t states = optimizer.state_per_element();
   shard.states.resize(states);
-  const std::vector<float> swapped = optimizer_store_ ? read_optimizer_objects() : std::vector<float>();
+  std::vector<float> swapped = optimizer_store_ ? read_optimizer_objects() : std::vector<float>();
   const auto owned = std::size_t(layout.owned);
-  const float* state_base[2] = {first_state_.data(), second_state_.data()};
-  if (optimizer_store_) state_base[0] = swapped.data() + owned, state_base[1] = swapped.data() + 2 * owned;
+  // [master | first | second] from the files, else the buffers in memory (host or device)
+  const auto in_files = [&](std::size_t object) { return Numbers(std::span(swapped).subspan(object * owned, owned)); };
+  const Numbers state_numbers[2] = {optimizer_store_ ? in_files(1) : first_state_.view(),
+                                    optimizer_store_ ? in_files(2) : second_state_.view()};
   for (const OwnedSegment& segment : segments_) {
     shard.segments.push_back({segment.tensor, segment.begin, segment.length});
-    const float* params = optimizer_store_ ? swapped.data() + segment.owned_offset : owned_params(segment);
-    shard.master.insert(shard.master.end(), params, params + segment.length);
-    for (std::size_t k = 0; k < states; ++k) {
-      const float* values = state_base[k] + segment.owned_offset;
-      shard.states[k].insert(shard.states[k].end(), values, values + segment.length);
-    }
+    const auto offset = std::size_t(segment.owned_offset), length = std::size_t(segment.length);
+    append(shard.master, optimizer_store_ ? in_files(0).sub(offset, length) : owned_params(segment));
+    for (std::size_t k = 0; k < states; ++k) append(shard.states[k], state_numbers[k].sub(offset, length));
   }
   return shard;
 }
@@ -94,17 +103,17 @@ void ZeroEngine::State::restore(const FullState& state) {
   const auto owned = std::size_t(layout.owned);
   std::vector<float> master(in_files ? owned : 0);
   std::vector<std::vector<float>> states(in_files ? optimizer.state_per_element() : 0, std::vector<float>(owned));
-  float* master_base = in_files ? master.data() : master_.data();
-  float* state_base[2] = {first_state_.data(), second_state_.data()};
-  for (std::size_t k = 0; k < states.size(); ++k) state_base[k] = states[k].data();
+  const Numbers master_numbers = in_files ? Numbers(std::span(master)) : master_.view();
+  Numbers state_numbers[2] = {first_state_.view(), second_state_.view()};
+  for (std::size_t k = 0; k < states.size(); ++k) state_numbers[k] = Numbers(std::span(states[k]));
   for (const OwnedSegment& segment : segments_) {
-    if (has_master) {
-      const std::vector<float>& whole = state.master[std::size_t(segment.tensor)];
-      std::copy_n(whole.begin() + segment.begin, segment.length, master_base + segment.owned_offset);
-    }
+    const auto offset = std::size_t(segment.owned_offset), length = std::size_t(segment.length);
+    const auto from = [&](const std::vector<float>& whole) {
+      return std::span(whole).subspan(std::size_t(segment.begin), length);
+    };
+    if (has_master) master_numbers.sub(offset, length).write(from(state.master[std::size_t(segment.tensor)]));
     for (std::size_t k = 0; k < optimizer.state_per_element(); ++k) {
-      const std::vector<float>& whole = state.states[k][std::size_t(segment.tensor)];
-      std::copy_n(whole.begin() + segment.begin, segment.length, state_base[k] + segment.owned_offset);
+      state_numbers[k].sub(offset, length).write(from(state.states[k][std::size_t(segment.tensor)]));
     }
   }
   if (in_files) restore_nvme_optimizer(master, states);

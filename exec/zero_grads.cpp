@@ -8,7 +8,7 @@
 namespace zerolens::exec {
 
 void LayerGrads::commit() {
-  for (std::size_t i = 0; i < storage.size(); ++i) storage[i].write(views[i]);
+  for (std::size_t i = 0; i < storage.size(); ++i) storage[i].copy_from(Numbers(views[i], scratch->view().space()));
 }
 
 // Stages 0-1 keep whole gradients until the boundary; stages 2-3 hold them only until their bucket
@@ -34,7 +34,7 @@ LayerGrads ZeroEngine::State::layer_grads(std::size_t owner) {
       continue;
     }
     const std::span<float> copy = grads.scratch->span().subspan(position, stored.size());
-    stored.read(copy);
+    Numbers(copy, grads.scratch->view().space()).copy_from(stored);
     grads.views.push_back(copy);
     grads.storage.push_back(stored);
     position += stored.size();

@@ -48,14 +48,14 @@ void ZeroEngine::State::write_back_params() {
   const bool written = optimizer_device == Device::Nvme;
   if (stage == 3) {
     for (std::size_t t = 0; t < part_.size(); ++t) {
-      if (!written) part_[t].view().write(master_.span().subspan(std::size_t(partition_offset_[t]), part_[t].size()));
+      if (!written) part_[t].view().copy_from(master_.view(std::size_t(partition_offset_[t]), part_[t].size()));
       copied.pcie_h2d += part_[t].bytes();
     }
     return;
   }
   for (const OwnedSegment& segment : segments_) {
     const Numbers params = device_params(segment);
-    if (!written) params.write(master_.span().subspan(std::size_t(segment.owned_offset), std::size_t(segment.length)));
+    if (!written) params.copy_from(master_.view(std::size_t(segment.owned_offset), std::size_t(segment.length)));
     copied.pcie_h2d += params.bytes();
   }
 }

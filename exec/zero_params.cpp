@@ -67,8 +67,11 @@ ZeroEngine::State::State(const Plan& plan_, Communicator& comm_, LayerModel& net
 void ZeroEngine::State::allocate_optimizer_state() {
   const auto owned_elements = std::size_t(layout.owned);
   const std::size_t states = optimizer_device == Device::Nvme ? 0 : optimizer.state_per_element();
-  if (states >= 1) first_state_ = {ledger, optimizer_device, Component::OptimizerStatePartition, owned_elements};
-  if (states >= 2) second_state_ = {ledger, optimizer_device, Component::OptimizerStatePartition, owned_elements};
+  const auto state = [&] {
+    return NumberBuffer(ledger, optimizer_device, Component::OptimizerStatePartition, NumberFormat::Fp32, owned_elements);
+  };
+  if (states >= 1) first_state_ = state();
+  if (states >= 2) second_state_ = state();
   if (host_optimizer()) {
     host_grads_ = {ledger, Device::Cpu, Component::GradsPartition, owned_elements};
   } else if (stage == 3) {
@@ -81,9 +84,11 @@ void ZeroEngine::State::allocate_optimizer_state() {
 // master is assembled here once, then written to the sub-groups' files.
 void ZeroEngine::State::init_parameters() {
   const bool master_in_files = has_master && optimizer_device == Device::Nvme;
-  if (has_master && !master_in_files) master_ = {ledger, optimizer_device, Component::MasterPartition, std::size_t(layout.owned)};
+  if (has_master && !master_in_files) {
+    master_ = {ledger, optimizer_device, Component::MasterPartition, NumberFormat::Fp32, std::size_t(layout.owned)};
+  }
   std::vector<float> initial_master(master_in_files ? std::size_t(layout.owned) : 0);
-  const std::span<float> master = master_in_files ? std::span<float>(initial_master) : master_.span();
+  const Numbers master = master_in_files ? Numbers(std::span<float>(initial_master)) : master_.view();
   for (std::size_t t = 0; t < layout.tensor_numel.size(); ++t) {
     const auto numel = std::size_t(layout.tensor_numel[t]);
     std::vector<float> whole(numel);
@@ -98,7 +103,7 @@ void ZeroEngine::State::init_parameters() {
       const std::size_t count = std::min(numel, first + partition) - first;
       set_partition(t, std::span<const float>(whole).subspan(first, count));
       if (has_master && param_store_) {  // the partition is in the swap buffer still (no part_ in memory)
-        param_swap_.view(0, count).read(master.subspan(std::size_t(partition_offset_[t]), count));
+        master.sub(std::size_t(partition_offset_[t]), count).copy_from(param_swap_.view(0, count));
       }
       if (layout.tensor_persistent[t]) {
         full_[t] = {ledger, Device::Gpu, Component::ParamsPersistent, param_format, partition * std::size_t(dp)};
@@ -109,7 +114,7 @@ void ZeroEngine::State::init_parameters() {
   if (!has_master) return;
   for (const OwnedSegment& segment : segments_) {
     if (param_store_) break;
-    device_params(segment).read(master.subspan(std::size_t(segment.owned_offset), std::size_t(segment.length)));
+    master.sub(std::size_t(segment.owned_offset), std::size_t(segment.length)).copy_from(device_params(segment));
   }
   if (master_in_files) init_nvme_optimizer(initial_master);
 }
@@ -166,6 +171,7 @@ LayerParams ZeroEngine::State::layer_params(std::size_t owner) {
     total += layout.tensor_numel[std::size_t(t)];
   }
   if (param_format != NumberFormat::Fp32) params.scratch.emplace(ledger, Device::Gpu, std::size_t(total));
+  MemorySpace* const space = ledger.space(Device::Gpu);
   std::size_t position = 0;
   for (auto t = first; t < last; ++t) {
     const auto numel = std::size_t(layout.tensor_numel[std::size_t(t)]);
@@ -175,7 +181,7 @@ LayerParams ZeroEngine::State::layer_params(std::size_t owner) {
       continue;
     }
     const std::span<float> copy = params.scratch->span().subspan(position, numel);
-    stored.read(copy);
+    Numbers(copy, space).copy_from(stored);
     params.views.emplace_back(copy);
     position += numel;
   }

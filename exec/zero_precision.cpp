@@ -70,22 +70,20 @@ void ZeroEngine::State::optimizer_step() {
 // On the device: fp32 trains its parameters in place; mixed precision casts the owned gradients
 // to fp32 (the schedule's Fp32GradCast), updates the master and writes the parameters back.
 void ZeroEngine::State::device_update(float factor) {
-  TrackedBuffer<float> cast;
-  if (mixed) cast = {ledger, Device::Gpu, Component::Fp32GradCast, std::size_t(layout.owned)};
+  NumberBuffer cast;
+  if (mixed) cast = {ledger, Device::Gpu, Component::Fp32GradCast, NumberFormat::Fp32, std::size_t(layout.owned)};
   for (const OwnedSegment& segment : segments_) {
     const auto length = std::size_t(segment.length), offset = std::size_t(segment.owned_offset);
     const Numbers grads = owned_grads(segment);
-    std::span<float> params = mixed ? master_.span().subspan(offset, length) : device_params(segment).wide();
-    std::span<float> fp32_grads = mixed ? cast.span().subspan(offset, length) : grads.wide();
-    if (mixed) grads.read(fp32_grads);
-    if (factor != 1.0f) {
-      for (float& g : fp32_grads) g *= factor;
-    }
-    const auto state = [&](TrackedBuffer<float>& buffer) {
-      return buffer.size() == 0 ? std::span<float>() : buffer.span().subspan(offset, length);
+    const Numbers params = mixed ? master_.view(offset, length) : device_params(segment);
+    const Numbers fp32_grads = mixed ? cast.view(offset, length) : grads;
+    if (mixed) fp32_grads.copy_from(grads);
+    if (factor != 1.0f) fp32_grads.scale(factor);
+    const auto state = [&](const NumberBuffer& buffer) {
+      return buffer.size() == 0 ? Numbers() : buffer.view(offset, length);
     };
     optimizer.update(params, fp32_grads, state(first_state_), state(second_state_));
-    if (mixed) device_params(segment).write(params);
+    if (mixed) device_params(segment).copy_from(params);
   }
 }
 
@@ -99,7 +97,8 @@ void ZeroEngine::State::host_update(float factor) {
 }
 
 OptimizerRange ZeroEngine::State::optimizer_in_memory() {
-  return {.begin = 0, .master = master_.span(), .first_state = first_state_.span(), .second_state = second_state_.span()};
+  return {.begin = 0, .master = host_floats(master_), .first_state = host_floats(first_state_),
+          .second_state = host_floats(second_state_)};
 }
 
 namespace {

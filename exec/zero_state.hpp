@@ -2,6 +2,7 @@
 // The ZeRO engine's per-rank state and the handlers of each op kind (internal to exec/).
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,15 @@ struct LayerGrads {
   std::vector<Numbers> storage;  // 16-bit: where commit() writes the views back
   void commit();
 };
+// The views above are in the memory space of the ledger's Gpu device (host memory on the CPU
+// backend): the model computes where the engine's device buffers are.
+
+// The fp32 numbers of a host buffer (the host optimizer's), which host code reads directly.
+inline std::span<float> host_floats(const NumberBuffer& buffer) {
+  const Numbers view = buffer.view();
+  if (!view.on_host()) throw std::logic_error("the host optimizer's numbers are not in host memory");
+  return view.wide();
+}
 
 // A run [owned_offset, owned_offset + length) of the owned gradient partition.
 struct OwnedRun {
@@ -112,7 +122,7 @@ struct ZeroEngine::State {
   void gather_updated_shard(const Op& op);
   void write_flat(Elements first, Numbers values);
   void read_flat(Elements first, Numbers values);
-  const float* owned_params(const OwnedSegment& segment) const;
+  Numbers owned_params(const OwnedSegment& segment) const;
   Numbers device_params(const OwnedSegment& segment);
   // gradients (zero_grads.cpp)
   LayerGrads layer_grads(std::size_t owner);
@@ -180,8 +190,8 @@ struct ZeroEngine::State {
   std::vector<NumberBuffer> grads_;  // per tensor: whole gradient before reduction
   NumberBuffer grad_part_;           // stages 2-3 without optimizer offload: the reduced gradients this rank owns
   TrackedBuffer<float> host_grads_;  // optimizer offload: the fp32 gradient partition on the host
-  TrackedBuffer<float> master_;      // the fp32 master partition (has_master), unless in NVMe files
-  TrackedBuffer<float> first_state_, second_state_;
+  NumberBuffer master_;              // the fp32 master partition (has_master), unless in NVMe files
+  NumberBuffer first_state_, second_state_;  // fp32, on the optimizer's device
   struct GradChunk {
     Elements begin = 0;  // position in the owned partition
     NumberBuffer values;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, with .devrt-pack carried (scripts/device-pack.sh):
-# every GPU test, the kernel benchmarks, calibrate --device cuda and the measured-trace matrix.
+# every GPU test, the kernel benchmarks, calibrate --device cuda, training on the CUDA backend
+# next to the CPU backend, and the measured-trace matrix on the CUDA backend.
 # Output goes under $OUT (the device tool brings it back), else under device-out/.
-# usage: scripts/device-check.sh [all|tests|bench|calibrate|measure]...   (default: all)
+# usage: scripts/device-check.sh [all|tests|bench|calibrate|train|measure]...   (default: all)
 # Each part runs even when an earlier one fails; the exit status is the first failure's.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -55,8 +56,18 @@ if wants calibrate; then
   run calibrate-cuda "$bin/zerolens" calibrate --device cuda --quick --report "$out/calibrate.report.json" \
     -o "$out/calibrated-cluster.json"
 fi
+if wants train; then  # the same run on both backends: the losses should agree (bf16: within 2%)
+  small=(--steps 20 --stage 2 --precision bf16 --log-every 1)
+  run train-cpu "$bin/zerolens" run "${small[@]}"
+  run train-cuda "$bin/zerolens" run --device cuda "${small[@]}"
+  run validate-cuda "$bin/zerolens" validate --device cuda --steps 5 --stage 3 --log-every 0 \
+    --measured-trace "$out/validate-cuda.measured.json"
+  run train-cuda-124m "$bin/zerolens" run --device cuda --model gpt2-124m --seq-len 1024 --micro-batch 4 \
+    --precision bf16 --steps 10 --log-every 1
+fi
 if wants measure; then
-  run measure traces/measure.sh --zerolens "$bin/zerolens" --mpirun "$bin/mpirun" --out "$out/measured"
+  run measure traces/measure.sh --zerolens "$bin/zerolens" --mpirun "$bin/mpirun" --out "$out/measured" \
+    --validate-args "--device cuda"
 fi
 echo "device-check: outputs in $out (exit $status)"
 exit $status

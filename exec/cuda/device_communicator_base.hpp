@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "exec/cuda/cuda_memory_space.hpp"
 #include "exec/cuda/nccl_communicator.hpp"
 
 namespace zerolens::exec {
@@ -20,6 +21,8 @@ class DeviceCommunicatorBase : public DeviceCommunicator {
   int size() const override { return host_->size(); }
   const std::string& backend_reason() const override { return reason_; }
   int cuda_device() const override { return device_; }
+  // The device's memory: collectives take buffers there (a run places its Gpu buffers in it).
+  MemorySpace* memory_space() const override { return space_.get(); }
   cudaStream_t stream() const override { return stream_; }
   void wait_for(cudaStream_t producer) override;
 
@@ -42,6 +45,7 @@ class DeviceCommunicatorBase : public DeviceCommunicator {
   std::unique_ptr<Communicator> host_;
   int device_ = 0;
   std::string reason_;
+  std::unique_ptr<CudaMemorySpace> space_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t producer_done_ = nullptr;
 };

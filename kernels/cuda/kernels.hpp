@@ -6,6 +6,7 @@
 #include "kernels/cuda/activation.hpp"
 #include "kernels/cuda/attention.hpp"
 #include "kernels/cuda/blas.hpp"
+#include "kernels/cuda/embedding.hpp"
 #include "kernels/cuda/layernorm.hpp"
 #include "kernels/cuda/loss.hpp"
 #include "kernels/cuda/matmul.hpp"

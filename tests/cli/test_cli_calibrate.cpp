@@ -15,7 +15,7 @@
 
 #include "cli_test_support.hpp"
 
-#ifdef ZEROLENS_CALIBRATE_CUDA
+#ifdef ZEROLENS_WITH_CUDA
 #include "exec/cuda/cuda_status.hpp"
 #endif
 
@@ -111,7 +111,7 @@ TEST_F(CalibrateCli, BadInputExitsTwoNamingTheFlag) {
 
 // Without a device (or without CUDA in the build) `--device cuda` stops before measuring anything.
 TEST_F(CalibrateCli, DeviceCudaWithoutADeviceExitsTwoSayingWhy) {
-#ifdef ZEROLENS_CALIBRATE_CUDA
+#ifdef ZEROLENS_WITH_CUDA
   const auto probe = zerolens::exec::probe_cuda_devices();
   if (probe.count > 0)
     GTEST_SKIP() << "a CUDA device is present; this checks the behaviour without one";
@@ -125,7 +125,7 @@ TEST_F(CalibrateCli, DeviceCudaWithoutADeviceExitsTwoSayingWhy) {
   EXPECT_FALSE(fs::exists(path("cluster.json")));
 }
 
-#ifdef ZEROLENS_CALIBRATE_CUDA
+#ifdef ZEROLENS_WITH_CUDA
 // On a GPU: a quick run describes this GPU, and `plan` loads the cluster.
 TEST_F(CalibrateCli, DeviceCudaDescribesThisGpuAndPlansLoadIt) {
   const auto probe = zerolens::exec::probe_cuda_devices();

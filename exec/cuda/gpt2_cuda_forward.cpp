@@ -1,0 +1,119 @@
+// CudaGpt2Model's forward pass, layer by layer, keeping what backward needs in device buffers
+// charged as Gpt2Model's (exec/gpt2_forward.cpp, the same steps in the same order).
+#include <vector>
+
+#include "exec/cuda/gpt2_cuda_state.hpp"
+#include "kernels/cuda/kernels.hpp"
+
+namespace zerolens::exec {
+
+namespace kc = zerolens::kernels::cuda;
+
+// LayerNorm statistics stay fp32 in any precision (as in mixed-precision LayerNorm kernels).
+void CudaBlockActivations::allocate(MemoryLedger& ledger, Component component, const Gpt2Dims& d, HeldAs held) {
+  const std::size_t rows = d.rows(), C = d.channels, F = d.ffn;
+  const auto make = [&](std::size_t count) { return HeldDeviceBuffer(ledger, component, count, held); };
+  const auto fp32 = [&](std::size_t count) { return HeldDeviceBuffer(ledger, component, count, HeldAs{4}); };
+  ln1 = make(rows * C);
+  ln1_mean = fp32(rows);
+  ln1_rstd = fp32(rows);
+  qkv = make(rows * 3 * C);
+  att = make(d.scores());
+  atty = make(rows * C);
+  mid = make(rows * C);
+  ln2 = make(rows * C);
+  ln2_mean = fp32(rows);
+  ln2_rstd = fp32(rows);
+  fch = make(rows * F);
+  fch_gelu = make(rows * F);
+}
+
+void CudaBlockActivations::release() {
+  for (HeldDeviceBuffer* buffer : {&ln1, &ln1_mean, &ln1_rstd, &qkv, &att, &atty, &mid, &ln2, &ln2_mean, &ln2_rstd,
+                                   &fch, &fch_gelu}) {
+    buffer->reset();
+  }
+}
+
+void CudaGpt2Model::State::embedding_forward(ParamViews p) {
+  const Gpt2Dims& d = dims;
+  outputs[0] = activation(Component::ActivationsStored, d.rows() * d.channels);
+  kc::encoder_forward(outputs[0].data(), tokens.data(), p[0].data(), p[1].data(), d.batch, d.seq_len, d.channels,
+                      d.vocab, stream);
+}
+
+// With checkpointing the intermediates live only during this call (and again in recompute); the
+// block output is the checkpoint the next block starts from.
+void CudaGpt2Model::State::block_forward(std::size_t layer, ParamViews p, bool recomputing) {
+  const Gpt2Dims& d = dims;
+  const std::size_t rows = d.rows(), C = d.channels, F = d.ffn;
+  const float* x = outputs[layer - 1].data();
+  CudaBlockActivations& a = blocks[layer];
+  const bool checkpointing = options.checkpointing;
+  a.allocate(ledger, checkpointing ? Component::ActivationWorking : Component::ActivationsStored, d, held());
+  kc::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p[kLn1Weight].data(),
+                        p[kLn1Bias].data(), rows, C, stream);
+  {
+    HeldDeviceBuffer projection = working(rows * C);
+    for (std::size_t k = 0; k < 3; ++k) {
+      kc::matmul_forward(projection.data(), a.ln1.data(), p[kQWeight + 2 * k].data(), p[kQBias + 2 * k].data(),
+                         rows, C, C, handles(), stream);
+      copy_to_fused(a.qkv.data(), projection.data(), k, rows, C, stream);
+    }
+  }
+  {
+    HeldDeviceBuffer preatt = working(d.scores());
+    kc::attention_forward(a.atty.data(), preatt.data(), a.att.data(), a.qkv.data(), {d.batch, d.seq_len, C, d.heads},
+                          handles(), stream);
+  }
+  kc::matmul_forward(a.mid.data(), a.atty.data(), p[kOWeight].data(), p[kOBias].data(), rows, C, C, handles(), stream);
+  kc::residual_forward(a.mid.data(), a.mid.data(), x, rows * C, stream);
+  kc::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.mid.data(), p[kLn2Weight].data(),
+                        p[kLn2Bias].data(), rows, C, stream);
+  kc::matmul_forward(a.fch.data(), a.ln2.data(), p[kFcInWeight].data(), p[kFcInBias].data(), rows, C, F, handles(),
+                     stream);
+  kc::gelu_forward(a.fch_gelu.data(), a.fch.data(), rows * F, stream);
+  if (recomputing) return;  // the output (the next block's checkpoint) still exists
+  HeldDeviceBuffer& out = outputs[layer];
+  out = activation(checkpointing ? Component::ActivationCheckpoints : Component::ActivationsStored, rows * C);
+  kc::matmul_forward(out.data(), a.fch_gelu.data(), p[kFcOutWeight].data(), p[kFcOutBias].data(), rows, F, C,
+                     handles(), stream);
+  kc::residual_forward(out.data(), out.data(), a.mid.data(), rows * C, stream);
+  if (checkpointing) a.release();
+}
+
+void CudaGpt2Model::State::final_norm_forward(std::size_t layer, ParamViews p) {
+  const std::size_t rows = dims.rows(), C = dims.channels;
+  outputs[layer] = activation(Component::ActivationsStored, rows * C);
+  lnf_mean = fp32(Component::ActivationsStored, rows);
+  lnf_rstd = fp32(Component::ActivationsStored, rows);
+  kc::layernorm_forward(outputs[layer].data(), lnf_mean.data(), lnf_rstd.data(), outputs[layer - 1].data(),
+                        p[0].data(), p[1].data(), rows, C, stream);
+}
+
+// The LM head multiplies by the token embedding (tied): logits = x · wteᵀ, then the mean
+// cross-entropy of the next tokens. The softmax and the losses are fp32 in any precision; 16-bit
+// logits are first copied to fp32 for them. The per-row losses come back to the host and are
+// averaged in double there, in Gpt2Model's order.
+void CudaGpt2Model::State::head_forward(ParamViews p) {
+  const std::size_t rows = dims.rows(), C = dims.channels, V = dims.vocab;
+  const std::size_t layer = model.layers.size() - 1;
+  logits = activation(Component::ActivationsStored, rows * V);
+  probs = fp32(Component::ActivationsStored, rows * V);
+  losses = fp32(Component::ActivationsStored, rows);
+  kc::matmul_forward(logits.data(), outputs[layer - 1].data(), p[0].data(), nullptr, rows, C, V, handles(), stream);
+  HeldDeviceBuffer upcast;
+  if (sixteen_bit()) {
+    upcast = fp32(Component::ActivationWorking, rows * V);
+    copy_device(upcast.data(), logits.data(), rows * V, stream);
+  }
+  kc::crossentropy_softmax_forward(losses.data(), probs.data(), sixteen_bit() ? upcast.data() : logits.data(),
+                                   targets.data(), rows, V, stream);
+  std::vector<float> host(rows);
+  losses.copy_to_host(host);  // synchronous: waits for the kernels
+  double sum = 0;
+  for (std::size_t r = 0; r < rows; ++r) sum += host[r];
+  loss = sum / double(rows);
+}
+
+}  // namespace zerolens::exec

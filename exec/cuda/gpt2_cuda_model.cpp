@@ -1,0 +1,153 @@
+// CudaGpt2Model: its device buffers, construction (the shared GPT-2 check, then the cuBLAS handles),
+// the batch and the per-layer dispatch.
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "exec/cuda/cuda_status.hpp"
+#include "exec/cuda/gpt2_cuda_state.hpp"
+
+namespace zerolens::exec {
+
+HeldDeviceBuffer::HeldDeviceBuffer(MemoryLedger& ledger, Component component, std::size_t count, HeldAs held) {
+  if (held.per_element == 0 || held.per_element > sizeof(float)) {
+    throw std::logic_error("memory ledger: a device buffer held as " + std::to_string(held.per_element) +
+                           " bytes per element of " + std::to_string(sizeof(float)));
+  }
+  // Memory first: a failed allocation leaves the ledger untouched.
+  data_ = count == 0 ? nullptr : static_cast<float*>(cuda_memory_detail::allocate_device(count * sizeof(float)));
+  count_ = count;
+  scratch_ = Bytes(count * (sizeof(float) - held.per_element));
+  charge_ = cuda_memory_detail::LedgerCharge(ledger, Device::Gpu, component, Bytes(count * held.per_element));
+  ledger_ = &ledger;
+  ledger.allocate_scratch(Device::Gpu, scratch_);
+}
+
+void HeldDeviceBuffer::reset() {
+  if (ledger_ == nullptr) return;
+  charge_.release();
+  ledger_->release_scratch(Device::Gpu, scratch_);
+  if (data_ != nullptr) cuda_memory_detail::free_device(data_);
+  ledger_ = nullptr;
+  data_ = nullptr;
+  count_ = 0;
+  scratch_ = 0;
+}
+
+void HeldDeviceBuffer::swap(HeldDeviceBuffer& other) noexcept {
+  std::swap(data_, other.data_);
+  std::swap(count_, other.count_);
+  charge_.swap(other.charge_);
+  std::swap(ledger_, other.ledger_);
+  std::swap(scratch_, other.scratch_);
+}
+
+void HeldDeviceBuffer::copy_from_host(std::span<const float> host) {
+  if (host.size() != count_) throw_buffer_size_mismatch(count_, host.size());
+  cuda_memory_detail::copy_to_device(data_, host.data(), host.size_bytes());
+}
+
+void HeldDeviceBuffer::copy_to_host(std::span<float> host) const {
+  if (host.size() != count_) throw_buffer_size_mismatch(count_, host.size());
+  cuda_memory_detail::copy_to_host(host.data(), data_, host.size_bytes());
+}
+
+namespace {
+
+// Copies `rows` rows of `width` floats between row strides (in floats) on `stream`.
+void copy_rows(float* to, std::size_t to_stride, const float* from, std::size_t from_stride, std::size_t rows,
+               std::size_t width, cudaStream_t stream) {
+  if (rows == 0 || width == 0) return;
+  check_cuda(cudaMemcpy2DAsync(to, to_stride * sizeof(float), from, from_stride * sizeof(float), width * sizeof(float),
+                               rows, cudaMemcpyDeviceToDevice, stream),
+             "cudaMemcpy2DAsync");
+}
+
+// The driver memory creating the handles took (at least their workspace), charged as LibraryWorkspace.
+Bytes create_handles(CudaGpt2Model::State& s) {
+  const DriverMemorySnapshot before = DriverMemorySnapshot::take(s.ledger);
+  s.blas = std::make_unique<kernels::cuda::BlasHandles>();
+  const DriverMemorySnapshot after = DriverMemorySnapshot::take(s.ledger);
+  const Bytes bytes = std::max(unaccounted_growth(before, after), Bytes(s.blas->workspace_bytes()));
+  s.workspace_charge = cuda_memory_detail::LedgerCharge(s.ledger, Device::Gpu, Component::LibraryWorkspace, bytes);
+  return bytes;
+}
+
+}  // namespace
+
+void copy_to_fused(float* fused, const float* part, std::size_t block, std::size_t rows, std::size_t width,
+                   cudaStream_t stream) {
+  copy_rows(fused + block * width, 3 * width, part, width, rows, width, stream);
+}
+
+void copy_from_fused(float* part, const float* fused, std::size_t block, std::size_t rows, std::size_t width,
+                     cudaStream_t stream) {
+  copy_rows(part, width, fused + block * width, 3 * width, rows, width, stream);
+}
+
+void copy_device(float* to, const float* from, std::size_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  check_cuda(cudaMemcpyAsync(to, from, count * sizeof(float), cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
+}
+
+CudaGpt2Model::State::State(const Model& model_, const Gpt2Options& options_, MemoryLedger& ledger_,
+                            Gpt2Layout layout)
+    : model(model_), options(options_), ledger(ledger_), dims(layout.dims), roles(std::move(layout.roles)),
+      corpus(options_.seed, std::int64_t(dims.vocab)) {
+  workspace_bytes = create_handles(*this);
+  outputs.resize(model.layers.size());
+  blocks.resize(model.layers.size());
+}
+
+// The shape check comes first, so a refused description never touches CUDA.
+CudaGpt2Model::CudaGpt2Model(const Model& model, const Gpt2Options& options, MemoryLedger& ledger)
+    : state_(std::make_unique<State>(model, options, ledger, gpt2_layout(model, options))) {}
+
+CudaGpt2Model::~CudaGpt2Model() = default;
+
+Bytes CudaGpt2Model::library_workspace_bytes() const { return state_->workspace_bytes; }
+
+void CudaGpt2Model::init_tensor(std::int32_t tensor, std::span<float> values) const {
+  gpt2_init_tensor(state_->model, state_->options.seed, tensor, values);
+}
+
+void CudaGpt2Model::load_batch(std::int64_t first_sample, std::int64_t count) {
+  State& s = *state_;
+  if (std::size_t(count) != s.dims.batch) throw std::logic_error("CudaGpt2Model: micro-batch differs from the plan's");
+  std::vector<std::int32_t> tokens(s.dims.rows()), targets(s.dims.rows());
+  s.corpus.fill_batch(first_sample, s.dims.batch, s.dims.seq_len, tokens, targets);
+  s.tokens = DeviceBuffer<std::int32_t>(s.ledger, Component::ActivationsStored, s.dims.rows());
+  s.targets = DeviceBuffer<std::int32_t>(s.ledger, Component::ActivationsStored, s.dims.rows());
+  s.tokens.copy_from_host(tokens);
+  s.targets.copy_from_host(targets);
+}
+
+void CudaGpt2Model::forward(std::size_t layer, ParamViews params) {
+  State& s = *state_;
+  switch (s.roles[layer]) {
+    case Gpt2Role::Embedding: return s.embedding_forward(params);
+    case Gpt2Role::Block: return s.block_forward(layer, params, false);
+    case Gpt2Role::FinalNorm: return s.final_norm_forward(layer, params);
+    case Gpt2Role::Head: return s.head_forward(params);
+  }
+}
+
+void CudaGpt2Model::recompute(std::size_t layer, ParamViews params) {
+  if (state_->roles[layer] != Gpt2Role::Block) throw std::logic_error("CudaGpt2Model: only blocks are checkpointed");
+  state_->block_forward(layer, params, true);
+}
+
+void CudaGpt2Model::backward(std::size_t layer, ParamViews params, GradViews grads, float scale) {
+  State& s = *state_;
+  switch (s.roles[layer]) {
+    case Gpt2Role::Embedding: return s.embedding_backward(grads);
+    case Gpt2Role::Block: return s.block_backward(layer, params, grads);
+    case Gpt2Role::FinalNorm: return s.final_norm_backward(layer, params, grads);
+    case Gpt2Role::Head: return s.head_backward(layer, params, grads, scale);
+  }
+}
+
+double CudaGpt2Model::loss() const { return state_->loss; }
+
+}  // namespace zerolens::exec
