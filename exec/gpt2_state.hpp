@@ -7,11 +7,8 @@
 
 namespace zerolens::exec {
 
-// What a block keeps for backward besides its input (the previous layer's output).
-struct BlockActivations {
-  TrackedBuffer<float> ln1, ln1_mean, ln1_rstd, qkv, att, atty, mid, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
+struct BlockActivations : Gpt2BlockBuffers<TrackedBuffer<float>> {
   void allocate(MemoryLedger& ledger, Component component, const Gpt2Dims& d, HeldAs held);
-  void release();
 };
 
 // Column block `block` (0 q, 1 k, 2 v) of a fused [rows, 3 x width] tensor to or from a [rows,

@@ -9,30 +9,10 @@ namespace zerolens::exec {
 
 namespace kc = zerolens::kernels::cuda;
 
-// LayerNorm statistics stay fp32 in any precision (as in mixed-precision LayerNorm kernels).
 void CudaBlockActivations::allocate(MemoryLedger& ledger, Component component, const Gpt2Dims& d, HeldAs held) {
-  const std::size_t rows = d.rows(), C = d.channels, F = d.ffn;
-  const auto make = [&](std::size_t count) { return HeldDeviceBuffer(ledger, component, count, held); };
-  const auto fp32 = [&](std::size_t count) { return HeldDeviceBuffer(ledger, component, count, HeldAs{4}); };
-  ln1 = make(rows * C);
-  ln1_mean = fp32(rows);
-  ln1_rstd = fp32(rows);
-  qkv = make(rows * 3 * C);
-  att = make(d.scores());
-  atty = make(rows * C);
-  mid = make(rows * C);
-  ln2 = make(rows * C);
-  ln2_mean = fp32(rows);
-  ln2_rstd = fp32(rows);
-  fch = make(rows * F);
-  fch_gelu = make(rows * F);
-}
-
-void CudaBlockActivations::release() {
-  for (HeldDeviceBuffer* buffer : {&ln1, &ln1_mean, &ln1_rstd, &qkv, &att, &atty, &mid, &ln2, &ln2_mean, &ln2_rstd,
-                                   &fch, &fch_gelu}) {
-    buffer->reset();
-  }
+  Gpt2BlockBuffers::allocate(
+      d, [&](std::size_t count) { return HeldDeviceBuffer(ledger, component, count, held); },
+      [&](std::size_t count) { return HeldDeviceBuffer(ledger, component, count, HeldAs{4}); });
 }
 
 void CudaGpt2Model::State::embedding_forward(ParamViews p) {

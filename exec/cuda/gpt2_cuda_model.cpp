@@ -123,29 +123,12 @@ void CudaGpt2Model::load_batch(std::int64_t first_sample, std::int64_t count) {
   s.targets.copy_from_host(targets);
 }
 
-void CudaGpt2Model::forward(std::size_t layer, ParamViews params) {
-  State& s = *state_;
-  switch (s.roles[layer]) {
-    case Gpt2Role::Embedding: return s.embedding_forward(params);
-    case Gpt2Role::Block: return s.block_forward(layer, params, false);
-    case Gpt2Role::FinalNorm: return s.final_norm_forward(layer, params);
-    case Gpt2Role::Head: return s.head_forward(params);
-  }
-}
+void CudaGpt2Model::forward(std::size_t layer, ParamViews params) { gpt2_forward(*state_, layer, params); }
 
-void CudaGpt2Model::recompute(std::size_t layer, ParamViews params) {
-  if (state_->roles[layer] != Gpt2Role::Block) throw std::logic_error("CudaGpt2Model: only blocks are checkpointed");
-  state_->block_forward(layer, params, true);
-}
+void CudaGpt2Model::recompute(std::size_t layer, ParamViews params) { gpt2_recompute(*state_, layer, params); }
 
 void CudaGpt2Model::backward(std::size_t layer, ParamViews params, GradViews grads, float scale) {
-  State& s = *state_;
-  switch (s.roles[layer]) {
-    case Gpt2Role::Embedding: return s.embedding_backward(grads);
-    case Gpt2Role::Block: return s.block_backward(layer, params, grads);
-    case Gpt2Role::FinalNorm: return s.final_norm_backward(layer, params, grads);
-    case Gpt2Role::Head: return s.head_backward(layer, params, grads, scale);
-  }
+  gpt2_backward(*state_, layer, params, grads, scale);
 }
 
 double CudaGpt2Model::loss() const { return state_->loss; }
