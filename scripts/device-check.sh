@@ -3,7 +3,7 @@
 # every GPU test, the kernel benchmarks, calibrate --device cuda, training on the CUDA backend
 # next to the CPU backend, and the measured-trace matrix on the CUDA backend.
 # Output goes under $OUT (the device tool brings it back), else under device-out/.
-# usage: scripts/device-check.sh [all|tests|bench|calibrate|train|measure]...   (default: all)
+# usage: scripts/device-check.sh [all|tests|bench|calibrate|train|throughput|measure]...   (default: all)
 # Each part runs even when an earlier one fails; the exit status is the first failure's.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -62,8 +62,14 @@ if wants train; then  # the same run on both backends: the losses should agree (
   run train-cuda "$bin/zerolens" run --device cuda "${small[@]}"
   run validate-cuda "$bin/zerolens" validate --device cuda --steps 5 --stage 3 --log-every 0 \
     --measured-trace "$out/validate-cuda.measured.json"
-  run train-cuda-124m "$bin/zerolens" run --device cuda --model gpt2-124m --seq-len 1024 --micro-batch 4 \
-    --precision bf16 --steps 10 --log-every 1
+fi
+if wants throughput; then  # issue 6's benchmark: GPT-2 124M tokens/s, zerolens over PyTorch (target 0.9)
+  shape=(--seq-len 1024 --micro-batch 4 --precision bf16 --steps 10)
+  run zerolens-124m "$bin/zerolens" run --device cuda --model gpt2-124m "${shape[@]}" --log-every 1 \
+    --measured-trace "$out/zerolens-124m.measured.json"
+  run torch-124m "${TORCH_PYTHON:-/opt/torch/.venv/bin/python}" traces/torch_reference.py --preset gpt2-124m \
+    "${shape[@]}" --mode plain -o "$out/torch-124m.json"
+  run throughput-ratio python3 scripts/throughput-ratio.py "$out/zerolens-124m.measured.json" "$out/torch-124m.json"
 fi
 if wants measure; then
   run measure traces/measure.sh --zerolens "$bin/zerolens" --mpirun "$bin/mpirun" --out "$out/measured" \

@@ -9,7 +9,8 @@ namespace zerolens::exec {
 
 DeviceCommunicatorBase::DeviceCommunicatorBase(std::unique_ptr<Communicator> host, int device, std::string reason)
     : host_(std::move(host)), device_(device), reason_(std::move(reason)),
-      space_(std::make_unique<CudaMemorySpace>(device)) {
+      space_(std::make_unique<CudaMemorySpace>(device)),
+      cache_(std::make_unique<CachingMemorySpace>(*space_)) {
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
   // A blocking stream (not cudaStreamNonBlocking): it waits for the legacy default stream, so
   // buffers filled there by synchronous copies and default-stream kernels are ready without a call.

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "exec/caching_memory_space.hpp"
 #include "exec/cuda/cuda_memory_space.hpp"
 #include "exec/cuda/nccl_communicator.hpp"
 
@@ -21,8 +22,9 @@ class DeviceCommunicatorBase : public DeviceCommunicator {
   int size() const override { return host_->size(); }
   const std::string& backend_reason() const override { return reason_; }
   int cuda_device() const override { return device_; }
-  // The device's memory: collectives take buffers there (a run places its Gpu buffers in it).
-  MemorySpace* memory_space() const override { return space_.get(); }
+  // The device's memory through a caching allocator: collectives take buffers there (a run
+  // places its Gpu buffers in it).
+  MemorySpace* memory_space() const override { return cache_.get(); }
   cudaStream_t stream() const override { return stream_; }
   void wait_for(cudaStream_t producer) override;
 
@@ -46,6 +48,7 @@ class DeviceCommunicatorBase : public DeviceCommunicator {
   int device_ = 0;
   std::string reason_;
   std::unique_ptr<CudaMemorySpace> space_;
+  std::unique_ptr<CachingMemorySpace> cache_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t producer_done_ = nullptr;
 };

@@ -7,6 +7,7 @@
 
 #include "exec/cuda/cuda_status.hpp"
 #include "exec/cuda/gpt2_cuda_state.hpp"
+#include "exec/memory_space.hpp"
 
 namespace zerolens::exec {
 
@@ -15,8 +16,13 @@ HeldDeviceBuffer::HeldDeviceBuffer(MemoryLedger& ledger, Component component, st
     throw std::logic_error("memory ledger: a device buffer held as " + std::to_string(held.per_element) +
                            " bytes per element of " + std::to_string(sizeof(float)));
   }
-  // Memory first: a failed allocation leaves the ledger untouched.
-  data_ = count == 0 ? nullptr : static_cast<float*>(cuda_memory_detail::allocate_device(count * sizeof(float)));
+  // Memory first: a failed allocation leaves the ledger untouched. In the space the engine's device
+  // buffers are in where there is one (the device communicator's caching allocator), else cudaMalloc.
+  space_ = ledger.space(Device::Gpu);
+  if (count > 0) {
+    void* data = space_ ? space_->allocate(count * sizeof(float)) : cuda_memory_detail::allocate_device(count * sizeof(float));
+    data_ = static_cast<float*>(data);
+  }
   count_ = count;
   scratch_ = Bytes(count * (sizeof(float) - held.per_element));
   charge_ = cuda_memory_detail::LedgerCharge(ledger, Device::Gpu, component, Bytes(count * held.per_element));
@@ -28,8 +34,10 @@ void HeldDeviceBuffer::reset() {
   if (ledger_ == nullptr) return;
   charge_.release();
   ledger_->release_scratch(Device::Gpu, scratch_);
-  if (data_ != nullptr) cuda_memory_detail::free_device(data_);
+  if (data_ != nullptr && space_) space_->deallocate(data_, count_ * sizeof(float));
+  if (data_ != nullptr && !space_) cuda_memory_detail::free_device(data_);
   ledger_ = nullptr;
+  space_ = nullptr;
   data_ = nullptr;
   count_ = 0;
   scratch_ = 0;
@@ -40,6 +48,7 @@ void HeldDeviceBuffer::swap(HeldDeviceBuffer& other) noexcept {
   std::swap(count_, other.count_);
   charge_.swap(other.charge_);
   std::swap(ledger_, other.ledger_);
+  std::swap(space_, other.space_);
   std::swap(scratch_, other.scratch_);
 }
 

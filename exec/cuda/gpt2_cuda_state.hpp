@@ -44,6 +44,7 @@ class HeldDeviceBuffer {
   std::size_t count_ = 0;
   cuda_memory_detail::LedgerCharge charge_;  // the held bytes under the component
   MemoryLedger* ledger_ = nullptr;           // for the scratch bytes
+  MemorySpace* space_ = nullptr;             // where data_ came from (nullptr: cudaMalloc)
   Bytes scratch_ = 0;
 };
 

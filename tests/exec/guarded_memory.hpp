@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <new>
 #include <stdexcept>
@@ -36,6 +37,7 @@ class GuardedMemorySpace final : public exec::MemorySpace {
   std::string name() const override { return "guarded"; }
   void* allocate(std::size_t bytes) override {
     if (bytes == 0) return nullptr;
+    if (bytes > capacity - live_bytes()) throw std::bad_alloc();  // as a full device would
     const auto page = std::size_t(sysconf(_SC_PAGESIZE));
     const std::size_t reserved = (bytes + page - 1) / page * page;
     void* address =
@@ -126,6 +128,12 @@ class GuardedMemorySpace final : public exec::MemorySpace {
     return {std::span(bits, numbers.size()), numbers.format()};
   }
   std::size_t allocations() const { return regions_.size(); }
+  std::size_t live_bytes() const {
+    std::size_t bytes = 0;
+    for (const auto& [address, region] : regions_) bytes += region.values.size();
+    return bytes;
+  }
+  std::size_t capacity = std::numeric_limits<std::size_t>::max();  // bytes it may hold at once
 
   struct Counts {
     std::int64_t copies = 0, element_ops = 0, optimizer_updates = 0;

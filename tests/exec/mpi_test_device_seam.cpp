@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine_variants.hpp"
+#include "exec/caching_memory_space.hpp"
 #include "guarded_memory.hpp"
 
 namespace zerolens::exec {
@@ -31,7 +32,7 @@ struct Observed {
   LinkBytes links;
 };
 
-Observed train(const Variant& v, testing::GuardedMemorySpace* space, const EngineOptions& options) {
+Observed train(const Variant& v, MemorySpace* space, const EngineOptions& options) {
   Communicator& comm = testing::world_communicator();
   const Plan plan = testing::variant_plan(v, comm.size());
   testing::ToyLayerModel toy(testing::kVariantShape);
@@ -139,6 +140,27 @@ TEST(DeviceSeam, AnOverflowInDeviceGradientsSkipsTheStep) {
     const Observed device = train(v, &space, inf_on_last_rank);
     EXPECT_TRUE(device.reports[1].skipped);
     expect_same(host, device);
+  }
+}
+
+// Through the caching allocator (as the CUDA backend allocates): the same bits, most buffers
+// served from the cache, and every block back in the guarded space at the end.
+TEST(DeviceSeam, TheCachingAllocatorGivesTheSameBitsWithFewAllocations) {
+  for (const Variant& v : {Variant{.stage = 1, .precision = Precision::Bf16, .grad_accumulation = 2},
+                           Variant{.stage = 3, .precision = Precision::Fp16, .offload = Offload::OptimizerAndParams},
+                           Variant{.stage = 3, .precision = Precision::Fp32}}) {
+    SCOPED_TRACE(testing::name_of(v));
+    const Observed host = train(v, nullptr, {});
+    testing::GuardedMemorySpace guarded;
+    {
+      CachingMemorySpace cache(guarded);
+      const Observed device = train(v, &cache, {});
+      expect_same(host, device);
+      EXPECT_GT(cache.stats().reuses, 2 * cache.stats().inner_allocations);
+      EXPECT_GE(cache.stats().peak_reserved, cache.stats().peak_allocated);
+      EXPECT_EQ(cache.stats().allocated, 0);
+    }
+    EXPECT_EQ(guarded.allocations(), 0u);
   }
 }
 
