@@ -1,0 +1,75 @@
+#pragma once
+// gpt2-tiny plans for the engine's GPT-2 tests (CPU backend under mpirun, and the CUDA backend's
+// under tests/exec/cuda): every stage, precision, offload and NVMe setting.
+#include <filesystem>
+#include <string>
+
+#include "sim/plan.hpp"
+
+namespace zerolens::testing {
+
+struct Gpt2Setup {
+  int stage = 0;
+  std::int64_t micro_batch = 4, seq_len = 32, grad_accumulation = 1;
+  bool checkpointing = false;
+  Precision precision = Precision::Fp32;
+  bool offload_optimizer = false, offload_param = false;  // to the host (cpu)
+  bool nvme = false;                                      // offload to NVMe files instead
+  bool pipelined = false;  // NVMe: pipeline_read and pipeline_write, buffers for two sub-groups
+};
+
+inline std::string name_of(const Gpt2Setup& s) {
+  return "stage " + std::to_string(s.stage) + " " + to_string(s.precision) +
+         (s.checkpointing ? " ckpt" : "") + (s.offload_optimizer ? " offload optimizer" : "") +
+         (s.offload_param ? " offload params" : "") + (s.nvme ? " to nvme" : "") +
+         (s.pipelined ? " pipelined" : "");
+}
+
+inline Model tiny_gpt2() {
+  TransformerShape shape = *model_from_preset("gpt2-tiny").shape;
+  shape.dropout = 0;  // the executor trains without dropout
+  return build_transformer("gpt2-tiny", shape);
+}
+
+// The CPU backend has no CUDA context, library workspaces or caching allocator.
+inline Plan gpt2_plan(const Gpt2Setup& s, int ranks) {
+  PlanRequest request;
+  request.model = tiny_gpt2();
+  TrainingConfig& c = request.config;
+  c.zero.stage = s.stage;
+  c.precision.precision = s.precision;
+  // DeepSpeed's default 2^16 overflows in some steps of some stages and not others (stage 0 sums
+  // the micro-steps before averaging over ranks, stage 2 after): 2^8 keeps every step.
+  c.precision.loss_scale.initial_scale_power = 8;
+  const OffloadDevice host = s.nvme ? OffloadDevice::Nvme : OffloadDevice::Cpu;
+  if (s.offload_optimizer) c.zero.offload_optimizer.device = host;
+  if (s.offload_param) c.zero.offload_param.device = host;
+  if (s.nvme) {
+    c.zero.offload_optimizer.nvme_path = c.zero.offload_param.nvme_path =
+        (std::filesystem::temp_directory_path() / ("zerolens-gpt2-nvme-np" + std::to_string(ranks)))
+            .string();
+    c.zero.sub_group_size = 30000;  // several sub-groups
+    c.zero.offload_param.buffer_size =
+        20000;  // 5 x 20000: a block's partition (~50k at 1 rank) fits
+    c.zero.offload_optimizer.pipeline_read = c.zero.offload_optimizer.pipeline_write = s.pipelined;
+    if (s.pipelined) c.zero.offload_optimizer.buffer_count = 8;  // two sub-groups of 4 buffers
+  }
+  c.batch.micro_batch_per_gpu = s.micro_batch;
+  c.batch.gradient_accumulation_steps = s.grad_accumulation;
+  c.seq_len = s.seq_len;
+  c.zero.reduce_bucket_size = 20000;  // several buckets for this ~100k-parameter model
+  c.zero.allgather_bucket_size = 30000;
+  c.zero.stage3_param_persistence_threshold = 100;
+  c.activation_checkpointing.enabled = s.checkpointing;
+  c.optimizer.type = OptimizerType::AdamW;
+  c.optimizer.lr = 3e-3;
+  c.optimizer.weight_decay = 0.01;
+  request.dp_size = ranks;
+  request.cluster = with_ranks(cluster_from_preset("dgx-a100-80gb"), ranks, 8);
+  request.options.cuda_context_bytes = 0;
+  request.options.library_workspace_bytes = 0;
+  request.options.fragmentation_fraction = 0;
+  return make_plan(request);
+}
+
+}  // namespace zerolens::testing
