@@ -69,9 +69,17 @@ Numbers Numbers::sub(std::size_t first, std::size_t count) const {
 }
 
 float Numbers::get(std::size_t i) const {
-  float value = 0;
-  sub(i, 1).read(std::span(&value, 1));
-  return value;
+  if (!on_host()) {
+    float value = 0;
+    sub(i, 1).read(std::span(&value, 1));
+    return value;
+  }
+  switch (format_) {  // one number: not through the (multi-threaded) bulk casts
+    case NumberFormat::Fp32: return wide_[i];
+    case NumberFormat::Fp16: return kernels::fp16_to_fp32(narrow_[i]);
+    case NumberFormat::Bf16: return kernels::bf16_to_fp32(narrow_[i]);
+  }
+  return 0;
 }
 
 void Numbers::read(std::span<float> out) const {
@@ -210,8 +218,13 @@ bool Numbers::has_inf_or_nan() const {
 
 double Numbers::sum_of_squares() const {
   if (!on_host()) return space_->sum_of_squares(*this);
-  double sum = 0;
-  for (std::size_t i = 0; i < size(); ++i) sum += double(get(i)) * double(get(i));
+  double sum = 0;  // in element order (chunks only batch the widening)
+  std::array<float, kChunk> values;
+  for (std::size_t first = 0; first < size(); first += kChunk) {
+    const std::size_t count = std::min(kChunk, size() - first);
+    sub(first, count).read({values.data(), count});
+    for (std::size_t i = 0; i < count; ++i) sum += double(values[i]) * double(values[i]);
+  }
   return sum;
 }
 
