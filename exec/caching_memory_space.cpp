@@ -38,10 +38,10 @@ void* CachingMemorySpace::from_cache(std::size_t rounded) {
   const auto found = free_.lower_bound(rounded);
   if (found == free_.end() || found->first > 2 * rounded) return nullptr;
   const auto [size, block] = *found;
+  // zeroed as a new allocation is: 16-bit zeros over the whole block (sizes are multiples of 512);
+  // first, so that a failure leaves the block in the cache
+  inner_.fill_zero(Numbers({static_cast<std::uint16_t*>(block), size / 2}, NumberFormat::Bf16, &inner_));
   free_.erase(found);
-  // zeroed as a new allocation is: 16-bit zeros over the whole block (sizes are multiples of 512)
-  inner_.fill_zero(
-      Numbers({static_cast<std::uint16_t*>(block), size / 2}, NumberFormat::Bf16, &inner_));
   ++stats_.reuses;
   note_in_use(block, size);
   return block;

@@ -11,7 +11,9 @@ namespace cuda_memory_detail {
 
 void* allocate_device(std::size_t bytes) {
   void* data = nullptr;
-  check_cuda(cudaMalloc(&data, bytes), "cudaMalloc");
+  const cudaError_t allocated = cudaMalloc(&data, bytes);
+  if (allocated != cudaSuccess) cudaGetLastError();  // not left behind for the next launch check
+  check_cuda(allocated, "cudaMalloc");
   const cudaError_t zeroed = cudaMemset(data, 0, bytes);
   if (zeroed != cudaSuccess) {
     cudaFree(data);

@@ -9,8 +9,9 @@
 //
 // Everything runs on the legacy default stream, the stream CudaMemorySpace's copies and kernels
 // use, so no call needs a synchronisation to see the engine's buffers or to hand it gradients;
-// loss() is read back synchronously after the head's forward. Each activation is a cudaMalloc of
-// its own (no caching allocator): correct and measurable, not fast.
+// loss() is read back synchronously after the head's forward. Activations come from the memory
+// space the ledger places Gpu buffers in (the device communicator's caching allocator), else each
+// is a cudaMalloc of its own.
 //
 // The cuBLAS/cuBLASLt handles and their GEMM workspace (kernels::cuda::BlasHandles) are created in
 // the constructor on the current device; the driver memory they take (measured with
