@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_test_support.hpp"
+#include "cuda_expectation.hpp"
 
 #ifdef ZEROLENS_WITH_CUDA
 #include "exec/cuda/cuda_status.hpp"
@@ -111,14 +112,9 @@ TEST_F(CalibrateCli, BadInputExitsTwoNamingTheFlag) {
 
 // Without a device (or without CUDA in the build) `--device cuda` stops before measuring anything.
 TEST_F(CalibrateCli, DeviceCudaWithoutADeviceExitsTwoSayingWhy) {
-#ifdef ZEROLENS_WITH_CUDA
-  const auto probe = zerolens::exec::probe_cuda_devices();
-  if (probe.count > 0)
-    GTEST_SKIP() << "a CUDA device is present; this checks the behaviour without one";
-  const std::string reason = "--device cuda: no CUDA device on rank 0: " + probe.reason;
-#else
-  const std::string reason = "--device cuda: this build has no CUDA support";
-#endif
+  const auto expected = zerolens::cli_testing::no_cuda_device_message();
+  if (!expected) GTEST_SKIP() << "a CUDA device is present; this checks the behaviour without one";
+  const std::string& reason = *expected;
   const Result result = run(std::string(kSmall) + " --device cuda -o " + path("cluster.json"));
   EXPECT_EQ(result.exit_code, 2) << result.output;
   EXPECT_NE(result.output.find(reason), std::string::npos) << result.output;

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "cli_test_support.hpp"
+#include "cuda_expectation.hpp"
 
 #ifdef ZEROLENS_WITH_CUDA
 #include "exec/cuda/cuda_status.hpp"
@@ -54,14 +55,9 @@ TEST(RunDevice, UnknownDeviceIsRefusedNamingTheFlag) {
 }
 
 TEST(RunDevice, CudaWithoutADeviceExitsTwoBeforeTraining) {
-#ifdef ZEROLENS_WITH_CUDA
-  const auto probe = zerolens::exec::probe_cuda_devices();
-  if (probe.count > 0)
-    GTEST_SKIP() << "a CUDA device is present; this checks the behaviour without one";
-  const std::string reason = "--device cuda: no CUDA device on rank 0: " + probe.reason;
-#else
-  const std::string reason = "--device cuda: this build has no CUDA support";
-#endif
+  const auto expected = zerolens::cli_testing::no_cuda_device_message();
+  if (!expected) GTEST_SKIP() << "a CUDA device is present; this checks the behaviour without one";
+  const std::string& reason = *expected;
   for (const char* command : {"run", "validate"}) {
     const Result result = run(std::string(command) + " --device cuda " + kSmall);
     EXPECT_EQ(result.exit_code, 2) << result.output;
