@@ -122,11 +122,19 @@ void ZeroEngine::State::reduce_bucket_flat(const Op& op, std::vector<std::int32_
   const Elements first = flat_offset_[std::size_t(tensors.front())];
   const Elements last = flat_offset_[std::size_t(tensors.back())] + layout.tensor_numel[std::size_t(tensors.back())];
   NumberBuffer transient;
-  const Numbers bucket = staging(std::size_t(last - first), transient);
+  // Stage 2 reduces a gradient larger than the reduce buffer where autograd put it, as DeepSpeed
+  // does (stage_1_and_2.py reduce_ipg_grads: extra_large_param_to_reduce), and as the schedule
+  // plans it: no flattened copy.
+  const bool in_place =
+      stage == 2 && tensors.size() == 1 && reduce_buffer_.size() < std::size_t(last - first);
+  const Numbers bucket = in_place ? grads_[std::size_t(tensors.front())].view()
+                                  : staging(std::size_t(last - first), transient);
   const auto in_bucket = [&](std::int32_t t) {
     return bucket.sub(std::size_t(flat_offset_[std::size_t(t)] - first), grads_[std::size_t(t)].size());
   };
-  for (const auto t : tensors) in_bucket(t).copy_from(grads_[std::size_t(t)].view());
+  if (!in_place) {
+    for (const auto t : tensors) in_bucket(t).copy_from(grads_[std::size_t(t)].view());
+  }
   const float average = 1.0f / float(dp);
   if (stage == 0) {
     all_reduce_sum(comm, bucket);

@@ -120,6 +120,10 @@ struct ZeroEngine::State {
   void release_layer(std::size_t owner);
   void gather_persistent();
   void gather_updated_shard(const Op& op);
+  void gather_updated_slice(Elements offset, Elements elements);
+  // Elements per rank staged at once by gather_updated_shard: at most (1 + dp) x this x the
+  // parameter's bytes above the plan, which gathers in place as DeepSpeed does.
+  static constexpr Elements kGatherSliceElements = Elements(1) << 20;
   void write_flat(Elements first, Numbers values);
   void read_flat(Elements first, Numbers values);
   Numbers owned_params(const OwnedSegment& segment) const;

@@ -2,8 +2,9 @@
 # Builds the GPU binaries for the lent device machine (sm_90, static CUDA runtime, no GUI or
 # fuzzers) in build/device and packs them with an Open MPI runtime into .devrt
 # (../shared/device/README.md), archived as .devrt-pack/devrt.tar.gz (both git-ignored) for the
-# device tool to carry. Run here, then on the device:
-#   carry [".devrt-pack"], command: scripts/device-check.sh
+# device tool to carry, and fills .whl with DeepSpeed and its wheels (scripts/device-wheels.sh). Run
+# here, then on the device:
+#   carry [".devrt-pack", ".whl"], command: DEVICE_DEADLINE=480 scripts/device-check.sh
 # usage: scripts/device-pack.sh [extra cmake configure arguments]
 # Environment: DEVICE_ARCH (90), DEVICE_BUILD (build/device), DEVICE_RUNTIME (.devrt).
 set -euo pipefail
@@ -36,9 +37,10 @@ rm -rf "$runtime"
 archive_dir=${runtime}-pack
 mkdir -p "$archive_dir"
 tar -czf "$archive_dir/devrt.tar.gz" "$runtime"
-size_mib=$(du -sm "$archive_dir" | cut -f1)
+scripts/device-wheels.sh .whl
+size_mib=$(du -smc "$archive_dir" .whl | tail -n 1 | cut -f1)
 tree_mib=$(git ls-files -z -co --exclude-standard | du -cm --files0-from=- | tail -n 1 | cut -f1)
-echo "device-pack: $archive_dir/devrt.tar.gz holds ${#executables[@]} executables and the MPI runtime:" \
-  "${size_mib} MiB, with the ${tree_mib} MiB of tracked files"
+echo "device-pack: $archive_dir/devrt.tar.gz holds ${#executables[@]} executables and the MPI runtime;" \
+  "with .whl ${size_mib} MiB, and the ${tree_mib} MiB of tracked files"
 [ $((size_mib + tree_mib)) -lt 64 ] || { echo "device-pack: over the device tool's 64 MiB" >&2; exit 1; }
-echo "device-pack: on the device tool: carry [\"$archive_dir\"], command scripts/device-check.sh"
+echo "device-pack: on the device tool: carry [\"$archive_dir\", \".whl\"], command DEVICE_DEADLINE=480 scripts/device-check.sh"

@@ -380,9 +380,8 @@ class ScheduleBuilder {
       fx.add(Device::Gpu, Component::ActivationsStored, -act.stored);
     }
     const bool ready = layer_makes_grads_ready(layer);
-    if (ready && zero_.stage >= 2 && zero_.contiguous_gradients) {
-      // The gradient hook copies the layer's gradients into the bucket and frees them.
-      fx.add(Device::Gpu, Component::UnreducedGrads, -owner_numel(owner) * grad_bytes_);
+    if (ready && zero_.stage >= 2) {
+      fx.add(Device::Gpu, Component::UnreducedGrads, -copied_at_hook(owner) * grad_bytes_);
     }
     const Bytes touched = 2 * (owner_numel(owner) * param_bytes_ + act.stored) + act.backward_working;
     const auto op = emit(Op{.kind = OpKind::Backward, .stream = Stream::Compute, .phase = Phase::Backward,
@@ -416,6 +415,36 @@ class ScheduleBuilder {
     return int(layer) == owner && !model_.layers[layer].params.empty();
   }
 
+  // Stages 2-3 with contiguous_gradients: the gradient hook copies a gradient into the reduce
+  // bucket and frees it, but only one that fits in a bucket; a larger one is reduced from where
+  // autograd put it and lives until its reduction (stage_1_and_2.py extra_large_param_to_reduce,
+  // stage3.py __add_grad_to_ipg_bucket).
+  bool hook_copies_into_bucket(Elements numel) const {
+    return zero_.contiguous_gradients && numel <= zero_.reduce_bucket_size;
+  }
+
+  // Elements of the owner's gradients its hook copies into the bucket (freed at its backward).
+  Elements copied_at_hook(int owner) const {
+    Elements copied = 0;
+    for (auto t = params().layer_first_tensor[std::size_t(owner)];
+         t < params().layer_first_tensor[std::size_t(owner) + 1]; ++t) {
+      const Elements numel = params().tensor_numel[std::size_t(t)];
+      if (hook_copies_into_bucket(numel)) copied += numel;
+    }
+    return copied;
+  }
+
+  // Elements of the pending bucket's gradients still held where autograd put them (freed by the
+  // bucket's reduction).
+  Elements held_until_reduced() const {
+    Elements held = 0;
+    for (const auto t : pending_) {
+      const Elements numel = params().tensor_numel[std::size_t(t)];
+      if (!hook_copies_into_bucket(numel)) held += numel;
+    }
+    return held;
+  }
+
   void add_gradient_allocation(Effects& fx, int owner) {
     if (model_.layers[std::size_t(owner)].params.empty()) return;
     const Bytes bytes = owner_numel(owner) * grad_bytes_;
@@ -425,7 +454,8 @@ class ScheduleBuilder {
       if (!grads_touched_[std::size_t(owner)]) fx.add(Device::Gpu, Component::GradsFull, bytes);
       grads_touched_[std::size_t(owner)] = true;
     } else if (!grads_touched_[std::size_t(owner)]) {
-      // Stages 2-3: the autograd gradient exists until its hook moves it into a reduce bucket.
+      // Stages 2-3: the autograd gradient exists until its hook copies it into a reduce bucket, or
+      // until its bucket is reduced (hook_copies_into_bucket).
       fx.add(Device::Gpu, Component::UnreducedGrads, bytes);
       grads_touched_[std::size_t(owner)] = true;
     }
@@ -502,9 +532,7 @@ class ScheduleBuilder {
       // Stage 2 allocates the whole gradient partition at its first reduction.
       add_grads_partition(fx, params().owned * grad_bytes_);
     }
-    if (zero_.stage >= 2 && !zero_.contiguous_gradients) {
-      fx.add(Device::Gpu, Component::UnreducedGrads, -bucket_.elements * grad_bytes_);
-    }
+    if (zero_.stage >= 2) fx.add(Device::Gpu, Component::UnreducedGrads, -held_until_reduced() * grad_bytes_);
     const bool scatter = zero_.stage >= 1 && (zero_.reduce_scatter || zero_.stage == 3);
     const auto reduce = emit(Op{.kind = scatter ? OpKind::ReduceScatter : OpKind::AllReduce,
                                 .stream = Stream::Collective, .phase = phase,

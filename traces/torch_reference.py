@@ -157,17 +157,13 @@ def gpt2_classes(torch):
     return GPT2, Block
 
 
-def train(torch, model, optimizer, args, shape, device, autocast_dtype, scaler):
-    generator = torch.Generator().manual_seed(args.seed)
-    data = torch.randint(0, shape["vocab"], (args.steps, args.micro_batch, args.seq_len + 1), generator=generator)
-    times, losses = [], []
-    for step in range(args.steps):
-        batch = data[step].to(device)
-        torch.cuda.synchronize()
-        start = time.perf_counter()
+def training_step(torch, model, optimizer, scaler, autocast_dtype=None):
+    """One optimizer step on a batch of token rows (inputs and next-token targets); returns the loss.
+    Also traces/framework_reference.py's step for FSDP2 and plain PyTorch."""
+    def step(batch):
         with torch.autocast("cuda", dtype=autocast_dtype, enabled=autocast_dtype is not None):
             logits = model(batch[:, :-1])
-        loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, shape["vocab"]), batch[:, 1:].reshape(-1))
+        loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
         if scaler is not None:
             scaler.scale(loss).backward()
             scaler.step(optimizer)
@@ -176,6 +172,20 @@ def train(torch, model, optimizer, args, shape, device, autocast_dtype, scaler):
             loss.backward()
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+    return step
+
+
+def train(torch, model, optimizer, args, shape, device, autocast_dtype, scaler):
+    generator = torch.Generator().manual_seed(args.seed)
+    data = torch.randint(0, shape["vocab"], (args.steps, args.micro_batch, args.seq_len + 1), generator=generator)
+    one_step = training_step(torch, model, optimizer, scaler, autocast_dtype)
+    times, losses = [], []
+    for step in range(args.steps):
+        batch = data[step].to(device)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        loss = one_step(batch)
         torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
         losses.append(float(loss))

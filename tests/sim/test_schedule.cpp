@@ -1,6 +1,7 @@
 // Invariants of the schedule (the single source of memory peaks and traffic), over many configs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 
 #include "sim/comm.hpp"
@@ -231,6 +232,43 @@ TEST(ScheduleMemory, CheckpointedActivationPeakWorkedByHand) {
   // 400 = 846. The peak is 924.
   const Plan plan = hand_plan(true);
   EXPECT_EQ(plan.device(Device::Gpu).peak, 924);
+}
+
+// DeepSpeed's gradient hook (contiguous_gradients) copies a gradient that fits in a reduce bucket
+// into the bucket and frees it; one larger than a bucket stays where autograd put it until its
+// bucket is reduced. A 1000-element tensor and a 100-element one, buckets of 500 elements, fp16
+// gradients: after its backward the large gradient (2000 bytes) is still held, the small one is not.
+TEST(ScheduleMemory, GradientLargerThanABucketLivesUntilItsReduction) {
+  Model model = testing::flat_model(2, 100);
+  model.layers[0].params[0].shape = {1000};
+  for (const int stage : {2, 3}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    TrainingConfig config = testing::mixed_adam(stage);
+    config.zero.reduce_bucket_size = 500;
+    const Plan plan = testing::plan_of(model, config, 2);
+    const auto memory = replay_memory_components(plan.schedule);
+    const auto unreduced_after = [&](std::size_t op) {
+      return memory[op + 1][std::size_t(Device::Gpu)][std::size_t(Component::UnreducedGrads)];
+    };
+    const auto& ops = plan.schedule.ops;
+    const auto backward_of = [&](int layer) {
+      return std::size_t(std::find_if(ops.begin(), ops.end(), [&](const Op& op) {
+                           return op.kind == OpKind::Backward && op.layer == layer;
+                         }) - ops.begin());
+    };
+    const auto reduces_large = [&](const Op& op) {
+      if (op.kind != OpKind::ReduceScatter) return false;
+      const auto tensors = plan.schedule.tensors_of(plan.schedule.buckets[std::size_t(op.bucket)]);
+      return std::find(tensors.begin(), tensors.end(), 0) != tensors.end();
+    };
+    EXPECT_EQ(unreduced_after(backward_of(1)), 0);
+    const std::size_t large = backward_of(0);
+    const auto reduction =
+        std::size_t(std::find_if(ops.begin() + std::ptrdiff_t(large), ops.end(), reduces_large) - ops.begin());
+    ASSERT_LT(reduction, ops.size());
+    for (std::size_t op = large; op < reduction; ++op) EXPECT_EQ(unreduced_after(op), 2000) << "op " << op;
+    EXPECT_EQ(unreduced_after(reduction), 0);
+  }
 }
 
 }  // namespace

@@ -217,6 +217,42 @@ void expect_close_grads(const std::vector<float>& gpu, const std::vector<float>&
   EXPECT_LE(worst, kGradElementOfMax * largest) << name;
 }
 
+double l2_norm(const std::vector<std::vector<float>>& tensors) {
+  double sum = 0;
+  for (const auto& tensor : tensors)
+    for (const float v : tensor) sum += double(v) * double(v);
+  return std::sqrt(sum);
+}
+
+double l2_norm(const std::vector<float>& tensor) {
+  return l2_norm(std::vector<std::vector<float>>{tensor});
+}
+
+// The key projection's bias has no gradient in exact arithmetic: it adds q.b_k to every score of a
+// query's row, and the softmax cancels a constant added to a row. Both sides hold rounding noise
+// there (an H200 showed 5e-11 against OpenBLAS's 4e-15, a layer's gradient norm being about 1e-1),
+// which no relative bound on the tensor itself can compare; it is held negligible against its
+// layer.
+constexpr double kZeroGradientOfLayer = 1e-6;
+bool zero_in_exact_arithmetic(const std::string& name) {
+  return name.ends_with("k_proj.bias");
+}
+
+void expect_close_layer_grads(const std::vector<std::vector<float>>& gpu,
+                              const std::vector<std::vector<float>>& cpu, const Layer& layer) {
+  ASSERT_EQ(gpu.size(), cpu.size());
+  const double layer_norm = l2_norm(cpu);
+  for (std::size_t p = 0; p < cpu.size(); ++p) {
+    const std::string& name = layer.params[p].name;
+    if (zero_in_exact_arithmetic(name)) {
+      EXPECT_LE(l2_norm(cpu[p]), kZeroGradientOfLayer * layer_norm) << name << " (cpu)";
+      EXPECT_LE(l2_norm(gpu[p]), kZeroGradientOfLayer * layer_norm) << name << " (gpu)";
+    } else {
+      expect_close_grads(gpu[p], cpu[p], name);
+    }
+  }
+}
+
 struct Variant {
   bool checkpointing;
   std::int64_t activation_element_bytes;
@@ -244,11 +280,8 @@ TEST_P(Gpt2CudaAgainstCpu, SameLossGradientsAndActivationMemory) {
   EXPECT_EQ(gpu.after_backward, cpu.after_backward)
       << "gpu: " << to_string(gpu.after_backward) << "\ncpu: " << to_string(cpu.after_backward);
   ASSERT_EQ(gpu.grads.size(), cpu.grads.size());
-  for (std::size_t l = 0; l < cpu.grads.size(); ++l) {
-    for (std::size_t p = 0; p < cpu.grads[l].size(); ++p) {
-      expect_close_grads(gpu.grads[l][p], cpu.grads[l][p], model.layers[l].params[p].name);
-    }
-  }
+  for (std::size_t l = 0; l < cpu.grads.size(); ++l)
+    expect_close_layer_grads(gpu.grads[l], cpu.grads[l], model.layers[l]);
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, Gpt2CudaAgainstCpu,
@@ -270,9 +303,7 @@ TEST(Gpt2CudaModel, CheckpointingRecomputesTheSameForward) {
   const StepResult checkpointed = gpu_step(model, options);
   EXPECT_EQ(checkpointed.loss, plain.loss);
   for (std::size_t l = 0; l < plain.grads.size(); ++l) {
-    for (std::size_t p = 0; p < plain.grads[l].size(); ++p) {
-      expect_close_grads(checkpointed.grads[l][p], plain.grads[l][p], model.layers[l].params[p].name);
-    }
+    expect_close_layer_grads(checkpointed.grads[l], plain.grads[l], model.layers[l]);
   }
 }
 

@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""Real frameworks measured against zerolens's prediction of the same run (issue 16, step 3).
+
+Reads the runs traces/framework_reference.py recorded (one zerolens.framework-reference JSON per run),
+plans each with `zerolens plan --json` (DeepSpeed runs: the very DeepSpeed config the run used; FSDP2
+FULL_SHARD at world size 1: ZeRO-3, its CPU offload: parameters and optimizer on the CPU; plain
+PyTorch: stage 0), and prints a markdown table of three figures side by side:
+
+  allocated    torch.cuda.max_memory_allocated over the steady steps, against the plan's GPU peak
+               less its overhead category (context, library workspaces, fragmentation allowance);
+  reserved     max_memory_reserved, against nothing yet (sim has no caching-allocator model: issue 18);
+  device used  total - free (cudaMemGetInfo) after each step, against the plan's GPU total.
+
+It also checks what a run must satisfy to be a valid measurement of that shape, and exits 1 when one
+does not: the model has exactly the parameters of the zerolens preset (an independent count of the
+shape), allocated <= reserved <= device used, the steady peaks do not exceed the peaks from process
+start, and the CUDA context (device used before any tensor) is positive. Exit 2 on bad input.
+
+  python3 traces/framework_report.py --zerolens build/release/cli/zerolens traces/measured/nvidia-h200/frameworks
+"""
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+
+MIB = 1 << 20
+
+
+class BadRun(Exception):
+    pass
+
+
+def load_run(path):
+    try:
+        with open(path) as f:
+            run = json.load(f)
+    except (OSError, ValueError) as error:
+        raise BadRun(f"{path}: {error}") from error
+    if run.get("schema") != "zerolens.framework-reference" or run.get("version") != 1:
+        raise BadRun(f"{path}: not a zerolens.framework-reference version 1 document")
+    for key in ("framework", "model", "micro_batch", "seq_len", "precision", "steady", "from_start", "points"):
+        if key not in run:
+            raise BadRun(f"{path}: {key}: missing")
+    return run
+
+
+def plan_arguments(run):
+    """zerolens plan flags for the same run; the stage and offloads as the framework shards."""
+    args = ["--model", run["model"]["preset"], "--gpus", "1", "--micro-batch", str(run["micro_batch"]),
+            "--seq-len", str(run["seq_len"]), "--precision", run["precision"], "--attention", "eager",
+            "--activation-checkpointing", "true" if run.get("checkpointing") else "false", "--cluster", "h100-x1"]
+    framework = run["framework"]
+    if framework == "deepspeed":
+        return args, run["deepspeed_config"]
+    if framework == "fsdp2":  # FULL_SHARD; CPUOffloadPolicy moves parameters, gradients and the step to the CPU
+        offload = run.get("offload_param", "none")
+        args += ["--stage", "3", "--offload-param", offload, "--offload-optimizer", offload]
+    elif framework == "torch":
+        args += ["--stage", "0"]
+    else:
+        raise BadRun(f"framework: unknown '{framework}'")
+    return args, None
+
+
+def predict(zerolens, run, scratch):
+    args, ds_config = plan_arguments(run)
+    if ds_config is not None:
+        config_path = os.path.join(scratch, "ds_config.json")
+        with open(config_path, "w") as f:
+            json.dump(ds_config, f)
+        args += ["--deepspeed-config", config_path]
+    result = subprocess.run([zerolens, "plan", "--json", *args], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise BadRun(f"zerolens plan {' '.join(args)}: {result.stderr.strip()}")
+    return json.loads(result.stdout)
+
+
+def validity_problems(run, plan):
+    problems = []
+    count, expected = run["model"].get("parameter_count"), plan["model"]["parameter_count"]
+    if count != expected:
+        problems.append(f"{count} parameters, the zerolens preset has {expected}")
+    steady, start = run["steady"], run["from_start"]
+    if not steady["max_allocated"] <= steady["max_reserved"] <= steady["device_used_after_steps"]:
+        problems.append("allocated <= reserved <= device used does not hold")
+    for key in ("max_allocated", "max_reserved"):
+        if steady[key] > start[key]:
+            problems.append(f"steady {key} exceeds the peak from process start")
+    context = run["points"][0]
+    if context.get("point") != "context" or context["device_used"] - context["reserved"] <= 0:
+        problems.append("no positive CUDA context before the first tensor")
+    return problems
+
+
+def describe(run):
+    parts = [run["framework"]]
+    if run["framework"] == "deepspeed":
+        parts.append(f"ZeRO-{run['stage']}")
+    if run.get("offload_optimizer", "none") != "none":
+        parts.append("opt:" + run["offload_optimizer"])
+    if run.get("offload_param", "none") != "none":
+        parts.append("param:" + run["offload_param"])
+    if run.get("checkpointing"):
+        parts.append("ckpt")
+    if run.get("compile"):
+        parts.append("compile")
+    return " ".join(parts)
+
+
+def error(predicted, measured):
+    return f"{(predicted - measured) / measured * 100:+.1f} %" if measured else "-"
+
+
+def table_row(run, plan):
+    gpu = plan["devices"]["gpu"]["bytes"]
+    allocated_pred = gpu["total"] - gpu["overhead"]
+    steady = run["steady"]
+    context = run["points"][0]["device_used"] - run["points"][0]["reserved"]
+    return (f"| {run['model']['preset']} | {describe(run)} | {run['precision']} | "
+            f"{steady['max_allocated'] / MIB:.0f} | {allocated_pred / MIB:.0f} | "
+            f"{error(allocated_pred, steady['max_allocated'])} | {steady['max_reserved'] / MIB:.0f} | "
+            f"{steady['device_used_after_steps'] / MIB:.0f} | {gpu['total'] / MIB:.0f} | "
+            f"{error(gpu['total'], steady['device_used_after_steps'])} | {context / MIB:.0f} | "
+            f"{run['median_step_s'] * 1e3:.1f} |")
+
+
+HEADER = ("| model | run | precision | allocated measured (MiB) | predicted (MiB) | error | reserved measured (MiB) "
+          "| device used measured (MiB) | GPU total predicted (MiB) | error | CUDA context (MiB) | step (ms) |\n"
+          "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", help="a directory of framework_reference.py JSON files (or one file)")
+    parser.add_argument("--zerolens", default="build/release/cli/zerolens", help="the zerolens binary")
+    args = parser.parse_args(argv)
+    paths = sorted(glob.glob(os.path.join(args.runs, "*.json"))) if os.path.isdir(args.runs) else [args.runs]
+    paths = [p for p in paths if not p.endswith("matrix.json")]
+    if not paths:
+        print(f"framework_report: no runs in {args.runs}", file=sys.stderr)
+        return 2
+    rows, invalid = [], []
+    scratch = os.environ.get("TMPDIR", "/tmp")
+    try:
+        for path in paths:
+            run = load_run(path)
+            plan = predict(args.zerolens, run, scratch)
+            rows.append(table_row(run, plan))
+            invalid += [f"{os.path.basename(path)}: {p}" for p in validity_problems(run, plan)]
+    except BadRun as bad:
+        print(f"framework_report: {bad}", file=sys.stderr)
+        return 2
+    print(HEADER)
+    print("\n".join(rows))
+    for line in invalid:
+        print(f"framework_report: invalid measurement: {line}", file=sys.stderr)
+    return 1 if invalid else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
