@@ -13,11 +13,9 @@
 #include "cli/app.hpp"
 #include "cli/commands.hpp"
 #include "cli/table.hpp"
+#include "exec/backend.hpp"
 #include "exec/calibrate.hpp"
 #include "sim/hardware.hpp"
-#ifdef ZEROLENS_WITH_CUDA
-#include "exec/cuda/calibrate_gpu.hpp"
-#endif
 
 namespace zerolens::cli {
 namespace {
@@ -147,24 +145,13 @@ void print_io(std::ostream& out, const exec::Calibration& c) {
       << rate(n.read_bytes_per_second, "GB/s") << " (whole node)\n";
 }
 
-// The GPU side of `--device cuda`; nullptr for the CPU backend. Throws InputError on every rank
-// when a rank has no device or the build has no CUDA.
-std::unique_ptr<exec::DeviceCalibrator> make_device_calibrator(const std::string& device) {
-  if (device == "cpu") return nullptr;
-  if (device != "cuda")
-    throw InputError("--device", "'" + device + "' is not a device (cpu, cuda)");
-#ifdef ZEROLENS_WITH_CUDA
-  return exec::make_gpu_calibrator();
-#else
-  throw InputError("--device cuda", "this build has no CUDA support");
-#endif
-}
-
 int run_calibrate(const CalibrateCommand& command) {
   const exec::CalibrateOptions options = make_options(command);
   auto comm = exec::make_mpi_communicator();
-  // Before anything is measured, on every rank.
-  const std::unique_ptr<exec::DeviceCalibrator> device = make_device_calibrator(command.device);
+  // Before anything is measured, on every rank: an unknown device, or one the build or a rank
+  // lacks, stops here.
+  const std::unique_ptr<exec::DeviceCalibrator> device =
+      exec::make_device_calibrator(command.device);
   const bool writer = comm->rank() == 0;
   std::unique_ptr<Output> output = writer ? std::make_unique<Output>(command.output) : nullptr;
   std::unique_ptr<Output> report =

@@ -17,6 +17,7 @@
 #include "cli/validation_report.hpp"
 #include "sim/json_read.hpp"
 #include "sim/trace.hpp"
+#include "sim/trace_replan.hpp"
 
 namespace zerolens::cli {
 namespace {
@@ -64,24 +65,13 @@ std::vector<std::string> measured_files(const std::vector<std::string>& paths) {
   return files;
 }
 
-// The plan the trace's run was made from, by the simulator as it is now.
-Plan replan(const TraceRun& run) {
-  if (!run.inputs) {
-    throw InputError("run.inputs", "missing: the check re-plans from what the run was planned from "
-                                   "(measured traces written by `zerolens validate --measured-trace` carry it)");
-  }
-  const TraceInputs& in = *run.inputs;
-  return make_plan(PlanRequest{.model = in.model, .config = in.config, .cluster = in.cluster,
-                               .dp_size = run.dp_size, .options = in.options});
-}
-
 CheckedTrace check_file(const std::string& file, const Tolerances& tolerances) {
   try {
     const Trace trace = trace_from_json(json_read::parse_json_file(file, file));
     const Measurement measured = measurement_of(trace);
-    const Plan plan = replan(trace.run);
-    const Timeline predicted = simulate_timeline(plan.schedule, plan.request.cluster, TimelineOptions{});
-    return {file, trace.run, compare_with_plan(plan, measured, predicted, tolerances)};
+    // The plan the trace's run was made from, by the simulator as it is now.
+    const Prediction predicted = predict(replan_request(trace.run), {.memory_states = true});
+    return {file, trace.run, compare_with_prediction(predicted, measured, tolerances)};
   } catch (const InputError& error) {
     if (error.where() == file) throw;
     throw InputError(file, error.what());
@@ -89,12 +79,12 @@ CheckedTrace check_file(const std::string& file, const Tolerances& tolerances) {
 }
 
 std::string describe(const TraceRun& run) {
-  const std::string stage = run.stage == 0 ? "DP" : "ZeRO-" + std::to_string(run.stage);
-  return run.model + ", " + stage + ", " + run.precision + ", " + std::to_string(run.dp_size) +
-         " rank(s), optimizer on " + (run.optimizer_device == "none" ? "gpu" : run.optimizer_device) +
-         ", parameters on " + (run.param_device == "none" ? "gpu" : run.param_device) + "; micro-batch " +
-         std::to_string(run.micro_batch) + " x seq " + std::to_string(run.seq_len) + ", gradient accumulation " +
-         std::to_string(run.grad_accumulation);
+  return run.model + ", " + ZeroStage{run.stage}.name() + ", " + run.precision + ", " +
+         std::to_string(run.dp_size) + " rank(s), optimizer on " +
+         (run.optimizer_device == "none" ? "gpu" : run.optimizer_device) + ", parameters on " +
+         (run.param_device == "none" ? "gpu" : run.param_device) + "; micro-batch " +
+         std::to_string(run.micro_batch) + " x seq " + std::to_string(run.seq_len) +
+         ", gradient accumulation " + std::to_string(run.grad_accumulation);
 }
 
 nlohmann::json run_json(const TraceRun& run) {

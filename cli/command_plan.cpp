@@ -10,6 +10,7 @@
 #include "cli/plan_options.hpp"
 #include "cli/reports.hpp"
 #include "sim/plan_json.hpp"
+#include "sim/prediction.hpp"
 
 namespace zerolens::cli {
 namespace {
@@ -66,7 +67,7 @@ int run_plan(const PlanCommand& command) {
     print_deepspeed_estimates(out, request, unit);
     return kExitOk;
   }
-  const Plan plan = make_plan(request);
+  const Plan plan = predict(request, {.simulate = Simulate::Never}).plan;
   if (command.json) out << plan_to_json(plan).dump(2) << '\n';
   else if (command.csv) print_plan_csv(out, plan);
   else print_plan(out, plan, unit, command.verbose);

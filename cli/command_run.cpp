@@ -43,16 +43,17 @@ void print_measured(std::ostream& out, const exec::TrainingResult& result) {
   traffic.print(out);
 }
 
-int run_run(RunFlags& flags) {
-  exec::Communicator& comm = run_communicator(flags);
+int run_run(const RunFlags& flags) {
+  // First, on every rank: a device the build or a rank lacks stops the run before anything else.
+  const std::unique_ptr<exec::Backend> backend = exec::make_backend(flags.device);
   Diagnostics diagnostics;
-  const Plan plan = make_run_plan(flags, comm, diagnostics);
-  const bool leader = comm.rank() == 0;
+  const Plan plan = make_run_plan(flags, *backend, diagnostics);
+  const bool leader = backend->communicator().rank() == 0;
   if (leader) {
     print_warnings(diagnostics);
-    print_header(std::cout, plan, flags.backend);
+    print_header(std::cout, plan, backend->description());
   }
-  const exec::TrainingResult result = run_steps(plan, comm, flags, std::cout);
+  const exec::TrainingResult result = run_steps(plan, *backend, flags, std::cout);
   if (!leader) return kExitOk;
   print_measured(std::cout, result);
   if (!flags.measured_trace.empty()) {

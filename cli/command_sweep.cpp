@@ -56,9 +56,9 @@ SweepSpace space_of(const SweepCommand& c) {
   SweepSpace space;
   if (o.stage) space.stages = {*o.stage};
   if (!c.stages.empty()) space.stages = c.stages;
-  if (o.offload_optimizer) space.optimizer_devices = devices_of({*o.offload_optimizer}, "--offload-optimizer");
+  if (o.offload_optimizer) space.optimizer_devices = {*o.offload_optimizer};
   if (!c.optimizer_offloads.empty()) space.optimizer_devices = devices_of(c.optimizer_offloads, "--optimizer-offloads");
-  if (o.offload_param) space.param_devices = devices_of({*o.offload_param}, "--offload-param");
+  if (o.offload_param) space.param_devices = {*o.offload_param};
   if (!c.param_offloads.empty()) space.param_devices = devices_of(c.param_offloads, "--param-offloads");
   if (o.micro_batch) space.micro_batches = {*o.micro_batch};
   if (!c.micro_batches.empty()) space.micro_batches = c.micro_batches;
@@ -107,18 +107,16 @@ std::string fixed(double value, int decimals) {
   return text.str();
 }
 
-std::string stage_name(int stage) { return stage == 0 ? "DP" : "ZeRO-" + std::to_string(stage); }
-
 std::vector<std::string> result_row(std::int64_t rank, const SweepResult& r, SizeUnit unit) {
   const SweepPoint& p = r.point;
   const auto bytes = [&](Device d) {
     return r.peak[std::size_t(d)] == 0 ? std::string("-") : format_bytes(r.peak[std::size_t(d)], unit, 1);
   };
-  return {rank > 0 ? std::to_string(rank) : "-", stage_name(p.stage), to_string(p.optimizer), to_string(p.param),
-          std::to_string(p.micro_batch), std::to_string(p.grad_accumulation), p.checkpointing ? "on" : "off",
-          r.fits ? fixed(r.step_time * 1e3, 1) : "-", r.fits ? fixed(r.tokens_per_second, 0) : "-",
-          r.fits ? fixed(r.model_flops_per_gpu / 1e12, 1) : "-", r.fits ? fixed(r.mfu * 100, 1) : "-",
-          bytes(Device::Gpu), bytes(Device::Cpu), bytes(Device::Nvme),
+  return {rank > 0 ? std::to_string(rank) : "-", ZeroStage{p.stage}.name(), to_string(p.optimizer),
+          to_string(p.param), std::to_string(p.micro_batch), std::to_string(p.grad_accumulation),
+          p.checkpointing ? "on" : "off", r.fits ? fixed(r.step_time * 1e3, 1) : "-",
+          r.fits ? fixed(r.tokens_per_second, 0) : "-", r.fits ? fixed(r.model_flops_per_gpu / 1e12, 1) : "-",
+          r.fits ? fixed(r.mfu * 100, 1) : "-", bytes(Device::Gpu), bytes(Device::Cpu), bytes(Device::Nvme),
           r.fits ? fixed(r.exposed_communication * 1e3, 1) : "-"};
 }
 

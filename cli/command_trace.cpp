@@ -11,7 +11,7 @@
 #include "cli/commands.hpp"
 #include "cli/plan_options.hpp"
 #include "cli/timeline_options.hpp"
-#include "sim/trace.hpp"
+#include "sim/prediction.hpp"
 #include "sim/walkthrough.hpp"
 
 namespace zerolens::cli {
@@ -33,7 +33,7 @@ void walkthrough_defaults(PlanOptions& o) {
   o.cluster = w.cluster;
   o.gpus = o.gpus.value_or(w.gpus);
   o.stage = o.stage.value_or(w.stage);
-  o.precision = o.precision.value_or(to_string(w.precision));
+  o.precision = o.precision.value_or(w.precision);
   o.micro_batch = o.micro_batch.value_or(w.micro_batch);
   o.seq_len = o.seq_len.value_or(w.seq_len);
   o.param_persistence_threshold = o.param_persistence_threshold.value_or(double(w.param_persistence_threshold));
@@ -72,11 +72,12 @@ int run_trace(TraceCommand& command) {
   Diagnostics diagnostics;
   const PlanRequest request = make_plan_request(command.options, diagnostics);
   print_warnings(diagnostics);
-  const TimelineOptions timeline_options = command.timeline.options();
-  const Plan plan = make_plan(request);
-  const Timeline timeline = simulate_timeline(plan.schedule, plan.request.cluster, timeline_options);
-  const int ranks = command.ranks.value_or(std::min(plan.schedule.context.dp_size, command.walkthrough ? 4 : 8));
-  const Trace trace = make_trace(plan, timeline, ranks);
+  const int ranks = command.ranks.value_or(std::min(request.dp_size, command.walkthrough ? 4 : 8));
+  const Prediction prediction =
+      predict(request, {.timeline = command.timeline.options(), .trace_ranks = ranks});
+  const Plan& plan = prediction.plan;
+  const Timeline& timeline = prediction.timeline;
+  const Trace& trace = prediction.trace;
   if (command.walkthrough) print_narrative(std::cout, plan, timeline);
   print_summary(std::cout, plan, timeline);
   if (!command.output.empty()) {

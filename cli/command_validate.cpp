@@ -34,13 +34,17 @@ double median_step_seconds(const exec::TrainingResult& measured) {
 }
 
 int run_validate(ValidateCommand& command) {
-  exec::Communicator& comm = run_communicator(command.run);
+  const std::unique_ptr<exec::Backend> backend = exec::make_backend(command.run.device);
+  const exec::Communicator& comm = backend->communicator();
   Diagnostics diagnostics;
-  const Plan plan = make_run_plan(command.run, comm, diagnostics);
-  const Timeline predicted = simulate_timeline(plan.schedule, plan.request.cluster, command.timeline.options());
+  const Prediction predicted = predict(make_run_plan(command.run, *backend, diagnostics),
+                                       {.timeline = command.timeline.options(),
+                                        .trace_ranks = command.predicted_trace.empty() ? 0 : 1,
+                                        .memory_states = true});
+  const Plan& plan = predicted.plan;
   const bool leader = comm.rank() == 0;
   if (leader) print_warnings(diagnostics);
-  const exec::TrainingResult result = run_steps(plan, comm, command.run, std::cout);
+  const exec::TrainingResult result = run_steps(plan, *backend, command.run, std::cout);
   if (!leader) return kExitOk;
   // Compared through the measured trace, as `check-measured` compares a recorded one: the trace
   // holds every figure the check needs.
@@ -49,12 +53,12 @@ int run_validate(ValidateCommand& command) {
   measured.step_seconds = median_step_seconds(result);
   std::cout << "\npredicted vs measured (bytes per rank; the median step's time, predicted on --cluster "
             << plan.request.cluster.name << "):\n";
-  const bool passed = print_checks(std::cout, compare_with_plan(plan, measured, predicted, command.tolerances));
+  const bool passed = print_checks(std::cout, compare_with_prediction(predicted, measured, command.tolerances));
   if (!command.run.measured_trace.empty()) {
     Output(command.run.measured_trace).stream() << trace_to_json(measured_trace).dump(1) << '\n';
   }
   if (!command.predicted_trace.empty()) {
-    Output(command.predicted_trace).stream() << trace_to_json(make_trace(plan, predicted, 1)).dump(1) << '\n';
+    Output(command.predicted_trace).stream() << trace_to_json(predicted.trace).dump(1) << '\n';
   }
   std::cout << (passed ? "validation passed\n" : "validation FAILED: a figure is outside its tolerance\n");
   return passed ? kExitOk : kExitCheckFailed;

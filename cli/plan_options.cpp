@@ -12,85 +12,6 @@ namespace {
 
 using nlohmann::json;
 
-json& at_path(json& root, std::initializer_list<const char*> keys) {
-  json* node = &root;
-  for (const char* key : keys) {
-    if (!node->is_object()) *node = json::object();
-    node = &(*node)[key];
-  }
-  return *node;
-}
-
-void set_size(json& ds, const char* key, const std::optional<double>& value) {
-  if (value) at_path(ds, {"zero_optimization", key}) = *value;
-}
-
-void set_flag(json& ds, const char* key, const std::optional<bool>& value) {
-  if (value) at_path(ds, {"zero_optimization", key}) = *value;
-}
-
-// --micro-batch keeps gradient_accumulation_steps and lets train_batch_size follow, and so on: a
-// flag replaces the batch fields it conflicts with unless those were given as flags too.
-void apply_batch_flags(const PlanOptions& o, json& ds) {
-  if (!ds.is_object()) return;
-  if ((o.micro_batch || o.grad_accum) && !o.train_batch) ds.erase("train_batch_size");
-  if (o.train_batch && !o.micro_batch && !o.grad_accum) {
-    ds.erase("train_micro_batch_size_per_gpu");
-  }
-  if (o.micro_batch) ds["train_micro_batch_size_per_gpu"] = *o.micro_batch;
-  if (o.grad_accum) ds["gradient_accumulation_steps"] = *o.grad_accum;
-  if (o.train_batch) ds["train_batch_size"] = *o.train_batch;
-  const bool has_batch = ds.contains("train_batch_size") || ds.contains("train_micro_batch_size_per_gpu");
-  if (!has_batch) ds["train_micro_batch_size_per_gpu"] = 1;
-}
-
-void apply_precision_flag(const PlanOptions& o, json& ds) {
-  if (!o.precision) return;
-  const Precision precision = parse_precision(*o.precision, "--precision");
-  at_path(ds, {"fp16", "enabled"}) = precision == Precision::Fp16;
-  at_path(ds, {"bf16", "enabled"}) = precision == Precision::Bf16;
-  if (ds.contains("bfloat16")) ds.erase("bfloat16");
-}
-
-void apply_checkpointing_flags(const PlanOptions& o, json& ds) {
-  if (o.activation_checkpointing && !*o.activation_checkpointing) {
-    ds.erase("activation_checkpointing");
-    return;
-  }
-  if (o.activation_checkpointing && !ds.contains("activation_checkpointing")) {
-    ds["activation_checkpointing"] = json::object();
-  }
-  if (o.cpu_checkpointing) at_path(ds, {"activation_checkpointing", "cpu_checkpointing"}) = *o.cpu_checkpointing;
-  if (o.partition_activations) {
-    at_path(ds, {"activation_checkpointing", "partition_activations"}) = *o.partition_activations;
-  }
-}
-
-void apply_zero_flags(const PlanOptions& o, json& ds) {
-  if (o.stage) at_path(ds, {"zero_optimization", "stage"}) = *o.stage;
-  if (o.offload_optimizer) at_path(ds, {"zero_optimization", "offload_optimizer", "device"}) = *o.offload_optimizer;
-  if (o.offload_param) at_path(ds, {"zero_optimization", "offload_param", "device"}) = *o.offload_param;
-  for (const char* block : {"offload_optimizer", "offload_param"}) {
-    if (o.nvme_path) at_path(ds, {"zero_optimization", block, "nvme_path"}) = *o.nvme_path;
-    if (o.pin_memory) at_path(ds, {"zero_optimization", block, "pin_memory"}) = *o.pin_memory;
-  }
-  set_size(ds, "reduce_bucket_size", o.reduce_bucket_size);
-  set_size(ds, "allgather_bucket_size", o.allgather_bucket_size);
-  set_size(ds, "stage3_prefetch_bucket_size", o.prefetch_bucket_size);
-  set_size(ds, "stage3_param_persistence_threshold", o.param_persistence_threshold);
-  set_size(ds, "stage3_max_live_parameters", o.max_live_parameters);
-  set_size(ds, "stage3_max_reuse_distance", o.max_reuse_distance);
-  set_size(ds, "sub_group_size", o.sub_group_size);
-  set_flag(ds, "overlap_comm", o.overlap_comm);
-  set_flag(ds, "contiguous_gradients", o.contiguous_gradients);
-  set_flag(ds, "reduce_scatter", o.reduce_scatter);
-}
-
-void apply_optimizer_flags(const PlanOptions& o, json& ds) {
-  if (o.optimizer) at_path(ds, {"optimizer", "type"}) = *o.optimizer;
-  if (o.momentum) at_path(ds, {"optimizer", "params", "momentum"}) = *o.momentum;
-}
-
 Model load_plan_model(const PlanOptions& o, Diagnostics& diagnostics) {
   Model model = o.hf_config ? model_from_hf_config(json_read::parse_json_file(*o.hf_config, "--hf-config"),
                                                    diagnostics, *o.hf_config)
@@ -99,27 +20,31 @@ Model load_plan_model(const PlanOptions& o, Diagnostics& diagnostics) {
   return model;
 }
 
+// The file (DeepSpeed or ColossalAI) with the flags on top, read by sim in one pass; without any
+// batch size in either, a micro-batch of 1.
 TrainingConfig load_plan_config(const PlanOptions& o, const Model& model, Diagnostics& diagnostics) {
-  json ds = json::object();
-  if (o.deepspeed_config) {
-    ds = json_read::parse_json_file(*o.deepspeed_config, "--deepspeed-config");
-    // A ColossalAI document is translated to DeepSpeed keys first so the same flags apply.
-    if (ds.is_object() && ds.contains("zero") && ds.at("zero").is_object() && ds.at("zero").contains("level")) {
-      ds = to_deepspeed_json(parse_colossalai_config(ds, diagnostics));
-    }
-  }
-  if (!ds.is_object()) throw InputError(*o.deepspeed_config, "the config must be a JSON object");
-  apply_zero_flags(o, ds);
-  apply_batch_flags(o, ds);
-  apply_precision_flag(o, ds);
-  apply_checkpointing_flags(o, ds);
-  apply_optimizer_flags(o, ds);
-  for (const auto& assignment : o.set) apply_override(ds, assignment);
+  json document = json::object();
+  if (o.deepspeed_config)
+    document = json_read::parse_json_file(*o.deepspeed_config, "--deepspeed-config");
+  if (!document.is_object())
+    throw InputError(*o.deepspeed_config, "the config must be a JSON object");
+  ConfigOverrides overrides = o;
+  overrides.micro_batch_if_unset = 1;
   std::optional<std::int64_t> hidden;
   if (model.shape) hidden = model.shape->hidden;
-  TrainingConfig config = parse_deepspeed_config(ds, diagnostics, hidden);
-  if (o.seq_len) config.seq_len = *o.seq_len;
-  return config;
+  return parse_training_config(document, diagnostics, hidden, overrides);
+}
+
+// A device or precision flag: CLI11 checks the name, sim reads it into its enum.
+template <typename Value>
+CLI::Option* add_named(CLI::App& app, const std::string& flags, const std::string& where,
+                       std::optional<Value>& target,
+                       Value (*parse)(const std::string&, const std::string&),
+                       const std::string& help, const std::vector<std::string>& names) {
+  const auto read = [&target, parse, where](const std::string& text) {
+    target = parse(text, where);
+  };
+  return app.add_option_function<std::string>(flags, read, help)->check(CLI::IsMember(names));
 }
 
 ScheduleOptions load_accounting(const PlanOptions& o) {
@@ -162,10 +87,14 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
   auto* zero = "DeepSpeed fields";
   app.add_option("-s,--stage", o.stage, "zero_optimization.stage (0 = plain data parallelism)")
       ->check(CLI::Range(0, 3))->group(zero);
-  app.add_option("--offload-optimizer", o.offload_optimizer, "zero_optimization.offload_optimizer.device: none|cpu|nvme")
-      ->check(CLI::IsMember({"none", "cpu", "nvme"}))->group(zero);
-  app.add_option("--offload-param", o.offload_param, "zero_optimization.offload_param.device: none|cpu|nvme (stage 3)")
-      ->check(CLI::IsMember({"none", "cpu", "nvme"}))->group(zero);
+  add_named(app, "--offload-optimizer", "--offload-optimizer", o.offload_optimizer,
+            parse_offload_device, "zero_optimization.offload_optimizer.device: none|cpu|nvme",
+            {"none", "cpu", "nvme"})
+      ->group(zero);
+  add_named(app, "--offload-param", "--offload-param", o.offload_param, parse_offload_device,
+            "zero_optimization.offload_param.device: none|cpu|nvme (stage 3)",
+            {"none", "cpu", "nvme"})
+      ->group(zero);
   app.add_option("--nvme-path", o.nvme_path, "nvme_path of both offload blocks")->group(zero);
   app.add_option("--pin-memory", o.pin_memory, "pin_memory of both offload blocks (true|false)")->group(zero);
   app.add_option("-b,--micro-batch", o.micro_batch,
@@ -176,8 +105,10 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
       ->check(CLI::PositiveNumber)->group(zero);
   app.add_option("--seq-len", o.seq_len, "Sequence length (default: the model's maximum)")
       ->check(CLI::PositiveNumber)->group(zero);
-  app.add_option("-p,--precision", o.precision, "fp32|fp16|bf16 (sets the fp16/bf16 blocks; DeepSpeed's default is fp32)")
-      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))->group(zero);
+  add_named(app, "-p,--precision", "--precision", o.precision, parse_precision,
+            "fp32|fp16|bf16 (sets the fp16/bf16 blocks; DeepSpeed's default is fp32)",
+            {"fp32", "fp16", "bf16"})
+      ->group(zero);
   app.add_option("--optimizer", o.optimizer, "optimizer.type: adam|adamw|sgd")->group(zero);
   app.add_option("--momentum", o.momentum, "optimizer.params.momentum (SGD)")->group(zero);
   app.add_option("--activation-checkpointing", o.activation_checkpointing,

@@ -13,17 +13,6 @@ std::string precision_label(const TrainingConfig& config) {
   return to_string(config.precision.precision);
 }
 
-std::string stage_label(const TrainingConfig& config) {
-  std::string label = config.zero.stage == 0 ? "DP (stage 0)" : "ZeRO-" + std::to_string(config.zero.stage);
-  if (config.zero.stage >= 1 && config.zero.offload_optimizer.device != OffloadDevice::None) {
-    label += ", optimizer offload " + std::string(to_string(config.zero.offload_optimizer.device));
-  }
-  if (config.zero.stage == 3 && config.zero.offload_param.device != OffloadDevice::None) {
-    label += ", param offload " + std::string(to_string(config.zero.offload_param.device));
-  }
-  return label;
-}
-
 void print_memory(std::ostream& out, const Plan& plan, SizeUnit unit) {
   out << "Memory at the peak of one step (" << unit_name(unit)
       << (unit == SizeUnit::GB ? " = 1e9 bytes" : " = 2^30 bytes")
@@ -101,8 +90,9 @@ std::string describe_setup(const Plan& plan) {
                      cluster.gpu.name + " (" + std::to_string(cluster.nodes) + " node" +
                      (cluster.nodes > 1 ? "s" : "") + " x " + std::to_string(cluster.node.gpus_per_node) +
                      ")\n";
-  text += stage_label(r.config) + ", " + precision_label(r.config) + ", " + to_string(r.config.optimizer.type) +
-          "; micro-batch " + std::to_string(plan.batch.micro_batch_per_gpu) + " x seq " +
+  text += r.config.zero.description() + ", " + precision_label(r.config) + ", " +
+          to_string(r.config.optimizer.type) + "; micro-batch " +
+          std::to_string(plan.batch.micro_batch_per_gpu) + " x seq " +
           std::to_string(plan.seq_len) + ", gradient accumulation " +
           std::to_string(plan.batch.gradient_accumulation_steps) + ", global batch " +
           std::to_string(plan.batch.train_batch_size) + "; activation checkpointing " +

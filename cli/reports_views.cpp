@@ -87,8 +87,10 @@ void print_deepspeed_estimates(std::ostream& out, const PlanRequest& base, SizeU
       const Variant variant{"", stage, row.offload_optimizer, row.offload_param};
       const Plan states = plan_for(base, variant, true);
       const Plan full = plan_for(base, variant, false);
-      std::string label = "ZeRO-" + std::to_string(stage) + " opt:" + to_string(row.offload_optimizer);
-      if (stage == 3) label += " param:" + std::string(to_string(row.offload_param)) + " zero_init=" + (row.zero_init ? "1" : "0");
+      std::string label = ZeroStage{stage}.name() + " opt:" + to_string(row.offload_optimizer);
+      if (ZeroStage{stage}.partitions_parameters())
+        label += " param:" + std::string(to_string(row.offload_param)) +
+                 " zero_init=" + (row.zero_init ? "1" : "0");
       table.add_row({label, format_size_value(row.cpu_bytes, SizeUnit::GiB), format_size_value(row.gpu_bytes, SizeUnit::GiB),
                      size(states.device(Device::Gpu).peak, unit), size(full.device(Device::Gpu).peak, unit),
                      size(full.device(Device::Cpu).peak, unit)});

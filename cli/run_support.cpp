@@ -8,37 +8,12 @@
 #include "cli/app.hpp"
 #include "cli/commands.hpp"
 #include "sim/error.hpp"
-#ifdef ZEROLENS_WITH_CUDA
-#include "exec/cuda/gpt2_cuda_model.hpp"
-#include "exec/cuda/nccl_communicator.hpp"
-#endif
+#include "sim/units.hpp"
 
 namespace zerolens::cli {
 namespace {
 
 constexpr double kRunReduceBucket = 5e5;  // elements
-// The cuBLAS workspace the CUDA model allocates (kernels::cuda::BlasHandles), in GiB.
-constexpr double kCudaWorkspaceGib = 32.0 / 1024.0;
-
-#ifdef ZEROLENS_WITH_CUDA
-exec::Communicator& gpu_communicator(RunFlags& flags) {
-  static std::unique_ptr<exec::DeviceCommunicator> communicator;
-  if (!communicator) {
-    try {
-      communicator = exec::make_gpu_communicator();
-    } catch (const exec::NoCudaDevice& error) {
-      throw InputError("--device cuda", error.what());
-    }
-  }
-  flags.training.make_model = [](const Model& model, const exec::Gpt2Options& options,
-                                 exec::MemoryLedger& ledger) -> std::unique_ptr<exec::LayerModel> {
-    return std::make_unique<exec::CudaGpt2Model>(model, options, ledger);
-  };
-  flags.backend = "CUDA device backend (GPU " + std::to_string(communicator->cuda_device()) + "), " +
-                  communicator->backend_name() + " collectives";
-  return *communicator;
-}
-#endif
 
 }  // namespace
 
@@ -64,19 +39,24 @@ void add_run_options(CLI::App& command, RunFlags& flags) {
   command.add_option("--resume", flags.training.resume_from,
                      "Resume from a checkpoint directory (saved by any number of ranks; --steps counts from step 0)")
       ->group(group);
-  command.add_option("--device", flags.device,
-                     "Where to train: cpu (the CPU backend, MPI) or cuda (each rank's GPU, NCCL; CUDA builds)")
-      ->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}))->group(group);
+  command
+      .add_option(
+          "--device", flags.device,
+          "Where to train: cpu (the CPU backend, MPI) or cuda (each rank's GPU, NCCL; CUDA builds)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(exec::backend_names()))
+      ->group(group);
   command.add_option("--inject-fault", flags.inject_fault,
                      "Testing: die:RANK:STEP makes that rank exit abruptly after that step (the others must stop)")
       ->group(group);
 }
 
-Plan make_run_plan(const RunFlags& flags, const exec::Communicator& comm, Diagnostics& diagnostics) {
+Plan make_run_plan(const RunFlags& flags, const exec::Backend& backend, Diagnostics& diagnostics) {
   PlanOptions options = flags.plan;
-  if (!options.gpus) options.gpus = comm.size();
+  if (!options.gpus) options.gpus = backend.communicator().size();
   if (!options.cuda_context_gib) options.cuda_context_gib = 0;
-  if (!options.workspace_gib) options.workspace_gib = flags.device == "cuda" ? kCudaWorkspaceGib : 0;
+  if (!options.workspace_gib)
+    options.workspace_gib = double(backend.library_workspace_bytes()) / double(kBytesPerGiB);
   if (!options.fragmentation) options.fragmentation = 0;
   // DeepSpeed allocates whole reduce buckets (5e8 elements by default: 2 GB in fp32) however small
   // the model; without a config file, run-sized buckets keep a laptop run small.
@@ -90,29 +70,8 @@ Plan make_run_plan(const RunFlags& flags, const exec::Communicator& comm, Diagno
     request.model.source = source;
   }
   Plan plan = make_plan(std::move(request));
-  if (flags.device == "cuda") {
-    plan.notes.push_back("the executor trains without dropout on the CUDA device backend: the plan counts its 32 MiB "
-                         "cuBLAS workspace, not the CUDA context or NCCL's buffers (outside the ledger) nor "
-                         "allocator fragmentation (one cudaMalloc per buffer), unless given");
-  } else {
-    plan.notes.push_back("the executor trains without dropout and runs on the CPU device backend (no CUDA context, "
-                         "workspaces or allocator fragmentation unless given)");
-  }
+  plan.notes.push_back(backend.plan_note());
   return plan;
-}
-
-exec::Communicator& world_communicator() {
-  static const std::unique_ptr<exec::Communicator> communicator = exec::make_mpi_communicator();
-  return *communicator;
-}
-
-exec::Communicator& run_communicator(RunFlags& flags) {
-  if (flags.device == "cpu") return world_communicator();
-#ifdef ZEROLENS_WITH_CUDA
-  return gpu_communicator(flags);
-#else
-  throw InputError("--device cuda", "this build has no CUDA support");
-#endif
 }
 
 namespace {
@@ -136,12 +95,16 @@ Fault parse_fault(const std::string& text) {
 
 }  // namespace
 
-exec::TrainingResult run_steps(const Plan& plan, exec::Communicator& comm, const RunFlags& flags, std::ostream& out) {
+exec::TrainingResult run_steps(const Plan& plan, exec::Backend& backend, const RunFlags& flags,
+                               std::ostream& out) {
+  exec::Communicator& comm = backend.communicator();
+  exec::TrainingOptions training = flags.training;
+  training.make_model = backend.model_factory();
   const bool speak = comm.rank() == 0 && flags.log_every > 0;
   const Fault fault = parse_fault(flags.inject_fault);
   const bool fp16 = plan.request.config.precision.precision == Precision::Fp16;
   if (speak) out << "  step        loss   grad norm    time (ms)" << (fp16 ? "   loss scale" : "") << '\n';
-  return exec::train_gpt2(plan, comm, flags.training, [&](const exec::StepRecord& s) {
+  return exec::train_gpt2(plan, comm, training, [&](const exec::StepRecord& s) {
     if (comm.rank() == fault.rank && s.step + 1 == fault.step) {
       std::fprintf(stderr, "zerolens: injected fault: rank %d exits after step %lld\n", fault.rank, (long long)fault.step);
       std::_Exit(kExitInternal);

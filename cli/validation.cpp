@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 
 #include "sim/error.hpp"
 
@@ -32,10 +33,11 @@ Bytes driver_side_overhead(const CategoryBytes& predicted_highs,
 // Per device: the peak of the schedule's memory (held), the measured peak with driver-side overhead
 // (shown), and the highest each category reaches (model states held to their tolerance,
 // activations, buffers and overhead shown for information). Both sides are per rank.
-void memory_checks(const Plan& plan, const Measurement& measured, const Tolerances& tolerances,
-                   std::vector<Check>& checks) {
-  const MemoryTimeline predicted = replay_memory(plan.schedule, false);
-  const auto highs = category_highs(plan.schedule);
+void memory_checks(const MemoryTimeline& predicted, const Measurement& measured,
+                   const Tolerances& tolerances, std::vector<Check>& checks) {
+  if (predicted.states.empty())
+    throw std::logic_error("compare_with_prediction needs the memory states");
+  const auto highs = category_highs(predicted);
   for (int d = 0; d < kDeviceCount; ++d) {
     const DevicePeak& device = predicted.devices[std::size_t(d)];
     const std::string name = to_string(Device(d));
@@ -138,14 +140,14 @@ Measurement measurement_of(const Trace& measured) {
           .step_seconds = s.step_time};
 }
 
-std::vector<Check> compare_with_plan(const Plan& plan, const Measurement& measured, const Timeline& predicted,
-                                     const Tolerances& tolerances) {
+std::vector<Check> compare_with_prediction(const Prediction& predicted, const Measurement& measured,
+                                           const Tolerances& tolerances) {
   std::vector<Check> checks;
-  memory_checks(plan, measured, tolerances, checks);
-  collective_checks(plan, measured, tolerances, checks);
-  link_checks(plan, measured, tolerances, checks);
-  checks.push_back(
-      {"step time", Figure::Time, Unit::Seconds, predicted.step_time, measured.step_seconds, tolerances.step_time});
+  memory_checks(predicted.memory, measured, tolerances, checks);
+  collective_checks(predicted.plan, measured, tolerances, checks);
+  link_checks(predicted.plan, measured, tolerances, checks);
+  checks.push_back({"step time", Figure::Time, Unit::Seconds, predicted.timeline.step_time,
+                    measured.step_seconds, tolerances.step_time});
   return checks;
 }
 

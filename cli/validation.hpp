@@ -8,9 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/plan.hpp"
-#include "sim/timeline.hpp"
-#include "sim/trace.hpp"
+#include "sim/prediction.hpp"
 
 namespace zerolens::cli {
 
@@ -51,7 +49,8 @@ struct Measurement {
 // InputError naming the key when the trace lacks one.
 Measurement measurement_of(const Trace& measured);
 
-std::vector<Check> compare_with_plan(const Plan& plan, const Measurement& measured, const Timeline& predicted,
-                                     const Tolerances& tolerances);
+// The prediction needs the timeline and the memory states (PredictionOptions::memory_states).
+std::vector<Check> compare_with_prediction(const Prediction& predicted, const Measurement& measured,
+                                           const Tolerances& tolerances);
 
 }  // namespace zerolens::cli

@@ -5,8 +5,9 @@
 
 #include "exec/checkpoint.hpp"
 #include "exec/gpt2_model.hpp"
-#include "sim/error.hpp"
 #include "exec/zero_engine.hpp"
+#include "sim/error.hpp"
+#include "sim/timeline.hpp"
 
 namespace zerolens::exec {
 namespace {
@@ -112,13 +113,11 @@ Trace measured_trace(const Plan& plan, const TrainingResult& result) {
   for (const OpRecord& op : result.last_step_ops) timeline.ops.push_back({.start = op.start, .duration = op.duration});
   Trace trace = make_trace(plan, timeline, 1);
   trace.source = "exec";
-  const ScheduleContext& c = plan.schedule.context;
   const double step_time = result.steps.empty() ? 0 : result.steps.back().seconds;
-  const double tokens = double(c.micro_batch * c.seq_len * c.grad_accumulation * c.dp_size);
-  const double model_flops = 3 * plan.request.model.forward_flops_per_step(c.micro_batch * c.grad_accumulation, c.seq_len);
+  const StepRates rates = step_rates(plan.schedule, step_time);  // as the timeline counts them
   trace.summary = {.step_time = step_time,
-                   .tokens_per_second = step_time > 0 ? tokens / step_time : 0,
-                   .model_flops_per_gpu = step_time > 0 ? model_flops / step_time : 0,
+                   .tokens_per_second = rates.tokens_per_second,
+                   .model_flops_per_gpu = rates.model_flops_per_gpu,
                    .mfu = 0,  // no peak FLOP/s is known for the CPU device backend
                    .exposed_communication = 0,
                    .peak = result.peak};

@@ -24,7 +24,7 @@ CheckpointMeta ZeroEngine::checkpoint_meta() const {
   meta.tensors = tensors_of(s.model);
   meta.step = s.optimizer.step();
   meta.dp_size = s.dp;
-  meta.stage = s.stage;
+  meta.stage = s.stage.number;
   meta.optimizer = to_string(s.plan.request.config.optimizer.type);
   meta.optimizer_states = int(s.optimizer.state_per_element());
   meta.loss_scale = s.scaler.scale();
@@ -91,8 +91,9 @@ RankShard ZeroEngine::State::checkpoint_shard() const {
 void ZeroEngine::State::restore(const FullState& state) {
   for (std::size_t t = 0; t < layout.tensor_numel.size(); ++t) {
     const std::vector<float>& whole = state.master[t];
-    if (stage < 3 || layout.tensor_persistent[t]) full_[t].view(0, whole.size()).write(whole);
-    if (stage < 3) continue;
+    if (!stage.partitions_parameters() || layout.tensor_persistent[t])
+      full_[t].view(0, whole.size()).write(whole);
+    if (!stage.partitions_parameters()) continue;
     const auto partition = std::size_t(layout.tensor_partition[t]);
     const std::size_t first = std::min(whole.size(), std::size_t(rank) * partition);
     const std::size_t count = std::min(whole.size(), first + partition) - first;

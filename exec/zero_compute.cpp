@@ -30,8 +30,9 @@ void ZeroEngine::State::run_op(const Op& op) {
     case OpKind::Recompute: return net.recompute(std::size_t(op.layer), layer_params(owner_of(std::size_t(op.layer))).views);
     case OpKind::Backward: return backward(op);
     case OpKind::AllGather:
-      if (stage == 3 && op.layer >= 0) return gather_layer(std::size_t(op.layer));
-      if (stage == 3) return gather_persistent();
+      if (stage.partitions_parameters() && op.layer >= 0)
+        return gather_layer(std::size_t(op.layer));
+      if (stage.partitions_parameters()) return gather_persistent();
       return gather_updated_shard(op);
     case OpKind::Release: return release_layer(std::size_t(op.layer));
     case OpKind::ReduceScatter:

@@ -15,7 +15,8 @@ void LayerGrads::commit() {
 // is reduced (the schedule's UnreducedGrads). 16-bit gradients are accumulated through an fp32
 // copy of the layer's (rounded back by commit(), as a 16-bit gradient accumulates).
 LayerGrads ZeroEngine::State::layer_grads(std::size_t owner) {
-  const Component component = stage <= 1 ? Component::GradsFull : Component::UnreducedGrads;
+  const Component component =
+      stage.reduces_at_boundary() ? Component::GradsFull : Component::UnreducedGrads;
   LayerGrads grads;
   const auto [first, last] = tensors_of_layer(owner);
   Elements total = 0;
@@ -75,7 +76,7 @@ void ZeroEngine::State::follow_reduce_buffer(const Op& op, bool allocations) {
 void ZeroEngine::State::reduce_bucket(const Op& op) {
   const Bucket& bucket = schedule.buckets.at(std::size_t(op.bucket));
   const auto tensors = schedule.tensors_of(bucket);
-  if (stage == 3) {
+  if (stage.partitions_parameters()) {
     reduce_bucket_stage3(tensors);
   } else {
     reduce_bucket_flat(op, {tensors.begin(), tensors.end()});
@@ -125,8 +126,8 @@ void ZeroEngine::State::reduce_bucket_flat(const Op& op, std::vector<std::int32_
   // Stage 2 reduces a gradient larger than the reduce buffer where autograd put it, as DeepSpeed
   // does (stage_1_and_2.py reduce_ipg_grads: extra_large_param_to_reduce), and as the schedule
   // plans it: no flattened copy.
-  const bool in_place =
-      stage == 2 && tensors.size() == 1 && reduce_buffer_.size() < std::size_t(last - first);
+  const bool in_place = stage.partitions_gradients_not_parameters() && tensors.size() == 1 &&
+                        reduce_buffer_.size() < std::size_t(last - first);
   const Numbers bucket = in_place ? grads_[std::size_t(tensors.front())].view()
                                   : staging(std::size_t(last - first), transient);
   const auto in_bucket = [&](std::int32_t t) {
@@ -136,7 +137,7 @@ void ZeroEngine::State::reduce_bucket_flat(const Op& op, std::vector<std::int32_
     for (const auto t : tensors) in_bucket(t).copy_from(grads_[std::size_t(t)].view());
   }
   const float average = 1.0f / float(dp);
-  if (stage == 0) {
+  if (!stage.partitions_optimizer_states()) {
     all_reduce_sum(comm, bucket);
     for (const auto t : tensors) {
       grads_[std::size_t(t)].view().fill_zero();
@@ -144,13 +145,14 @@ void ZeroEngine::State::reduce_bucket_flat(const Op& op, std::vector<std::int32_
     }
     return;
   }
-  if (stage == 2 && optimizer_device == Device::Gpu) ensure_grad_partition();
+  if (stage.partitions_gradients_not_parameters() && optimizer_device == Device::Gpu)
+    ensure_grad_partition();
   const Elements partition = layout.flat_partition;
   const Elements mine_begin = std::max(first, rank * partition);
   const Elements mine = std::max<Elements>(0, std::min(last, (rank + 1) * partition) - mine_begin);
   // The bucket's gradients are in the staging copy now; stage 1 frees them before keeping its part
   // (the schedule's order: the same bytes change category).
-  if (stage == 1) {
+  if (stage.partitions_only_optimizer_states()) {
     for (const auto t : tensors) grads_[std::size_t(t)].reset();
   }
   const Numbers reduced = reduce_flat(op, bucket, first, last);
@@ -189,8 +191,10 @@ void ZeroEngine::State::keep_reduced(Numbers reduced, std::vector<OwnedRun> runs
   const float average = 1.0f / float(dp);
   std::size_t read = 0;
   for (const OwnedRun& run : runs) {
-    const Numbers target = stage == 1 ? new_grad_chunk(run.owned_offset, run.length)
-                                      : grad_part_.view(std::size_t(run.owned_offset), std::size_t(run.length));
+    const Numbers target =
+        stage.partitions_only_optimizer_states()
+            ? new_grad_chunk(run.owned_offset, run.length)
+            : grad_part_.view(std::size_t(run.owned_offset), std::size_t(run.length));
     target.add_scaled(reduced.sub(read, std::size_t(run.length)), average);
     read += std::size_t(run.length);
   }
@@ -211,8 +215,10 @@ Numbers ZeroEngine::State::owned_grads(const OwnedSegment& segment) {
   if (host_optimizer()) {
     return Numbers(host_grads_.span().subspan(std::size_t(segment.owned_offset), length));
   }
-  if (stage == 0) return grads_[std::size_t(segment.tensor)].view(std::size_t(segment.begin), length);
-  if (stage != 1) return grad_part_.view(std::size_t(segment.owned_offset), length);
+  if (!stage.partitions_optimizer_states())
+    return grads_[std::size_t(segment.tensor)].view(std::size_t(segment.begin), length);
+  if (!stage.partitions_only_optimizer_states())
+    return grad_part_.view(std::size_t(segment.owned_offset), length);
   for (auto& chunk : grad_chunks_) {
     const Elements offset = segment.owned_offset - chunk.begin;
     if (offset >= 0 && offset < Elements(chunk.values.size())) return chunk.values.view(std::size_t(offset), length);
@@ -223,13 +229,13 @@ Numbers ZeroEngine::State::owned_grads(const OwnedSegment& segment) {
 // After the update (or a skipped one): gradients are dropped (set_to_none); stage 3's device
 // partition and the host partition are reused.
 void ZeroEngine::State::free_step_gradients() {
-  if (stage == 0) {
+  if (!stage.partitions_optimizer_states()) {
     for (auto& grad : grads_) grad.reset();
-  } else if (stage <= 2) {
+  } else if (stage.uses_flat_partition()) {
     grad_part_.reset();
     grad_chunks_.clear();
   }
-  if (stage == 3 && grad_part_.size() > 0) grad_part_.view().fill_zero();
+  if (stage.partitions_parameters() && grad_part_.size() > 0) grad_part_.view().fill_zero();
   std::fill(host_grads_.data(), host_grads_.data() + host_grads_.size(), 0.0f);
   shard_offset_ = 0;
 }

@@ -46,7 +46,7 @@ void ZeroEngine::State::stage_layer_partition(std::size_t owner) {
 void ZeroEngine::State::write_back_params() {
   if (!has_master) throw std::logic_error("schedule error: parameters copied back from a host optimizer without a master");
   const bool written = optimizer_device == Device::Nvme;
-  if (stage == 3) {
+  if (stage.partitions_parameters()) {
     for (std::size_t t = 0; t < part_.size(); ++t) {
       if (!written) part_[t].view().copy_from(master_.view(std::size_t(partition_offset_[t]), part_[t].size()));
       copied.pcie_h2d += part_[t].bytes();

@@ -17,8 +17,8 @@ bool plans_master(const Schedule& schedule) {
 
 }  // namespace
 
-ZeroEngine::State::State(const Plan& plan_, Communicator& comm_, LayerModel& net_, MemoryLedger& ledger_,
-                         const EngineOptions& options_)
+ZeroEngine::State::State(const Plan& plan_, Communicator& comm_, LayerModel& net_,
+                         MemoryLedger& ledger_, const EngineOptions& options_)
     : plan(plan_),
       schedule(plan_.schedule),
       model(plan_.request.model),
@@ -29,11 +29,12 @@ ZeroEngine::State::State(const Plan& plan_, Communicator& comm_, LayerModel& net
       optimizer(plan_.request.config.optimizer),
       scaler(plan_.request.config.precision),
       options(options_),
-      stage(plan_.schedule.context.stage),
+      stage(plan_.schedule.context.zero_stage()),
       dp(plan_.schedule.context.dp_size),
       rank(comm_.rank()),
       param_format(format_of(plan_.request.config.precision.precision)),
-      grad_format(plan_.request.config.precision.grad_bytes() == 4 ? NumberFormat::Fp32 : param_format),
+      grad_format(plan_.request.config.precision.grad_bytes() == 4 ? NumberFormat::Fp32
+                                                                   : param_format),
       mixed(plan_.request.config.precision.mixed()),
       has_master(plans_master(plan_.schedule)),
       optimizer_device(device_of(plan_.schedule.context.optimizer_device)),
@@ -74,7 +75,7 @@ void ZeroEngine::State::allocate_optimizer_state() {
   if (states >= 2) second_state_ = state();
   if (host_optimizer()) {
     host_grads_ = {ledger, Device::Cpu, Component::GradsPartition, owned_elements};
-  } else if (stage == 3) {
+  } else if (stage.partitions_parameters()) {
     grad_part_ = {ledger, Device::Gpu, Component::GradsPartition, grad_format, owned_elements};
   }
 }
@@ -93,7 +94,7 @@ void ZeroEngine::State::init_parameters() {
     const auto numel = std::size_t(layout.tensor_numel[t]);
     std::vector<float> whole(numel);
     net.init_tensor(std::int32_t(t), whole);
-    if (stage < 3) {
+    if (!stage.partitions_parameters()) {
       full_[t] = {ledger, Device::Gpu, Component::ParamsFull, param_format, numel};
       full_[t].view().write(whole);
     } else {
@@ -126,12 +127,12 @@ void ZeroEngine::State::build_segments() {
   for (std::size_t t = 0; t < tensors; ++t) {
     const Elements numel = layout.tensor_numel[t];
     Elements begin = 0, end = numel, owned_offset = flat_offset_[t];
-    if (stage == 3) {
+    if (stage.partitions_parameters()) {
       const Elements partition = layout.tensor_partition[t];
       begin = std::min(numel, rank * partition);
       end = std::min(numel, begin + partition);
       owned_offset = partition_offset_[t];
-    } else if (stage >= 1) {
+    } else if (stage.partitions_optimizer_states()) {
       const Elements first = rank * layout.flat_partition, last = first + layout.flat_partition;
       begin = std::clamp(first - flat_offset_[t], Elements(0), numel);
       end = std::clamp(last - flat_offset_[t], Elements(0), numel);
@@ -145,7 +146,8 @@ void ZeroEngine::State::build_segments() {
 // rank's partition (stage 3, on the host with parameter offload).
 Numbers ZeroEngine::State::device_params(const OwnedSegment& segment) {
   const auto t = std::size_t(segment.tensor);
-  if (stage < 3) return full_[t].view(std::size_t(segment.begin), std::size_t(segment.length));
+  if (!stage.partitions_parameters())
+    return full_[t].view(std::size_t(segment.begin), std::size_t(segment.length));
   const Elements first = segment.begin - rank * layout.tensor_partition[t];
   return part_[t].view(std::size_t(first), std::size_t(segment.length));
 }
@@ -281,7 +283,7 @@ std::vector<float> ZeroEngine::State::full_parameters() {
   for (std::size_t t = 0; t < layout.tensor_numel.size(); ++t) {
     const auto numel = std::size_t(layout.tensor_numel[t]);
     std::vector<float> whole(numel);
-    if (stage < 3 || layout.tensor_persistent[t]) {
+    if (!stage.partitions_parameters() || layout.tensor_persistent[t]) {
       full_[t].read(0, whole);
     } else {
       const auto partition = std::size_t(layout.tensor_partition[t]);

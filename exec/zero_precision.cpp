@@ -49,7 +49,8 @@ float ZeroEngine::State::update_factor() const {
 }
 
 void ZeroEngine::State::optimizer_step() {
-  if (stage == 0) {  // whole gradients, identical on every rank: no collective for either check
+  if (!stage.partitions_optimizer_states()) {  // whole gradients, identical on every rank: no
+                                               // collective for either check
     if (plan.request.config.precision.precision == Precision::Fp16) overflow_ = local_overflow();
     double squares = 0;
     for (const OwnedSegment& segment : segments_) squares += owned_grads(segment).sum_of_squares();

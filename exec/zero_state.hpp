@@ -100,7 +100,8 @@ struct ZeroEngine::State {
   Optimizer optimizer;
   LossScaler scaler;
   EngineOptions options;
-  int stage = 0, dp = 1, rank = 0;
+  ZeroStage stage;  // what this stage partitions (sim/zero_stage.hpp)
+  int dp = 1, rank = 0;
   NumberFormat param_format = NumberFormat::Fp32, grad_format = NumberFormat::Fp32;
   bool mixed = false;       // 16-bit parameters and gradients
   bool has_master = false;  // an fp32 master partition besides the parameters: mixed precision, or

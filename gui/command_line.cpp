@@ -82,26 +82,29 @@ void apply_sources(const QCommandLineParser& p, Settings& s, Diagnostics& d) {
   if (p.isSet("deepspeed-config")) load_deepspeed_file(s, text(p, "deepspeed-config"), d);
 }
 
+// The config flags, as the panel's edits (one application: a stage given with an offload keeps
+// it, a stage alone clears the offloads it does not allow).
+ConfigOverrides config_edits(const QCommandLineParser& p) {
+  ConfigOverrides edits;
+  if (p.isSet("stage")) edits.stage = int(integer(p, "stage", 0, 3));
+  if (p.isSet("offload-optimizer"))
+    edits.offload_optimizer =
+        parse_offload_device(text(p, "offload-optimizer"), "--offload-optimizer");
+  if (p.isSet("offload-param"))
+    edits.offload_param = parse_offload_device(text(p, "offload-param"), "--offload-param");
+  if (p.isSet("precision")) edits.precision = parse_precision(text(p, "precision"), "--precision");
+  if (p.isSet("micro-batch")) edits.micro_batch = integer(p, "micro-batch", 1, 1 << 30);
+  if (p.isSet("grad-accum")) edits.grad_accum = integer(p, "grad-accum", 1, 1 << 20);
+  if (p.isSet("seq-len")) edits.seq_len = integer(p, "seq-len", 1, std::int64_t(1) << 24);
+  if (p.isSet("activation-checkpointing"))
+    edits.activation_checkpointing = boolean(p, "activation-checkpointing");
+  return edits;
+}
+
 void apply_fields(const QCommandLineParser& p, Settings& s) {
   if (p.isSet("gpus")) s.gpus = int(integer(p, "gpus", 1, 10'000'000));
   if (p.isSet("gpus-per-node")) s.gpus_per_node = int(integer(p, "gpus-per-node", 1, 1024));
-  if (p.isSet("stage")) set_stage(s, int(integer(p, "stage", 0, 3)));
-  OffloadDevice optimizer = s.config.zero.offload_optimizer.device,
-                param = s.config.zero.offload_param.device;
-  if (p.isSet("offload-optimizer"))
-    optimizer = parse_offload_device(text(p, "offload-optimizer"), "--offload-optimizer");
-  if (p.isSet("offload-param"))
-    param = parse_offload_device(text(p, "offload-param"), "--offload-param");
-  set_offload(s, optimizer, param);
-  if (p.isSet("precision")) set_precision(s, parse_precision(text(p, "precision"), "--precision"));
-  if (p.isSet("micro-batch")) set_micro_batch(s, integer(p, "micro-batch", 1, 1 << 30));
-  if (p.isSet("grad-accum")) {
-    s.config.batch.gradient_accumulation_steps = integer(p, "grad-accum", 1, 1 << 20);
-    s.config.batch.train_batch_size.reset();
-  }
-  if (p.isSet("seq-len")) set_seq_len(s, integer(p, "seq-len", 1, std::int64_t(1) << 24));
-  if (p.isSet("activation-checkpointing"))
-    set_checkpointing(s, boolean(p, "activation-checkpointing"));
+  apply_edits(s, config_edits(p));
 }
 
 void read_view_options(const QCommandLineParser& p, CommandLine& line) {

@@ -64,8 +64,8 @@ Settings read_gui_config(const json& document, Diagnostics& diagnostics) {
     s.gpus_per_node = int(as_int(*per_node, "gpus_per_node", 0, 1024));
   std::optional<std::int64_t> hidden;
   if (s.model.shape) hidden = s.model.shape->hidden;
-  s.config = parse_deepspeed_config(as_object(required(document, "deepspeed"), "deepspeed"),
-                                    diagnostics, hidden);
+  s.config = parse_training_config(as_object(required(document, "deepspeed"), "deepspeed"),
+                                   diagnostics, hidden);
   if (const json* seq = member(document, "seq_len"))
     s.config.seq_len = as_int(*seq, "seq_len", 1, std::int64_t(1) << 24);
   return s;

@@ -246,9 +246,9 @@ void ConfigPanel::show_settings() {
   const ZeroConfig& zero = s.config.zero;
   stage_->setCurrentIndex(zero.stage);
   offload_optimizer_->setCurrentIndex(int(zero.offload_optimizer.device));
-  offload_optimizer_->setEnabled(zero.stage >= 1);
+  offload_optimizer_->setEnabled(zero.offload_allowed(OffloadKind::Optimizer));
   offload_param_->setCurrentIndex(int(zero.offload_param.device));
-  offload_param_->setEnabled(zero.stage == 3);
+  offload_param_->setEnabled(zero.offload_allowed(OffloadKind::Param));
   precision_->setCurrentIndex(int(s.config.precision.precision));
   micro_batch_->setValue(int(micro_batch_of(s)));
   seq_len_->setValue(int(s.config.seq_len.value_or(0)));

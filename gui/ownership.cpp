@@ -2,34 +2,14 @@
 
 namespace zerolens::gui {
 
-Ownership ownership_of(Component component) {
-  switch (component) {
-    case Component::ParamsPartition:
-    case Component::GradsPartition:
-    case Component::MasterPartition:
-    case Component::OptimizerStatePartition:
-    case Component::Fp32GradCast:
-      return Ownership::Own;
-    case Component::ParamsFull:
-    case Component::ParamsPersistent:
-    case Component::GradsFull:
-    case Component::GatheredParams:
-    case Component::UnreducedGrads:
-    case Component::ReduceBucket:
-      return Ownership::EveryRank;
-    default:
-      return Ownership::None;
-  }
-}
-
 std::vector<Slice> slices_of(Component component, Bytes bytes, int rank, int dp_size,
                              int max_owners) {
-  switch (ownership_of(component)) {
-    case Ownership::Own:
+  switch (sharing_of(component)) {
+    case Sharing::Partitioned:
       return {{rank, bytes}};
-    case Ownership::None:
+    case Sharing::Unshared:
       return {{kNoOwner, bytes}};
-    case Ownership::EveryRank:
+    case Sharing::Replicated:
       break;
   }
   const Bytes share = bytes / dp_size;

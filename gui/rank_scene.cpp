@@ -173,7 +173,7 @@ void decorate_region(Drawing& dr, const QRectF& region, Component component, boo
   if (category_of(component) == Category::Buffers) {
     dr.scene.addRect(region, Qt::NoPen, QBrush(QColor(255, 255, 255, 120), Qt::BDiagPattern));
   }
-  if (ownership_of(component) != Ownership::None) {
+  if (sharing_of(component) != Sharing::Unshared) {
     dr.scene.addRect(QRectF(region.left(), region.top(), 5, region.height()), Qt::NoPen,
                      QBrush(category_colour(category_of(component))));
   }
@@ -289,9 +289,7 @@ std::string run_title(const Plan& plan) {
   std::string title = plan.request.model.name + " (" +
                       format_count(double(plan.request.model.parameter_count())) +
                       " parameters) on " + std::to_string(c.dp_size) + " x " +
-                      plan.request.cluster.gpu.name + ", " +
-                      (c.stage == 0 ? std::string("plain data parallelism (ZeRO stage 0)")
-                                    : "ZeRO stage " + std::to_string(c.stage));
+                      plan.request.cluster.gpu.name + ", " + c.zero_stage().description();
   if (c.optimizer_device != OffloadDevice::None)
     title += ", optimizer on " + std::string(to_string(c.optimizer_device));
   if (c.param_device != OffloadDevice::None)

@@ -8,13 +8,15 @@
 namespace zerolens::gui {
 
 std::unique_ptr<Planned> plan_settings(const Settings& settings) {
+  PlanRequest request = make_request(settings);
+  const int ranks = std::min(request.dp_size, kPredictedTraceRanks);
+  Prediction prediction =
+      predict(std::move(request), {.trace_ranks = ranks, .memory_states = true});
   auto planned = std::make_unique<Planned>();
-  planned->plan = make_plan(make_request(settings));
-  planned->timeline =
-      simulate_timeline(planned->plan.schedule, planned->plan.request.cluster, TimelineOptions{});
-  const int ranks = std::min(planned->plan.schedule.context.dp_size, kPredictedTraceRanks);
-  planned->predicted = make_trace(planned->plan, planned->timeline, ranks);
-  planned->states = replay_memory_components(planned->plan.schedule);
+  planned->plan = std::move(prediction.plan);
+  planned->timeline = std::move(prediction.timeline);
+  planned->predicted = std::move(prediction.trace);
+  planned->states = std::move(prediction.memory.states);
   return planned;
 }
 

@@ -10,8 +10,7 @@
 #include <vector>
 
 #include "gui/settings.hpp"
-#include "sim/timeline.hpp"
-#include "sim/trace.hpp"
+#include "sim/prediction.hpp"
 
 namespace zerolens::gui {
 
@@ -22,7 +21,7 @@ struct Planned {
   Plan plan;
   Timeline timeline;
   Trace predicted;                           // make_trace of min(dp, kPredictedTraceRanks) ranks
-  std::vector<DeviceComponentBytes> states;  // replay_memory_components: before op 0, after each op
+  std::vector<DeviceComponentBytes> states;  // MemoryTimeline::states: before op 0, after each op
   // Memory by component at the cursor: after op `step`, before the first op for step -1.
   const DeviceComponentBytes& state_at(std::int64_t step) const {
     return states.at(std::size_t(step + 1));
@@ -77,7 +76,8 @@ class Session : public QObject {
   QString error_;
 };
 
-// Plans the settings: plan, timeline, predicted trace and memory per op. Throws InputError.
+// Plans the settings: plan, timeline, predicted trace and memory per op (sim's predict()). Throws
+// InputError.
 std::unique_ptr<Planned> plan_settings(const Settings& settings);
 
 }  // namespace zerolens::gui

@@ -4,15 +4,11 @@
 
 #include "sim/json_read.hpp"
 #include "sim/model_io.hpp"
-#include "sim/planning.hpp"
+#include "sim/trace_replan.hpp"
 #include "sim/walkthrough.hpp"
 
 namespace zerolens::gui {
 namespace {
-
-void set_devices(Settings& s, int stage, OffloadDevice optimizer, OffloadDevice param) {
-  s.config = apply_variant(s.config, Variant{"", stage, optimizer, param});
-}
 
 // A trace names its model and cluster; they are loaded again when that works (presets, files on
 // this machine), else the current ones stay.
@@ -37,10 +33,12 @@ Settings default_settings() {
   s.cluster = cluster_from_preset("dgx-a100-40gb");
   s.cluster_source = "dgx-a100-40gb";
   s.gpus = 8;
-  set_precision(s, Precision::Fp16);
-  set_micro_batch(s, 4);
-  set_checkpointing(s, true);
-  set_devices(s, 3, OffloadDevice::Cpu, OffloadDevice::None);
+  apply_edits(s, {.stage = 3,
+                  .offload_optimizer = OffloadDevice::Cpu,
+                  .offload_param = OffloadDevice::None,
+                  .micro_batch = 4,
+                  .precision = Precision::Fp16,
+                  .activation_checkpointing = true});
   return s;
 }
 
@@ -69,32 +67,33 @@ PlanRequest make_request(const Settings& s) {
   return request;
 }
 
+void apply_edits(Settings& s, const ConfigOverrides& edits) {
+  Diagnostics diagnostics;  // typed edits only: nothing is read that could be warned about
+  apply_overrides(s.config, edits, diagnostics, std::nullopt, OverridePolicy::Interactive);
+}
+
 void set_stage(Settings& s, int stage) {
-  const ZeroConfig& zero = s.config.zero;
-  const OffloadDevice optimizer = stage == 0 ? OffloadDevice::None : zero.offload_optimizer.device;
-  const OffloadDevice param = stage == 3 ? zero.offload_param.device : OffloadDevice::None;
-  set_devices(s, stage, optimizer, param);
+  apply_edits(s, {.stage = stage});
 }
 
 void set_offload(Settings& s, OffloadDevice optimizer, OffloadDevice param) {
-  set_devices(s, s.config.zero.stage, optimizer, param);
+  apply_edits(s, {.offload_optimizer = optimizer, .offload_param = param});
 }
 
 void set_precision(Settings& s, Precision precision) {
-  s.config.precision.precision = precision;
+  apply_edits(s, {.precision = precision});
 }
 
 void set_micro_batch(Settings& s, std::int64_t micro_batch) {
-  s.config.batch.micro_batch_per_gpu = micro_batch;
-  s.config.batch.train_batch_size.reset();
+  apply_edits(s, {.micro_batch = micro_batch});
 }
 
 void set_checkpointing(Settings& s, bool enabled) {
-  s.config.activation_checkpointing.enabled = enabled;
+  apply_edits(s, {.activation_checkpointing = enabled});
 }
 
 void set_seq_len(Settings& s, std::optional<std::int64_t> seq_len) {
-  s.config.seq_len = seq_len;
+  apply_edits(s, {.seq_len = seq_len.value_or(0)});
 }
 
 void load_model_spec(Settings& s, const std::string& spec, Diagnostics& diagnostics) {
@@ -147,17 +146,13 @@ Settings settings_for_trace(const Settings& current, const TraceRun& run,
   }
   s.gpus = run.dp_size;
   s.gpus_per_node = run.gpus_per_node;
-  set_precision(s, parse_precision(run.precision, "run.precision"));
-  set_devices(s, run.stage, parse_offload_device(run.optimizer_device, "run.optimizer_device"),
-              parse_offload_device(run.param_device, "run.param_device"));
-  s.config.batch = BatchConfig{.micro_batch_per_gpu = run.micro_batch,
-                               .gradient_accumulation_steps = run.grad_accumulation};
-  s.config.seq_len = run.seq_len;
-  if (run.inputs) {  // what the trace was planned from: the same schedule, op for op
-    s.model = run.inputs->model;
-    s.config = run.inputs->config;
-    s.cluster = run.inputs->cluster;
-    s.options = run.inputs->options;
+  s.config = config_for_run(run, std::move(s.config));
+  // What the trace was planned from, when it says: the same schedule, op for op.
+  if (std::optional<PlanRequest> recorded = recorded_request(run)) {
+    s.model = std::move(recorded->model);
+    s.config = std::move(recorded->config);
+    s.cluster = std::move(recorded->cluster);
+    s.options = recorded->options;
     s.deepspeed_source.clear();
   }
   return s;

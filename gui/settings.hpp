@@ -9,6 +9,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "sim/config_overrides.hpp"
 #include "sim/plan.hpp"
 #include "sim/trace.hpp"
 
@@ -33,8 +34,11 @@ Settings default_settings();
 Settings walkthrough_settings();
 PlanRequest make_request(const Settings& settings);
 
-// Widget edits. Each keeps the config valid where a widget alone would break it: parameter offload
-// only at stage 3, optimizer offload only from stage 1, an nvme_path for NVMe offload.
+// Edits of the panel and the command line, applied by sim (apply_overrides) as the CLI's flags
+// are, under the GUI's policy: a stage change clears the offloads the stage does not allow, NVMe
+// offload gets an nvme_path (OverridePolicy::Interactive).
+void apply_edits(Settings& settings, const ConfigOverrides& edits);
+// One widget each.
 void set_stage(Settings& settings, int stage);
 void set_offload(Settings& settings, OffloadDevice optimizer, OffloadDevice param);
 void set_precision(Settings& settings, Precision precision);

@@ -75,6 +75,7 @@ fi
 if wants tests; then
   run --cap 45 cuda-kernel-tests "$bin/zerolens_cuda_kernel_tests"
   run --cap 45 exec-cuda-tests "$bin/zerolens_exec_cuda_tests"
+  run --cap 30 exec-backend-tests "$bin/zerolens_exec_backend_tests"
   run --cap 60 exec-cuda-mpi-np1 mpirun -np 1 "$bin/zerolens_exec_cuda_mpi_tests"
   run --cap 150 exec-cuda-mpi-np2 mpirun -np 2 "$bin/zerolens_exec_cuda_mpi_tests"  # staged: two ranks, one GPU
 fi

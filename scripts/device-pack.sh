@@ -21,7 +21,7 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITEC
   -DCMAKE_CUDA_RUNTIME_LIBRARY=Static -DMPI_CXX_SKIP_MPICXX=ON -DZEROLENS_BUILD_GUI=OFF \
   -DZEROLENS_BUILD_FUZZERS=OFF "$@" >/dev/null
 targets=(zerolens zerolens_cuda_kernel_tests zerolens_exec_cuda_tests zerolens_exec_cuda_mpi_tests
-         zerolens_exec_mpi_tests zerolens_cuda_benchmarks)
+         zerolens_exec_mpi_tests zerolens_cuda_benchmarks zerolens_exec_backend_tests)
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
 
 executables=("$build/cli/zerolens")

@@ -71,6 +71,28 @@ Precision parse_precision(const std::string& text, const std::string& where) {
   throw InputError(where, "unknown precision '" + text + "' (expected fp32, fp16 or bf16)");
 }
 
+std::string ZeroConfig::label() const {
+  std::string text = zero_stage().name();
+  if (effective_offload(OffloadKind::Optimizer) != OffloadDevice::None) {
+    text += std::string(" + opt:") + to_string(offload_optimizer.device);
+  }
+  if (effective_offload(OffloadKind::Param) != OffloadDevice::None) {
+    text += std::string(" + param:") + to_string(offload_param.device);
+  }
+  return text;
+}
+
+std::string ZeroConfig::description() const {
+  std::string text = partitions_optimizer_states() ? zero_stage().name() : "DP (stage 0)";
+  if (effective_offload(OffloadKind::Optimizer) != OffloadDevice::None) {
+    text += std::string(", optimizer offload ") + to_string(offload_optimizer.device);
+  }
+  if (effective_offload(OffloadKind::Param) != OffloadDevice::None) {
+    text += std::string(", param offload ") + to_string(offload_param.device);
+  }
+  return text;
+}
+
 Bytes OptimizerConfig::state_bytes_per_param() const {
   switch (type) {
     case OptimizerType::Adam:
@@ -115,10 +137,14 @@ ResolvedBatch resolve_batch(const BatchConfig& batch, int dp_size) {
 }
 
 void TrainingConfig::validate() const {
-  require(zero.stage >= 0 && zero.stage <= 3, zero_key("stage"), "must be 0, 1, 2 or 3");
-  require(zero.offload_param.device == OffloadDevice::None || zero.stage == 3, zero_key("offload_param.device"),
-          "parameter offload requires ZeRO stage 3 (stage is " + std::to_string(zero.stage) + ")");
-  require(zero.offload_optimizer.device == OffloadDevice::None || zero.stage >= 1, zero_key("offload_optimizer.device"),
+  require(zero.zero_stage().valid(), zero_key("stage"), "must be 0, 1, 2 or 3");
+  require(
+      zero.offload_param.device == OffloadDevice::None || zero.offload_allowed(OffloadKind::Param),
+      zero_key("offload_param.device"),
+      "parameter offload requires ZeRO stage 3 (stage is " + std::to_string(zero.stage) + ")");
+  require(zero.offload_optimizer.device == OffloadDevice::None ||
+              zero.offload_allowed(OffloadKind::Optimizer),
+          zero_key("offload_optimizer.device"),
           "optimizer offload requires ZeRO stage 1, 2 or 3 (stage is 0)");
   validate_offload(zero.offload_optimizer, "offload_optimizer");
   validate_offload(zero.offload_param, "offload_param");

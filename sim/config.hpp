@@ -12,6 +12,7 @@
 
 #include "sim/error.hpp"
 #include "sim/units.hpp"
+#include "sim/zero_stage.hpp"
 
 namespace zerolens {
 
@@ -68,7 +69,26 @@ struct ZeroConfig {
   Elements sub_group_size = 1'000'000'000;
   bool round_robin_gradients = false;
 
-  bool overlap() const { return overlap_comm.value_or(stage == 3); }
+  // What the stage partitions and allows (sim/zero_stage.hpp).
+  ZeroStage zero_stage() const { return {stage}; }
+  bool partitions_optimizer_states() const { return zero_stage().partitions_optimizer_states(); }
+  bool partitions_gradients() const { return zero_stage().partitions_gradients(); }
+  bool partitions_parameters() const { return zero_stage().partitions_parameters(); }
+  bool reduces_at_boundary() const { return zero_stage().reduces_at_boundary(); }
+  bool offload_allowed(OffloadKind kind) const { return zero_stage().offload_allowed(kind); }
+  const OffloadConfig& offload(OffloadKind kind) const {
+    return kind == OffloadKind::Optimizer ? offload_optimizer : offload_param;
+  }
+  // The device the stage really offloads `kind` to: none where the stage does not allow it.
+  OffloadDevice effective_offload(OffloadKind kind) const {
+    return offload_allowed(kind) ? offload(kind).device : OffloadDevice::None;
+  }
+  bool overlap() const { return overlap_comm.value_or(partitions_parameters()); }
+
+  // "DP", "ZeRO-1 + opt:cpu", "ZeRO-3 + opt:nvme + param:nvme": a row of `plan --compare`.
+  std::string label() const;
+  // "DP (stage 0)", "ZeRO-3, optimizer offload cpu, param offload cpu": the plan's header.
+  std::string description() const;
 };
 
 struct LossScaleConfig {
@@ -84,7 +104,9 @@ struct LossScaleConfig {
 struct PrecisionConfig {
   Precision precision = Precision::Fp32;
   LossScaleConfig loss_scale;           // fp16 only
-  bool fp32_grad_accumulation = false;  // data_types.grad_accum_dtype == "fp32"
+  // data_types.grad_accum_dtype == "fp32" as written: kept when the precision changes, it matters
+  // only in mixed precision (fp32 gradients are 4 bytes anyway).
+  bool fp32_grad_accumulation = false;
   // Bytes of one parameter / gradient element in the training dtype.
   Bytes param_bytes() const { return precision == Precision::Fp32 ? 4 : 2; }
   Bytes grad_bytes() const { return fp32_grad_accumulation ? 4 : param_bytes(); }
@@ -107,6 +129,7 @@ struct OptimizerConfig {
   double eps = 1e-8;
   double weight_decay = 0;
   double momentum = 0;  // SGD
+  bool adam_w_mode = false;  // params.adam_w_mode as written: makes "Adam" AdamW
   // Optimizer state bytes per parameter besides the fp32 master copy: Adam/AdamW 8 (m, v);
   // SGD with momentum 4; plain SGD 0.
   Bytes state_bytes_per_param() const;
@@ -154,6 +177,12 @@ TrainingConfig parse_colossalai_config(const nlohmann::json& json, Diagnostics& 
 // Detects the flavour ("zero" with "level" -> ColossalAI, else DeepSpeed) and parses.
 TrainingConfig parse_training_config(const nlohmann::json& json, Diagnostics& diagnostics,
                                      std::optional<std::int64_t> hidden_size = std::nullopt);
+// The same with the user's flags or GUI edits on top (sim/config_overrides.hpp): a key they replace
+// is not read from the document, and the config is validated once, with them applied.
+struct ConfigOverrides;
+TrainingConfig parse_training_config(const nlohmann::json& json, Diagnostics& diagnostics,
+                                     std::optional<std::int64_t> hidden_size,
+                                     const ConfigOverrides& overrides);
 
 // Applies "dotted.key=value" overrides to a DeepSpeed-style JSON document before parsing
 // (value parsed as JSON, else taken as a string). Throws InputError for malformed overrides.

@@ -1,11 +1,12 @@
 // DeepSpeed config JSON: DeepSpeed's key names, aliases and defaults (runtime/config.py,
 // runtime/zero/config.py, runtime/zero/offload_config.py). "auto" values are resolved the way the
 // Hugging Face integration does (integrations/deepspeed.py).
+#include "sim/config_deepspeed.hpp"
+
 #include <cmath>
 
 #include <nlohmann/json.hpp>
 
-#include "sim/config.hpp"
 #include "sim/json_read.hpp"
 
 namespace zerolens {
@@ -14,7 +15,7 @@ namespace {
 using nlohmann::json;
 using namespace json_read;
 
-constexpr std::int64_t kMaxElements = std::int64_t(1) << 53;
+constexpr std::int64_t kMaxElements = kMaxConfigElements;
 
 // Top-level keys DeepSpeed accepts; the ones zerolens does not model are accepted silently.
 const std::vector<std::string> kTopLevelKeys = {
@@ -132,12 +133,11 @@ void warn_unmodelled_zero(const json& zero, Diagnostics& diagnostics) {
   }
 }
 
-ZeroConfig read_zero(const json& zero, const Reader& r) {
+void read_zero(const json& zero, const Reader& r, ZeroConfig& z) {
   const std::string w = "zero_optimization";
   as_object(zero, w);
   warn_unknown_keys(zero, kZeroKeys, w, r.diagnostics);
   warn_unmodelled_zero(zero, r.diagnostics);
-  ZeroConfig z;
   if (const json* v = member(zero, "stage")) z.stage = int(as_int(*v, join_key(w, "stage"), 0, 3));
   if (const json* v = member(zero, "cpu_offload"); v && as_bool(*v, join_key(w, "cpu_offload"))) {
     r.diagnostics.warn(join_key(w, "cpu_offload"), "deprecated; read as offload_optimizer.device = \"cpu\"");
@@ -155,13 +155,14 @@ ZeroConfig read_zero(const json& zero, const Reader& r) {
   if (const json* v = member(zero, "contiguous_gradients")) z.contiguous_gradients = as_bool(*v, join_key(w, "contiguous_gradients"));
   if (const json* v = member(zero, "round_robin_gradients")) z.round_robin_gradients = as_bool(*v, join_key(w, "round_robin_gradients"));
   read_zero_sizes(zero, r, z);
-  return z;
 }
 
-// fp16.enabled / bf16.enabled may be "auto" (set by the HF Trainer from its own flags).
-bool enabled_flag(const json& block, const std::string& where, Diagnostics& diagnostics) {
+// fp16.enabled / bf16.enabled may be "auto" (set by the HF Trainer from its own flags); without
+// the key, whether the precision already was that format.
+bool enabled_flag(const json& block, const std::string& where, Diagnostics& diagnostics,
+                  bool otherwise) {
   const json* v = member(block, "enabled");
-  if (!v) return false;
+  if (!v) return otherwise;
   if (v->is_string() && v->get<std::string>() == "auto") {
     diagnostics.warn(join_key(where, "enabled"), "\"auto\" read as false (the Trainer decides); use --precision to choose");
     return false;
@@ -169,14 +170,16 @@ bool enabled_flag(const json& block, const std::string& where, Diagnostics& diag
   return as_bool(*v, join_key(where, "enabled"));
 }
 
-PrecisionConfig read_precision(const json& root, Diagnostics& diagnostics) {
-  PrecisionConfig p;
+void read_precision(const json& root, Diagnostics& diagnostics, PrecisionConfig& p) {
   const json* fp16 = member(root, "fp16");
   const json* bf16 = member(root, "bf16");
   std::string bf16_key = "bf16";
   if (!bf16 && (bf16 = member(root, "bfloat16"))) bf16_key = "bfloat16";
-  const bool fp16_on = fp16 && enabled_flag(as_object(*fp16, "fp16"), "fp16", diagnostics);
-  const bool bf16_on = bf16 && enabled_flag(as_object(*bf16, bf16_key), bf16_key, diagnostics);
+  const bool was_fp16 = p.precision == Precision::Fp16, was_bf16 = p.precision == Precision::Bf16;
+  const bool fp16_on =
+      fp16 ? enabled_flag(as_object(*fp16, "fp16"), "fp16", diagnostics, was_fp16) : was_fp16;
+  const bool bf16_on =
+      bf16 ? enabled_flag(as_object(*bf16, bf16_key), bf16_key, diagnostics, was_bf16) : was_bf16;
   if (fp16_on && bf16_on) throw InputError("bf16.enabled", "fp16 and bf16 cannot both be enabled");
   if (fp16) {
     warn_unknown_keys(*fp16, {"enabled", "auto_cast", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
@@ -195,20 +198,10 @@ PrecisionConfig read_precision(const json& root, Diagnostics& diagnostics) {
   if (const json* types = member(root, "data_types")) {
     as_object(*types, "data_types");
     if (const json* v = member(*types, "grad_accum_dtype")) {
-      p.fp32_grad_accumulation = parse_precision(as_string(*v, "data_types.grad_accum_dtype"), "data_types.grad_accum_dtype") == Precision::Fp32 &&
-                                 p.precision != Precision::Fp32;
+      p.fp32_grad_accumulation = parse_precision(as_string(*v, "data_types.grad_accum_dtype"),
+                                                 "data_types.grad_accum_dtype") == Precision::Fp32;
     }
   }
-  return p;
-}
-
-OptimizerType parse_optimizer_type(const std::string& text) {
-  std::string name;
-  for (char c : text) name += char(std::tolower(static_cast<unsigned char>(c)));
-  if (name == "adam" || name == "fusedadam" || name == "cpuadam" || name == "deepspeedcpuadam") return OptimizerType::Adam;
-  if (name == "adamw") return OptimizerType::AdamW;
-  if (name == "sgd") return OptimizerType::Sgd;
-  throw InputError("optimizer.type", "unsupported optimizer '" + text + "' (zerolens models Adam, AdamW and SGD)");
 }
 
 double param_or(const json& params, const char* key, double fallback) {
@@ -217,35 +210,38 @@ double param_or(const json& params, const char* key, double fallback) {
   return as_double(*v, std::string("optimizer.params.") + key);
 }
 
-OptimizerConfig read_optimizer(const json& root, Diagnostics& diagnostics) {
-  OptimizerConfig o;
-  const json* block = member(root, "optimizer");
-  if (!block) return o;
-  as_object(*block, "optimizer");
-  warn_unknown_keys(*block, {"type", "params"}, "optimizer", diagnostics);
-  if (const json* v = member(*block, "type")) o.type = parse_optimizer_type(as_string(*v, "optimizer.type"));
-  const json* params = member(*block, "params");
-  if (!params) return o;
-  as_object(*params, "optimizer.params");
-  o.lr = param_or(*params, "lr", o.lr);
-  o.eps = param_or(*params, "eps", o.eps);
-  o.weight_decay = param_or(*params, "weight_decay", o.weight_decay);
-  o.momentum = param_or(*params, "momentum", o.momentum);
-  if (const json* betas = member(*params, "betas"); betas && !betas->is_string()) {
+void read_optimizer_params(const json& params, OptimizerConfig& o) {
+  o.lr = param_or(params, "lr", o.lr);
+  o.eps = param_or(params, "eps", o.eps);
+  o.weight_decay = param_or(params, "weight_decay", o.weight_decay);
+  o.momentum = param_or(params, "momentum", o.momentum);
+  if (const json* betas = member(params, "betas"); betas && !betas->is_string()) {
     if (!betas->is_array() || betas->size() != 2) throw InputError("optimizer.params.betas", "must be an array of two numbers");
     o.beta1 = as_double((*betas)[0], "optimizer.params.betas[0]", 0, 1);
     o.beta2 = as_double((*betas)[1], "optimizer.params.betas[1]", 0, 1);
   }
-  if (o.type == OptimizerType::Adam) {
-    if (const json* v = member(*params, "adam_w_mode"); v && as_bool(*v, "optimizer.params.adam_w_mode")) o.type = OptimizerType::AdamW;
+  // Read only for Adam, where it means something.
+  if (const json* v = member(params, "adam_w_mode"); v && o.type == OptimizerType::Adam) {
+    o.adam_w_mode = as_bool(*v, "optimizer.params.adam_w_mode");
   }
-  return o;
 }
 
-ActivationCheckpointingConfig read_checkpointing(const json& root, Diagnostics& diagnostics) {
-  ActivationCheckpointingConfig a;
+void read_optimizer(const json& root, Diagnostics& diagnostics, OptimizerConfig& o) {
+  const json* block = member(root, "optimizer");
+  if (!block) return;
+  as_object(*block, "optimizer");
+  warn_unknown_keys(*block, {"type", "params"}, "optimizer", diagnostics);
+  if (const json* v = member(*block, "type"))
+    o.type = parse_optimizer_type(as_string(*v, "optimizer.type"));
+  const json* params = member(*block, "params");
+  if (params) read_optimizer_params(as_object(*params, "optimizer.params"), o);
+  if (o.type == OptimizerType::Adam && o.adam_w_mode) o.type = OptimizerType::AdamW;
+}
+
+void read_checkpointing(const json& root, Diagnostics& diagnostics,
+                        ActivationCheckpointingConfig& a) {
   const json* block = member(root, "activation_checkpointing");
-  if (!block) return a;
+  if (!block) return;
   const std::string w = "activation_checkpointing";
   as_object(*block, w);
   warn_unknown_keys(*block, {"partition_activations", "cpu_checkpointing", "contiguous_memory_optimization",
@@ -256,33 +252,44 @@ ActivationCheckpointingConfig read_checkpointing(const json& root, Diagnostics& 
   if (const json* v = member(*block, "contiguous_memory_optimization")) {
     a.contiguous_memory_optimization = as_bool(*v, join_key(w, "contiguous_memory_optimization"));
   }
-  if (const json* v = member(*block, "number_checkpoints")) a.number_checkpoints = int(as_int(*v, join_key(w, "number_checkpoints"), 1, 1 << 20));
-  if (a.cpu_checkpointing && !a.partition_activations) {
-    diagnostics.warn(join_key(w, "cpu_checkpointing"), "DeepSpeed offloads only partitioned activations; has no effect without partition_activations");
-  }
-  return a;
+  if (const json* v = member(*block, "number_checkpoints"))
+    a.number_checkpoints = int(as_int(*v, join_key(w, "number_checkpoints"), 1, 1 << 20));
 }
 
-std::optional<std::int64_t> batch_value(const json& root, const char* key) {
+// A batch key: its value, none for "auto" (the HF Trainer decides), the config's without the key.
+void read_batch_value(const json& root, const char* key, std::optional<std::int64_t>& size) {
   const json* v = member(root, key);
-  if (!v || (v->is_string() && v->get<std::string>() == "auto")) return std::nullopt;
-  return as_int(*v, key, 1, std::int64_t(1) << 40);
+  if (!v) return;
+  size = v->is_string() && v->get<std::string>() == "auto"
+             ? std::nullopt
+             : std::optional(as_int(*v, key, 1, kMaxConfigBatch));
 }
 
 }  // namespace
 
-TrainingConfig parse_deepspeed_config(const json& root, Diagnostics& diagnostics, std::optional<std::int64_t> hidden_size) {
+OptimizerType parse_optimizer_type(const std::string& text) {
+  std::string name;
+  for (char c : text) name += char(std::tolower(static_cast<unsigned char>(c)));
+  if (name == "adam" || name == "fusedadam" || name == "cpuadam" || name == "deepspeedcpuadam")
+    return OptimizerType::Adam;
+  if (name == "adamw") return OptimizerType::AdamW;
+  if (name == "sgd") return OptimizerType::Sgd;
+  throw InputError("optimizer.type",
+                   "unsupported optimizer '" + text + "' (zerolens models Adam, AdamW and SGD)");
+}
+
+void read_deepspeed_onto(const json& root, Diagnostics& diagnostics,
+                         std::optional<std::int64_t> hidden_size, TrainingConfig& c) {
   as_object(root, "config");
   warn_unknown_keys(root, kTopLevelKeys, "", diagnostics);
-  TrainingConfig c;
   const Reader reader{root, diagnostics, hidden_size};
-  if (const json* zero = member(root, "zero_optimization")) c.zero = read_zero(*zero, reader);
-  c.precision = read_precision(root, diagnostics);
-  c.batch.train_batch_size = batch_value(root, "train_batch_size");
-  c.batch.micro_batch_per_gpu = batch_value(root, "train_micro_batch_size_per_gpu");
-  c.batch.gradient_accumulation_steps = batch_value(root, "gradient_accumulation_steps");
-  c.activation_checkpointing = read_checkpointing(root, diagnostics);
-  c.optimizer = read_optimizer(root, diagnostics);
+  if (const json* zero = member(root, "zero_optimization")) read_zero(*zero, reader, c.zero);
+  read_precision(root, diagnostics, c.precision);
+  read_batch_value(root, "train_batch_size", c.batch.train_batch_size);
+  read_batch_value(root, "train_micro_batch_size_per_gpu", c.batch.micro_batch_per_gpu);
+  read_batch_value(root, "gradient_accumulation_steps", c.batch.gradient_accumulation_steps);
+  read_checkpointing(root, diagnostics, c.activation_checkpointing);
+  read_optimizer(root, diagnostics, c.optimizer);
   if (const json* v = member(root, "gradient_clipping")) {
     c.gradient_clipping = reader.is_auto(*v) ? 1.0 : as_double(*v, "gradient_clipping");
   }
@@ -290,7 +297,23 @@ TrainingConfig parse_deepspeed_config(const json& root, Diagnostics& diagnostics
   if (const json* v = member(root, "gradient_predivide_factor")) {
     c.gradient_predivide_factor = as_double(*v, "gradient_predivide_factor", 1e-12);
   }
+}
+
+void finish_training_config(const TrainingConfig& c, Diagnostics& diagnostics) {
+  const ActivationCheckpointingConfig& a = c.activation_checkpointing;
+  if (a.enabled && a.cpu_checkpointing && !a.partition_activations) {
+    diagnostics.warn("activation_checkpointing.cpu_checkpointing",
+                     "DeepSpeed offloads only partitioned activations; has no effect without "
+                     "partition_activations");
+  }
   c.validate();
+}
+
+TrainingConfig parse_deepspeed_config(const json& root, Diagnostics& diagnostics,
+                                      std::optional<std::int64_t> hidden_size) {
+  TrainingConfig c;
+  read_deepspeed_onto(root, diagnostics, hidden_size, c);
+  finish_training_config(c, diagnostics);
   return c;
 }
 

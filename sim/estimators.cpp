@@ -63,7 +63,7 @@ std::vector<DeepSpeedEstimate> deepspeed_estimate_table(int stage, Elements tota
                                                         Elements largest_layer_params,
                                                         int gpus_per_node, int nodes) {
   std::vector<DeepSpeedEstimate> rows;
-  if (stage == 2) {
+  if (!ZeroStage{stage}.partitions_parameters()) {  // estimate_zero2
     for (const bool cpu_offload : {true, false}) {
       rows.push_back(estimate_zero2(total_params, gpus_per_node, nodes, cpu_offload));
     }

@@ -20,7 +20,7 @@ ParamLayout make_param_layout(const Model& model, const ZeroConfig& zero, int dp
       layout.tensor_numel.push_back(numel);
       layout.tensor_layer.push_back(std::int32_t(layer));
       layout.tensor_partition.push_back(ceil_div(numel, dp_size));
-      const bool persistent = zero.stage == 3 && numel <= threshold &&
+      const bool persistent = zero.partitions_parameters() && numel <= threshold &&
                               layout.persistent + numel <= model_cap;
       layout.tensor_persistent.push_back(persistent);
       if (persistent) layout.persistent += numel;
@@ -29,9 +29,9 @@ ParamLayout make_param_layout(const Model& model, const ZeroConfig& zero, int dp
   }
   layout.layer_first_tensor.push_back(std::int32_t(layout.tensor_numel.size()));
   layout.flat_partition = ceil_div(layout.total, dp_size);
-  if (zero.stage == 0) {
+  if (!zero.partitions_optimizer_states()) {
     layout.owned = layout.total;
-  } else if (zero.stage < 3) {
+  } else if (zero.zero_stage().uses_flat_partition()) {
     layout.owned = layout.flat_partition;
   } else {
     for (const auto part : layout.tensor_partition) layout.owned += part;

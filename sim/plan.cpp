@@ -46,7 +46,7 @@ void add_notes(Plan& plan) {
                          std::to_string(2 * optimizer_swap_buffers_per_sub_group(optimizer_states)) + "); with buffer_count " +
                          std::to_string(swap.buffer_count) + " sub-groups are swapped one at a time");
   }
-  if (config.zero.stage == 3) {
+  if (config.zero.partitions_parameters()) {
     plan.notes.push_back("stage 3: parameters are gathered per layer; prefetch and release follow "
                          "stage3_prefetch_bucket_size, stage3_max_live_parameters and "
                          "stage3_max_reuse_distance in steady state (after the first step's trace)");
@@ -78,6 +78,11 @@ bool Plan::fits() const {
 }
 
 Plan make_plan(PlanRequest request) {
+  MemoryTimeline replay;
+  return make_plan(std::move(request), ReplayDetail::Peaks, replay);
+}
+
+Plan make_plan(PlanRequest request, ReplayDetail detail, MemoryTimeline& replay) {
   request.config.validate();
   if (request.dp_size < 1) throw InputError("gpus", "the data-parallel size must be at least 1");
   Plan plan;
@@ -88,11 +93,11 @@ Plan make_plan(PlanRequest request) {
   const int gpus_per_node = request.cluster.node.gpus_per_node;
   plan.schedule = build_schedule(request.model, request.config, plan.batch, plan.seq_len,
                                  request.dp_size, gpus_per_node, request.options);
-  const MemoryTimeline memory = replay_memory(plan.schedule, false);
+  replay = replay_memory(plan.schedule, detail);
   const int ranks_per_node = group_shape(request.dp_size, gpus_per_node).ranks_per_node;
   for (int d = 0; d < kDeviceCount; ++d) {
     plan.devices[std::size_t(d)] =
-        device_report(Device(d), memory.devices[std::size_t(d)], request.cluster, ranks_per_node);
+        device_report(Device(d), replay.devices[std::size_t(d)], request.cluster, ranks_per_node);
   }
   plan.comm = summarize_comm(plan.schedule);
   plan.request = std::move(request);

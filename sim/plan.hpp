@@ -49,5 +49,8 @@ struct Plan {
 
 // Validates, resolves the batch, builds the schedule and derives the reports. Throws InputError.
 Plan make_plan(PlanRequest request);
+// The same, keeping the replay of the schedule's memory the reports come from, at `detail`
+// (predict() replays once for the plan, the timeline and the trace).
+Plan make_plan(PlanRequest request, ReplayDetail detail, MemoryTimeline& replay);
 
 }  // namespace zerolens

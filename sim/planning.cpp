@@ -3,14 +3,20 @@
 #include <algorithm>
 #include <cmath>
 
+#include "sim/config_overrides.hpp"
 #include "sim/error.hpp"
 
 namespace zerolens {
 namespace {
 
-Variant variant(std::string label, int stage, OffloadDevice optimizer = OffloadDevice::None,
+// Labelled as the config names itself ("ZeRO-3 + opt:cpu + param:cpu").
+Variant variant(int stage, OffloadDevice optimizer = OffloadDevice::None,
                 OffloadDevice param = OffloadDevice::None) {
-  return {std::move(label), stage, optimizer, param};
+  ZeroConfig zero;
+  zero.stage = stage;
+  zero.offload_optimizer.device = optimizer;
+  zero.offload_param.device = param;
+  return {zero.label(), stage, optimizer, param};
 }
 
 bool fits_with(const PlanRequest& base, const Variant& v, Model model) {
@@ -75,27 +81,18 @@ MaxModel largest_dense(const PlanRequest& base, const Variant& v) {
 
 std::vector<Variant> standard_variants() {
   const auto cpu = OffloadDevice::Cpu, nvme = OffloadDevice::Nvme;
-  return {variant("DP", 0),
-          variant("ZeRO-1", 1),
-          variant("ZeRO-2", 2),
-          variant("ZeRO-3", 3),
-          variant("ZeRO-1 + opt:cpu", 1, cpu),
-          variant("ZeRO-2 + opt:cpu", 2, cpu),
-          variant("ZeRO-3 + opt:cpu", 3, cpu),
-          variant("ZeRO-3 + opt:cpu + param:cpu", 3, cpu, cpu),
-          variant("ZeRO-3 + opt:nvme", 3, nvme),
-          variant("ZeRO-3 + opt:nvme + param:nvme", 3, nvme, nvme)};
+  return {variant(0),       variant(1),
+          variant(2),       variant(3),
+          variant(1, cpu),  variant(2, cpu),
+          variant(3, cpu),  variant(3, cpu, cpu),
+          variant(3, nvme), variant(3, nvme, nvme)};
 }
 
 TrainingConfig apply_variant(TrainingConfig config, const Variant& v) {
   config.zero.stage = v.stage;
   config.zero.offload_optimizer.device = v.offload_optimizer;
   config.zero.offload_param.device = v.offload_param;
-  for (auto* offload : {&config.zero.offload_optimizer, &config.zero.offload_param}) {
-    if (offload->device == OffloadDevice::Nvme && offload->nvme_path.empty()) {
-      offload->nvme_path = "/local_nvme";
-    }
-  }
+  give_nvme_offload_a_path(config.zero);
   return config;
 }
 

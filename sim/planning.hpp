@@ -9,7 +9,7 @@
 namespace zerolens {
 
 struct Variant {
-  std::string label;  // "ZeRO-3 + optimizer:cpu + params:cpu"
+  std::string label;  // ZeroConfig::label(): "ZeRO-3 + opt:cpu + param:cpu"
   int stage = 0;
   OffloadDevice offload_optimizer = OffloadDevice::None;
   OffloadDevice offload_param = OffloadDevice::None;

@@ -89,6 +89,12 @@ const char* to_string(Stream stream);
 const char* to_string(OpKind kind);
 const char* to_string(Link link);
 Category category_of(Component component);
+// Whose bytes a component holds across the data-parallel ranks: this rank's partition of a state
+// (Partitioned), a full copy in which every rank has its share (Replicated: parameters below
+// stage 3, a gathered layer, gradients before they are reduced to their owners), or bytes that
+// belong to no rank's share of the model (Unshared: activations, staging, overhead).
+enum class Sharing : std::uint8_t { Partitioned, Replicated, Unshared };
+Sharing sharing_of(Component component);
 bool is_collective(OpKind kind);
 
 struct MemEffect {
@@ -164,6 +170,8 @@ struct ScheduleContext {
   OffloadDevice param_device = OffloadDevice::None;
   bool activation_checkpointing = false;
   bool model_states_only = false;
+
+  ZeroStage zero_stage() const { return {stage}; }
 };
 
 struct Schedule {
@@ -209,23 +217,38 @@ struct DevicePeak {
   Bytes resident = 0;              // allocated before the step
 };
 
+using DeviceComponentBytes = std::array<ComponentBytes, kDeviceCount>;
+
+// How much of the step a replay keeps besides the peaks.
+enum class ReplayDetail {
+  Peaks,       // the peaks only (a plan)
+  PerOp,       // and the totals after (and highest inside) every op (timeline, trace)
+  Components,  // and the memory by component at every moment (the GUI's views, validation)
+};
+
 struct MemoryTimeline {
   std::array<DevicePeak, kDeviceCount> devices;
   // Per op, the total bytes on each device after the op (and the transient high inside it).
   std::vector<std::array<Bytes, kDeviceCount>> after_op;
   std::vector<std::array<Bytes, kDeviceCount>> high_during_op;
+  // Memory by device and component at every moment of the step: entry 0 before the first op (the
+  // resident memory), entry i + 1 after op i; for views that draw one moment. The fragmentation
+  // allowance belongs to the peak and is not included.
+  std::vector<DeviceComponentBytes> states;
 };
 
-// Replays the schedule's memory effects. With `record_per_op` false only the peaks are kept.
+// Replays the schedule's memory effects, keeping `detail`: the single source of every memory
+// figure of a step.
+MemoryTimeline replay_memory(const Schedule& schedule, ReplayDetail detail);
+// With `record_per_op` false only the peaks are kept (ReplayDetail::Peaks), else PerOp.
 MemoryTimeline replay_memory(const Schedule& schedule, bool record_per_op);
 
-// Memory by device and component at every moment of the step: entry 0 before the first op (the
-// resident memory), entry i + 1 after op i. These are the states replay_memory walks through, for
-// views that draw one moment; the fragmentation allowance belongs to the peak and is not included.
-using DeviceComponentBytes = std::array<ComponentBytes, kDeviceCount>;
+// replay_memory(schedule, ReplayDetail::Components).states.
 std::vector<DeviceComponentBytes> replay_memory_components(const Schedule& schedule);
 // The highest each category reaches during the step (resident included), per device and rank; the
 // categories need not peak together. What an executor's ledger high-water marks are compared with.
+// From a replay with ReplayDetail::Components, or replaying the schedule.
+std::array<CategoryBytes, kDeviceCount> category_highs(const MemoryTimeline& replay);
 std::array<CategoryBytes, kDeviceCount> category_highs(const Schedule& schedule);
 
 }  // namespace zerolens

@@ -50,8 +50,8 @@ class ScheduleBuilder {
     c.seq_len = seq_len;
     c.grad_accumulation = batch.gradient_accumulation_steps;
     c.precision = config.precision.precision;
-    c.optimizer_device = zero_.stage >= 1 ? zero_.offload_optimizer.device : OffloadDevice::None;
-    c.param_device = zero_.stage == 3 ? zero_.offload_param.device : OffloadDevice::None;
+    c.optimizer_device = zero_.effective_offload(OffloadKind::Optimizer);
+    c.param_device = zero_.effective_offload(OffloadKind::Param);
     c.activation_checkpointing = config.activation_checkpointing.enabled;
     c.model_states_only = options.model_states_only;
     schedule_.layout = make_param_layout(model, zero_, dp_size, options.model_states_only);
@@ -86,10 +86,10 @@ class ScheduleBuilder {
       micro_ = std::int32_t(micro);
       forward();
       backward();
-      if (zero_.stage >= 2) flush_bucket();
-      if (zero_.stage == 3) release_all_gathered();
+      if (!zero_.reduces_at_boundary()) flush_bucket();
+      if (zero_.partitions_parameters()) release_all_gathered();
     }
-    if (zero_.stage <= 1) reduce_at_boundary();
+    if (zero_.reduces_at_boundary()) reduce_at_boundary();
     optimizer_step();
     return std::move(schedule_);
   }
@@ -169,8 +169,7 @@ class ScheduleBuilder {
   // ---- initialisation: what is allocated before the step ----------------------------------
   void add_resident() {
     const ParamLayout& p = params();
-    const int stage = zero_.stage;
-    if (stage < 3) {
+    if (!zero_.partitions_parameters()) {
       resident(Device::Gpu, Component::ParamsFull, p.total * param_bytes_);
     } else {
       Elements partition = 0;
@@ -184,13 +183,13 @@ class ScheduleBuilder {
     }
     resident(optimizer_device_, Component::MasterPartition, p.owned * master_bytes_);
     resident(optimizer_device_, Component::OptimizerStatePartition, p.owned * state_bytes_);
-    if (stage >= 1 && optimizer_device_ != Device::Gpu) {
+    if (zero_.partitions_optimizer_states() && optimizer_device_ != Device::Gpu) {
       // DeepSpeed keeps the fp32 gradient partition in (pinned) host memory when offloading.
       resident(Device::Cpu, Component::GradsPartition, p.owned * 4);
-    } else if (stage == 3) {
+    } else if (zero_.partitions_parameters()) {
       resident(Device::Gpu, Component::GradsPartition, p.owned * grad_bytes_);
     }
-    if (stage == 3 && zero_.contiguous_gradients) {
+    if (zero_.partitions_parameters() && zero_.contiguous_gradients) {
       resident(Device::Gpu, Component::ReduceBucket, zero_.reduce_bucket_size * grad_bytes_);
     }
     if (optimizer_device_ == Device::Nvme) {
@@ -204,7 +203,7 @@ class ScheduleBuilder {
 
   // ---- stage 3: parameter gathering (DeepSpeed's PartitionedParameterCoordinator) ---------
   void build_use_order() {
-    if (zero_.stage != 3) return;
+    if (!zero_.partitions_parameters()) return;
     auto push = [&](std::size_t layer) {
       const int owner = owner_of(layer);
       if (gathered_elements(owner) > 0) use_owner_.push_back(owner), use_layer_.push_back(int(layer));
@@ -296,7 +295,7 @@ class ScheduleBuilder {
   void forward() {
     std::size_t use = 0;
     for (std::size_t layer = 0; layer < model_.layers.size(); ++layer) {
-      const bool stage3_use = zero_.stage == 3 && use < use_layer_.size() &&
+      const bool stage3_use = zero_.partitions_parameters() && use < use_layer_.size() &&
                               use_layer_[use] == int(layer) && use < use_owner_.size() / 2;
       if (stage3_use) before_use(use, Phase::Forward);
       forward_layer(layer);
@@ -336,19 +335,20 @@ class ScheduleBuilder {
   }
 
   std::uint32_t gather_dep(int owner) const {
-    return zero_.stage == 3 ? gather_op_[std::size_t(owner)] : kNoOp;
+    return zero_.partitions_parameters() ? gather_op_[std::size_t(owner)] : kNoOp;
   }
 
   // ---- backward ----------------------------------------------------------------------------
   void backward() {
-    if (zero_.stage >= 1 && zero_.stage <= 2 && micro_ == 0 && zero_.contiguous_gradients) {
+    if (zero_.zero_stage().uses_flat_partition() && micro_ == 0 && zero_.contiguous_gradients) {
       // DeepSpeed stages 1-2 allocate the reduce (ipg) buffers at backward(), two with overlap_comm.
       ipg_bytes_ = Bytes(zero_.overlap() ? 2 : 1) * zero_.reduce_bucket_size * grad_bytes_;
       pending_ipg_alloc_ = true;
     }
     std::size_t use = use_owner_.size() / 2;
     for (std::size_t layer = model_.layers.size(); layer-- > 0;) {
-      const bool stage3_use = zero_.stage == 3 && use < use_layer_.size() && use_layer_[use] == int(layer);
+      const bool stage3_use =
+          zero_.partitions_parameters() && use < use_layer_.size() && use_layer_[use] == int(layer);
       if (stage3_use) before_use(use, Phase::Backward);
       backward_layer(layer);
       if (stage3_use) after_use(use++, Phase::Backward);
@@ -380,7 +380,7 @@ class ScheduleBuilder {
       fx.add(Device::Gpu, Component::ActivationsStored, -act.stored);
     }
     const bool ready = layer_makes_grads_ready(layer);
-    if (ready && zero_.stage >= 2) {
+    if (ready && !zero_.reduces_at_boundary()) {
       fx.add(Device::Gpu, Component::UnreducedGrads, -copied_at_hook(owner) * grad_bytes_);
     }
     const Bytes touched = 2 * (owner_numel(owner) * param_bytes_ + act.stored) + act.backward_working;
@@ -388,7 +388,7 @@ class ScheduleBuilder {
                             .layer = int(layer), .flops = 2 * forward_flops, .memory_bytes_touched = touched},
                          fx, {gather_dep(owner), recompute, blocking_reduce_});
     blocking_reduce_ = kNoOp;
-    if (ready && zero_.stage >= 2) add_to_buckets(owner, op);
+    if (ready && !zero_.reduces_at_boundary()) add_to_buckets(owner, op);
   }
 
   std::uint32_t recompute_layer(std::size_t layer, const ActivationBytes& act, double flops) {
@@ -448,7 +448,7 @@ class ScheduleBuilder {
   void add_gradient_allocation(Effects& fx, int owner) {
     if (model_.layers[std::size_t(owner)].params.empty()) return;
     const Bytes bytes = owner_numel(owner) * grad_bytes_;
-    if (zero_.stage <= 1) {
+    if (zero_.reduces_at_boundary()) {
       // Stages 0-1: full gradients, allocated at the first backward touching them, kept (and
       // accumulated) until the boundary.
       if (!grads_touched_[std::size_t(owner)]) fx.add(Device::Gpu, Component::GradsFull, bytes);
@@ -482,7 +482,7 @@ class ScheduleBuilder {
   Elements owned_in_bucket() const {
     Elements owned = 0;
     for (const auto t : pending_) {
-      if (zero_.stage == 3) {
+      if (zero_.partitions_parameters()) {
         owned += params().tensor_partition[std::size_t(t)];
       } else {
         const Elements begin = flat_offset(t);
@@ -506,7 +506,7 @@ class ScheduleBuilder {
   }
 
   Elements bucket_message_elements() const {
-    if (zero_.stage != 3) return bucket_.elements;
+    if (!zero_.partitions_parameters()) return bucket_.elements;
     Elements padded = 0;
     for (const auto t : pending_) padded += params().tensor_partition[std::size_t(t)] * dp();
     return padded;
@@ -514,26 +514,32 @@ class ScheduleBuilder {
 
   void flush_bucket() {
     if (pending_.empty()) return;
-    const bool boundary_reduce = zero_.stage <= 1;
+    const bool boundary_reduce = zero_.reduces_at_boundary();
     const Phase phase = boundary_reduce ? Phase::Reduce : Phase::Backward;
     const Elements owned = owned_in_bucket();
     const Bytes message = bucket_message_elements() * grad_bytes_;
     Effects fx = effects();
-    if (zero_.stage == 0 || (zero_.stage == 1 && !zero_.contiguous_gradients)) {
+    const ZeroStage stage = zero_.zero_stage();
+    if (!stage.partitions_optimizer_states() ||
+        (stage.partitions_only_optimizer_states() && !zero_.contiguous_gradients)) {
       fx.add(Device::Gpu, Component::ReduceBucket, message);  // flattened copy for the collective
       fx.add(Device::Gpu, Component::ReduceBucket, -message);
     }
-    if (zero_.stage == 1) {
+    if (stage.partitions_only_optimizer_states()) {
       // Stage 1 keeps the reduced gradients it owns and frees the others (the same bytes change
       // category, so the free comes first).
       fx.add(Device::Gpu, Component::GradsFull, -bucket_.elements * grad_bytes_);
       if (optimizer_device_ == Device::Gpu) add_grads_partition(fx, owned * grad_bytes_);
-    } else if (zero_.stage == 2 && optimizer_device_ == Device::Gpu && grads_partition_bytes_ == 0) {
+    } else if (stage.partitions_gradients_not_parameters() && optimizer_device_ == Device::Gpu &&
+               grads_partition_bytes_ == 0) {
       // Stage 2 allocates the whole gradient partition at its first reduction.
       add_grads_partition(fx, params().owned * grad_bytes_);
     }
-    if (zero_.stage >= 2) fx.add(Device::Gpu, Component::UnreducedGrads, -held_until_reduced() * grad_bytes_);
-    const bool scatter = zero_.stage >= 1 && (zero_.reduce_scatter || zero_.stage == 3);
+    if (stage.partitions_gradients()) {
+      fx.add(Device::Gpu, Component::UnreducedGrads, -held_until_reduced() * grad_bytes_);
+    }
+    const bool scatter = stage.partitions_optimizer_states() &&
+                         (zero_.reduce_scatter || stage.partitions_parameters());
     const auto reduce = emit(Op{.kind = scatter ? OpKind::ReduceScatter : OpKind::AllReduce,
                                 .stream = Stream::Collective, .phase = phase,
                                 .bucket = std::int32_t(schedule_.buckets.size()), .group_size = dp(),
@@ -541,7 +547,7 @@ class ScheduleBuilder {
                              fx, {bucket_producer_});
     last_reduce_ = reduce;
     if (!zero_.overlap() && !boundary_reduce) blocking_reduce_ = reduce;
-    if (zero_.stage >= 1 && optimizer_device_ != Device::Gpu) {
+    if (stage.partitions_optimizer_states() && optimizer_device_ != Device::Gpu) {
       // ZeRO-Offload: the reduced low-precision gradient partition crosses PCIe to the host.
       last_d2h_ = emit(Op{.kind = OpKind::CopyD2H, .stream = Stream::D2H, .phase = phase,
                           .bucket = std::int32_t(schedule_.buckets.size()), .link = Link::PcieD2H,
@@ -578,20 +584,21 @@ class ScheduleBuilder {
   // ---- optimizer ---------------------------------------------------------------------------
   void optimizer_step() {
     std::uint32_t before = last_reduce_;
-    if (config_.precision.precision == Precision::Fp16 && zero_.stage >= 1) {
+    if (config_.precision.precision == Precision::Fp16 && zero_.partitions_optimizer_states()) {
       before = emit(Op{.kind = OpKind::OverflowCheck, .stream = Stream::Collective, .phase = Phase::Optimizer,
                        .group_size = dp(), .link = Link::Network, .bytes = 1},
                     effects(), {before});
     }
-    if (zero_.stage >= 1) {
+    if (zero_.partitions_optimizer_states()) {
       before = emit(Op{.kind = OpKind::GradNorm, .stream = Stream::Collective, .phase = Phase::Optimizer,
                        .group_size = dp(), .link = Link::Network, .bytes = 4},
                     effects(), {before});
     }
     const std::uint32_t updated = optimizer_device_ == Device::Gpu ? gpu_optimizer(before)
                                                                    : host_optimizer(before);
-    if (zero_.stage == 1 || zero_.stage == 2) allgather_updated_params(updated);
-    if (zero_.stage == 3 && params().persistent > 0) allgather_persistent_params(updated);
+    if (zero_.zero_stage().uses_flat_partition()) allgather_updated_params(updated);
+    if (zero_.partitions_parameters() && params().persistent > 0)
+      allgather_persistent_params(updated);
     if (config_.precision.precision == Precision::Fp16 && config_.precision.loss_scale.dynamic()) {
       emit(Op{.kind = OpKind::LossScaleUpdate, .stream = Stream::Compute, .phase = Phase::Optimizer},
            effects(), {});
@@ -601,9 +608,12 @@ class ScheduleBuilder {
   // Frees what the step no longer needs after the update: full gradients (stage 0, set_to_none),
   // the gradient partition (stages 1-2) and the reduce buffers (stages 1-2).
   void free_step_gradients(Effects& fx) {
-    if (zero_.stage == 0) fx.add(Device::Gpu, Component::GradsFull, -params().total * grad_bytes_);
+    if (!zero_.partitions_optimizer_states()) {
+      fx.add(Device::Gpu, Component::GradsFull, -params().total * grad_bytes_);
+    }
     fx.add(Device::Gpu, Component::GradsPartition, -grads_partition_bytes_);
-    if (zero_.stage >= 1 && zero_.stage <= 2) fx.add(Device::Gpu, Component::ReduceBucket, -ipg_bytes_);
+    if (zero_.zero_stage().uses_flat_partition())
+      fx.add(Device::Gpu, Component::ReduceBucket, -ipg_bytes_);
   }
 
   std::uint32_t gpu_optimizer(std::uint32_t before) {

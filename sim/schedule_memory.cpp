@@ -27,7 +27,9 @@ void add_fragmentation(DevicePeak& gpu, double fraction) {
 
 }  // namespace
 
-MemoryTimeline replay_memory(const Schedule& schedule, bool record_per_op) {
+MemoryTimeline replay_memory(const Schedule& schedule, ReplayDetail detail) {
+  const bool per_op = detail != ReplayDetail::Peaks,
+             keep_states = detail == ReplayDetail::Components;
   MemoryTimeline timeline;
   std::array<ComponentBytes, kDeviceCount> components{};
   std::array<Bytes, kDeviceCount> totals{};
@@ -41,9 +43,13 @@ MemoryTimeline replay_memory(const Schedule& schedule, bool record_per_op) {
     device.peak_op = -1;
     device.components = components[std::size_t(d)];
   }
-  if (record_per_op) {
+  if (per_op) {
     timeline.after_op.reserve(schedule.ops.size());
     timeline.high_during_op.reserve(schedule.ops.size());
+  }
+  if (keep_states) {
+    timeline.states.reserve(schedule.ops.size() + 1);
+    timeline.states.push_back(components);
   }
   // Effects apply in the order listed (allocations of an op's outputs come before the frees of
   // its inputs); the high mark of an op is the highest running total reached inside it.
@@ -62,36 +68,28 @@ MemoryTimeline replay_memory(const Schedule& schedule, bool record_per_op) {
         device.components = components[d];
       }
     }
-    if (record_per_op) {
+    if (per_op) {
       timeline.after_op.push_back(totals);
       timeline.high_during_op.push_back(high);
     }
+    if (keep_states) timeline.states.push_back(components);
   }
   add_fragmentation(timeline.devices[std::size_t(Device::Gpu)], schedule.fragmentation_fraction);
   for (auto& device : timeline.devices) device.categories = categories_of(device.components);
   return timeline;
 }
 
-std::vector<DeviceComponentBytes> replay_memory_components(const Schedule& schedule) {
-  std::vector<DeviceComponentBytes> states;
-  states.reserve(schedule.ops.size() + 1);
-  DeviceComponentBytes state{};
-  for (const auto& effect : schedule.resident) {
-    state[std::size_t(effect.device)][std::size_t(effect.component)] += effect.bytes;
-  }
-  states.push_back(state);
-  for (const auto& op : schedule.ops) {
-    for (const auto& effect : schedule.effects_of(op)) {
-      state[std::size_t(effect.device)][std::size_t(effect.component)] += effect.bytes;
-    }
-    states.push_back(state);
-  }
-  return states;
+MemoryTimeline replay_memory(const Schedule& schedule, bool record_per_op) {
+  return replay_memory(schedule, record_per_op ? ReplayDetail::PerOp : ReplayDetail::Peaks);
 }
 
-std::array<CategoryBytes, kDeviceCount> category_highs(const Schedule& schedule) {
+std::vector<DeviceComponentBytes> replay_memory_components(const Schedule& schedule) {
+  return replay_memory(schedule, ReplayDetail::Components).states;
+}
+
+std::array<CategoryBytes, kDeviceCount> category_highs(const MemoryTimeline& replay) {
   std::array<CategoryBytes, kDeviceCount> highs{};
-  for (const DeviceComponentBytes& state : replay_memory_components(schedule)) {
+  for (const DeviceComponentBytes& state : replay.states) {
     for (int d = 0; d < kDeviceCount; ++d) {
       const CategoryBytes categories = categories_of(state[std::size_t(d)]);
       for (int c = 0; c < kCategoryCount; ++c) {
@@ -101,6 +99,10 @@ std::array<CategoryBytes, kDeviceCount> category_highs(const Schedule& schedule)
     }
   }
   return highs;
+}
+
+std::array<CategoryBytes, kDeviceCount> category_highs(const Schedule& schedule) {
+  return category_highs(replay_memory(schedule, ReplayDetail::Components));
 }
 
 }  // namespace zerolens

@@ -84,6 +84,26 @@ Category category_of(Component component) {
   return Category::Buffers;
 }
 
+Sharing sharing_of(Component component) {
+  switch (component) {
+    case Component::ParamsPartition:
+    case Component::GradsPartition:
+    case Component::MasterPartition:
+    case Component::OptimizerStatePartition:
+    case Component::Fp32GradCast:
+      return Sharing::Partitioned;
+    case Component::ParamsFull:
+    case Component::ParamsPersistent:
+    case Component::GradsFull:
+    case Component::GatheredParams:
+    case Component::UnreducedGrads:
+    case Component::ReduceBucket:
+      return Sharing::Replicated;
+    default:
+      return Sharing::Unshared;
+  }
+}
+
 const char* to_string(Stream stream) {
   switch (stream) {
     case Stream::Compute: return "compute";

@@ -6,6 +6,7 @@
 
 #include "sim/error.hpp"
 #include "sim/planning.hpp"
+#include "sim/prediction.hpp"
 
 namespace zerolens {
 namespace {
@@ -45,10 +46,16 @@ std::vector<std::int64_t> micro_batches_of(const SweepSpace& space, std::int64_t
 
 // Why DeepSpeed (or this cluster) refuses a stage/offload combination; empty when accepted.
 std::string refusal(int stage, OffloadDevice optimizer, OffloadDevice param, bool nvme_available) {
-  if (param != OffloadDevice::None && stage != 3) return "parameter offload needs stage 3";
-  if (optimizer != OffloadDevice::None && stage == 0) return "optimizer offload needs stage 1, 2 or 3";
-  // DeepSpeed swaps optimizer states to NVMe only in stage 3; stages 1-2 treat "nvme" as "cpu".
-  if (optimizer == OffloadDevice::Nvme && stage != 3) return "NVMe optimizer offload is a stage-3 feature";
+  const ZeroStage zero{stage};
+  if (param != OffloadDevice::None && !zero.offload_allowed(OffloadKind::Param)) {
+    return "parameter offload needs stage 3";
+  }
+  if (optimizer != OffloadDevice::None && !zero.offload_allowed(OffloadKind::Optimizer)) {
+    return "optimizer offload needs stage 1, 2 or 3";
+  }
+  if (optimizer == OffloadDevice::Nvme && !zero.swaps_optimizer_to_nvme()) {
+    return "NVMe optimizer offload is a stage-3 feature";
+  }
   if ((optimizer == OffloadDevice::Nvme || param == OffloadDevice::Nvme) && !nvme_available) {
     return "the cluster has no NVMe";
   }
@@ -65,7 +72,10 @@ TrainingConfig config_of(const TrainingConfig& base, const SweepPoint& point, st
   return config;
 }
 
-Plan plan_with_accumulation(const PlanRequest& base, const SweepPoint& point, std::int64_t grad_accumulation) {
+// The point with `grad_accumulation` micro-steps, simulated as `simulate` says.
+Prediction predict_with_accumulation(const PlanRequest& base, const SweepPoint& point,
+                                     std::int64_t grad_accumulation, const TimelineOptions& options,
+                                     Simulate simulate) {
   PlanRequest request;
   request.model = base.model;
   request.cluster = base.cluster;
@@ -73,15 +83,14 @@ Plan plan_with_accumulation(const PlanRequest& base, const SweepPoint& point, st
   request.options = base.options;
   request.config = config_of(base.config, point, point.micro_batch * grad_accumulation * base.dp_size,
                              grad_accumulation);
-  return make_plan(std::move(request));
+  return predict(std::move(request), {.timeline = options, .simulate = simulate});
 }
 
 struct StepFigures {
   double step_time = 0, exposed = 0, model_flops = 0;  // model_flops: per GPU, whole step
 };
 
-StepFigures step_figures(const Plan& plan, const TimelineOptions& options) {
-  const Timeline timeline = simulate_timeline(plan.schedule, plan.request.cluster, options);
+StepFigures step_figures(const Timeline& timeline) {
   return {timeline.step_time, timeline.exposed_communication, timeline.model_flops_per_gpu * timeline.step_time};
 }
 
@@ -112,7 +121,7 @@ bool faster(const SweepResult& a, const SweepResult& b) {
 
 std::string SweepPoint::label() const {
   std::ostringstream text;
-  text << (stage == 0 ? std::string("DP") : "ZeRO-" + std::to_string(stage)) << " opt:" << to_string(optimizer)
+  text << ZeroStage{stage}.name() << " opt:" << to_string(optimizer)
        << " param:" << to_string(param) << " mb " << micro_batch << " x ga " << grad_accumulation
        << (checkpointing ? " ckpt" : "");
   return text.str();
@@ -147,12 +156,16 @@ std::vector<SweepPoint> enumerate_sweep(const PlanRequest& base, const SweepSpac
 SweepResult evaluate_sweep_point(const PlanRequest& base, const SweepPoint& point, const TimelineOptions& options) {
   SweepResult result{.point = point};
   const std::int64_t capped = std::min(point.grad_accumulation, kSweepSimulatedMicroSteps);
-  const Plan plan = plan_with_accumulation(base, point, capped);
+  // Only what fits is simulated (and ranked).
+  const Prediction prediction =
+      predict_with_accumulation(base, point, capped, options, Simulate::IfFits);
+  const Plan& plan = prediction.plan;
   fill_memory(result, plan);
   if (!result.fits) return result;
-  StepFigures figures = step_figures(plan, options);
+  StepFigures figures = step_figures(prediction.timeline);
   if (point.grad_accumulation > capped) {
-    const StepFigures shorter = step_figures(plan_with_accumulation(base, point, capped - 1), options);
+    const StepFigures shorter = step_figures(
+        predict_with_accumulation(base, point, capped - 1, options, Simulate::Always).timeline);
     figures = extrapolate(shorter, figures, point.grad_accumulation - capped);
   }
   const double tokens = double(point.micro_batch * point.grad_accumulation * base.dp_size) * double(plan.seq_len);

@@ -90,8 +90,9 @@ double exposed_communication(const Schedule& schedule, const std::vector<OpTimin
   return uncovered(merged(std::move(other)), merged(std::move(compute)));
 }
 
-std::vector<MemorySample> memory_over_time(const Schedule& schedule, const std::vector<OpTiming>& timings) {
-  const MemoryTimeline replay = replay_memory(schedule, true);
+std::vector<MemorySample> memory_over_time(const Schedule& schedule,
+                                           const std::vector<OpTiming>& timings,
+                                           const MemoryTimeline& replay) {
   std::vector<MemorySample> samples;
   samples.reserve(schedule.ops.size() + 1);
   std::array<Bytes, kDeviceCount> before{};
@@ -103,18 +104,12 @@ std::vector<MemorySample> memory_over_time(const Schedule& schedule, const std::
 }
 
 void fill_rates(Timeline& timeline, const Schedule& schedule, const Cluster& cluster) {
-  const ScheduleContext& c = schedule.context;
-  double model_flops = 0, hardware_flops = 0;
-  for (const auto& op : schedule.ops) {
-    if (op.kind == OpKind::Forward || op.kind == OpKind::Backward) model_flops += op.flops;
-    if (op.kind == OpKind::Forward || op.kind == OpKind::Backward || op.kind == OpKind::Recompute) hardware_flops += op.flops;
-  }
   if (timeline.step_time <= 0) return;
-  const double tokens = double(c.micro_batch) * double(c.seq_len) * double(c.grad_accumulation) * double(c.dp_size);
-  timeline.tokens_per_second = tokens / timeline.step_time;
-  timeline.model_flops_per_gpu = model_flops / timeline.step_time;
-  timeline.hardware_flops_per_gpu = hardware_flops / timeline.step_time;
-  const double peak = cluster.gpu.peak_flops(c.precision);
+  const StepRates rates = step_rates(schedule, timeline.step_time);
+  timeline.tokens_per_second = rates.tokens_per_second;
+  timeline.model_flops_per_gpu = rates.model_flops_per_gpu;
+  timeline.hardware_flops_per_gpu = rates.hardware_flops_per_gpu;
+  const double peak = cluster.gpu.peak_flops(schedule.context.precision);
   timeline.mfu = peak > 0 ? timeline.model_flops_per_gpu / peak : 0;
 }
 
@@ -134,6 +129,22 @@ CollectiveAlgorithm parse_collective_algorithm(const std::string& text) {
   if (text == "tree") return CollectiveAlgorithm::Tree;
   if (text == "auto") return CollectiveAlgorithm::Auto;
   throw InputError("--algorithm", "unknown collective algorithm '" + text + "' (expected ring, tree or auto)");
+}
+
+StepRates step_rates(const Schedule& schedule, double step_time) {
+  const ScheduleContext& c = schedule.context;
+  double model_flops = 0, hardware_flops = 0;
+  for (const auto& op : schedule.ops) {
+    if (op.kind == OpKind::Forward || op.kind == OpKind::Backward) model_flops += op.flops;
+    if (op.kind == OpKind::Forward || op.kind == OpKind::Backward || op.kind == OpKind::Recompute)
+      hardware_flops += op.flops;
+  }
+  if (step_time <= 0) return {};
+  const double tokens =
+      double(c.micro_batch) * double(c.seq_len) * double(c.grad_accumulation) * double(c.dp_size);
+  return {.tokens_per_second = tokens / step_time,
+          .model_flops_per_gpu = model_flops / step_time,
+          .hardware_flops_per_gpu = hardware_flops / step_time};
 }
 
 double collective_seconds(OpKind kind, Bytes message_bytes, int group_size, const Cluster& cluster,
@@ -164,6 +175,12 @@ double op_duration(const Op& op, const ScheduleContext& context, const Cluster& 
 }
 
 Timeline simulate_timeline(const Schedule& schedule, const Cluster& cluster, const TimelineOptions& options) {
+  return simulate_timeline(schedule, cluster, options,
+                           replay_memory(schedule, ReplayDetail::PerOp));
+}
+
+Timeline simulate_timeline(const Schedule& schedule, const Cluster& cluster,
+                           const TimelineOptions& options, const MemoryTimeline& replay) {
   cluster.validate("cluster");  // every rate must be positive to price an op
   if (!(cluster.gpu.peak_flops(schedule.context.precision) > 0)) {
     // A GPU without the format (V100 and bf16) cannot run the step; pricing it at zero would be wrong.
@@ -184,7 +201,7 @@ Timeline simulate_timeline(const Schedule& schedule, const Cluster& cluster, con
     timeline.step_time = std::max(timeline.step_time, start + duration);
   }
   timeline.exposed_communication = exposed_communication(schedule, timeline.ops);
-  timeline.memory = memory_over_time(schedule, timeline.ops);
+  timeline.memory = memory_over_time(schedule, timeline.ops, replay);
   fill_rates(timeline, schedule, cluster);
   return timeline;
 }

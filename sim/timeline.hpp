@@ -54,6 +54,18 @@ struct Timeline {
   std::vector<MemorySample> memory;  // memory over time (one sample per op end, in time order)
 };
 
+// The rates of a step of the schedule that takes `step_time` seconds (all zero when it is not
+// positive): tokens of the whole data-parallel group (micro-batch x sequence x accumulation x
+// ranks), and per GPU the FLOPs the schedule counts: model FLOPs (forward and backward: 3 x
+// forward, no recompute) and hardware FLOPs (recompute included). The timeline's rates and the
+// executor's.
+struct StepRates {
+  double tokens_per_second = 0;
+  double model_flops_per_gpu = 0;
+  double hardware_flops_per_gpu = 0;
+};
+StepRates step_rates(const Schedule& schedule, double step_time);
+
 // Seconds one op takes on its stream.
 double op_duration(const Op& op, const ScheduleContext& context, const Cluster& cluster,
                    const TimelineOptions& options);
@@ -62,5 +74,8 @@ double collective_seconds(OpKind kind, Bytes message_bytes, int group_size, cons
                           CollectiveAlgorithm algorithm);
 
 Timeline simulate_timeline(const Schedule& schedule, const Cluster& cluster, const TimelineOptions& options);
+// The same with the schedule's memory replayed already (ReplayDetail::PerOp or more).
+Timeline simulate_timeline(const Schedule& schedule, const Cluster& cluster,
+                           const TimelineOptions& options, const MemoryTimeline& replay);
 
 }  // namespace zerolens

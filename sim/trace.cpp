@@ -178,6 +178,11 @@ TraceSummary read_summary(const json& object) {
 }  // namespace
 
 Trace make_trace(const Plan& plan, const Timeline& timeline, int ranks) {
+  return make_trace(plan, timeline, replay_memory(plan.schedule, ReplayDetail::PerOp), ranks);
+}
+
+Trace make_trace(const Plan& plan, const Timeline& timeline, const MemoryTimeline& replay,
+                 int ranks) {
   if (ranks < 1 || ranks > plan.schedule.context.dp_size) {
     throw InputError("--ranks", "must be between 1 and the data-parallel size (" +
                                     std::to_string(plan.schedule.context.dp_size) + ")");
@@ -189,8 +194,8 @@ Trace make_trace(const Plan& plan, const Timeline& timeline, int ranks) {
   trace.summary.model_flops_per_gpu = timeline.model_flops_per_gpu;
   trace.summary.mfu = timeline.mfu;
   trace.summary.exposed_communication = timeline.exposed_communication;
-  for (const auto& device : plan.devices) trace.summary.peak[std::size_t(device.device)] = device.peak_per_rank;
-  const MemoryTimeline replay = replay_memory(plan.schedule, true);
+  for (const auto& device : plan.devices)
+    trace.summary.peak[std::size_t(device.device)] = device.peak_per_rank;
   const auto& layers = plan.request.model.layers;
   for (int rank = 0; rank < ranks; ++rank) {
     trace.ranks.push_back(rank);

@@ -77,6 +77,9 @@ struct Trace {
 // A predicted trace of `ranks` ranks (0..ranks-1; ranks of a data-parallel group are symmetric, so
 // every rank replays the representative rank's schedule).
 Trace make_trace(const Plan& plan, const Timeline& timeline, int ranks);
+// The same with the plan's memory replayed already (ReplayDetail::PerOp or more).
+Trace make_trace(const Plan& plan, const Timeline& timeline, const MemoryTimeline& replay,
+                 int ranks);
 nlohmann::json trace_to_json(const Trace& trace);
 // Throws InputError naming the key when the document is not a valid version-1 trace.
 Trace trace_from_json(const nlohmann::json& document);

@@ -1,16 +1,21 @@
 # Fails when a project folder includes a header of a folder it must not depend on:
 # sim and kernels import nothing of the project; exec imports sim and kernels; gui imports sim;
 # nothing imports cli or gui.
+# CUDA is assembled in exec (exec/backend.cpp): outside exec/ and kernels/ no file includes
+# exec/cuda/ or kernels/ headers or asks whether the build has CUDA (#if... ZEROLENS_WITH_CUDA).
 set(allowed_sim "sim")
 set(allowed_kernels "kernels")
 set(allowed_exec "exec;sim;kernels")
 set(allowed_gui "gui;sim;traces")
 set(allowed_cli "cli;sim;exec;traces")
 set(project_folders sim kernels exec gui cli traces)
+set(cuda_free_folders sim gui cli)
+set(cuda_condition "^[ \t]*#[ \t]*(if|ifdef|ifndef|elif)[ \t].*ZEROLENS_(WITH|HAVE)_CUDA")
 set(violations "")
 foreach(folder sim kernels exec gui cli)
   file(GLOB_RECURSE sources "${SOURCE_DIR}/${folder}/*.cpp" "${SOURCE_DIR}/${folder}/*.hpp"
        "${SOURCE_DIR}/${folder}/*.cu" "${SOURCE_DIR}/${folder}/*.cuh")
+  list(FIND cuda_free_folders "${folder}" is_cuda_free)
   foreach(source ${sources})
     file(STRINGS "${source}" includes REGEX "^#include \"[a-z]+/")
     foreach(line ${includes})
@@ -19,8 +24,16 @@ foreach(folder sim kernels exec gui cli)
       list(FIND allowed_${folder} "${target}" is_allowed)
       if(is_project GREATER -1 AND is_allowed EQUAL -1)
         list(APPEND violations "${source}: ${line}")
+      elseif(is_cuda_free GREATER -1 AND line MATCHES "^#include \"exec/cuda/")
+        list(APPEND violations "${source}: ${line} (exec/cuda/ is reached through exec/backend.hpp)")
       endif()
     endforeach()
+    if(is_cuda_free GREATER -1)
+      file(STRINGS "${source}" conditions REGEX "${cuda_condition}")
+      foreach(line ${conditions})
+        list(APPEND violations "${source}: ${line} (only exec/ and kernels/ ask whether CUDA is built; see exec/backend.hpp)")
+      endforeach()
+    endif()
   endforeach()
 endforeach()
 if(violations)

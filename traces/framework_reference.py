@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_reference import PRESETS, gpt2_classes, training_step  # noqa: E402  (the references' one GPT-2)
+from zerolens_record import RunRecorder  # noqa: E402  (what a user adds to a real run)
 
 NO_GPU_EXIT = 3
 FRAMEWORKS = ("deepspeed", "fsdp2", "torch")
@@ -130,29 +130,6 @@ def deepspeed_config(args):
     return config
 
 
-class Recorder:
-    """Memory at named points; device used is the whole GPU's (context and libraries included)."""
-
-    def __init__(self, torch, device):
-        self.torch, self.device, self.points = torch, device, []
-
-    def device_used(self):
-        free, total = self.torch.cuda.mem_get_info(self.device)
-        return total - free
-
-    def mark(self, name):
-        cuda = self.torch.cuda
-        cuda.synchronize(self.device)
-        self.points.append({"point": name, "allocated": cuda.memory_allocated(self.device),
-                            "reserved": cuda.memory_reserved(self.device), "device_used": self.device_used(),
-                            "max_allocated": cuda.max_memory_allocated(self.device),
-                            "max_reserved": cuda.max_memory_reserved(self.device)})
-
-    def peak_device_used(self, after=None):
-        points = self.points if after is None else self.points[after:]
-        return max(p["device_used"] for p in points)
-
-
 def build_model(torch, args, shape, checkpointing):
     GPT2, Block = gpt2_classes(torch)
 
@@ -228,44 +205,6 @@ def set_up_torch(torch, args, model, device):
                                                                 "autocast": args.precision}
 
 
-ALLOCATOR_STATS = ("allocated_bytes.all.peak", "reserved_bytes.all.peak", "allocated_bytes.large_pool.peak",
-                   "allocated_bytes.small_pool.peak", "reserved_bytes.large_pool.peak",
-                   "reserved_bytes.small_pool.peak", "segment.all.peak", "segment.large_pool.peak",
-                   "segment.small_pool.peak", "num_alloc_retries", "num_ooms", "inactive_split_bytes.all.peak",
-                   "active_bytes.all.peak", "requested_bytes.all.peak", "num_device_alloc", "num_device_free")
-
-
-def train(torch, args, step, recorder, vocab, device):
-    generator = torch.Generator().manual_seed(args.seed)
-    data = torch.randint(0, vocab, (args.steps, args.micro_batch, args.seq_len + 1), generator=generator)
-    times, losses, steady_from = [], [], None
-    for index in range(args.steps):
-        if index == args.warmup:
-            from_start = {"max_allocated": torch.cuda.max_memory_allocated(device),
-                          "max_reserved": torch.cuda.max_memory_reserved(device)}
-            torch.cuda.reset_peak_memory_stats(device)
-            steady_from = len(recorder.points)
-        batch = data[index].to(device)
-        torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        loss = step(batch)
-        torch.cuda.synchronize(device)
-        times.append(time.perf_counter() - start)
-        losses.append(float(loss))
-        recorder.mark(f"after step {index}")
-    steady = {"max_allocated": torch.cuda.max_memory_allocated(device),
-              "max_reserved": torch.cuda.max_memory_reserved(device),
-              "device_used_after_steps": recorder.peak_device_used(steady_from)}
-    from_start["max_allocated"] = max(from_start["max_allocated"], steady["max_allocated"])
-    from_start["max_reserved"] = max(from_start["max_reserved"], steady["max_reserved"])
-    from_start["device_used_after_steps"] = recorder.peak_device_used()
-    stats = torch.cuda.memory_stats(device)
-    median = statistics.median(times[args.warmup:])
-    return {"steady": steady, "from_start": from_start, "step_s": times, "median_step_s": median,
-            "tokens_per_s": args.micro_batch * args.seq_len / median, "losses": losses,
-            "allocator": {key: stats.get(key) for key in ALLOCATOR_STATS}}
-
-
 def run_one(args):
     try:
         import torch
@@ -277,9 +216,10 @@ def run_one(args):
         return NO_GPU_EXIT, None
     device = torch.device("cuda", 0)
     torch.cuda.set_device(device)
-    recorder = Recorder(torch, device)
-    torch.zeros(1, device=device)  # the CUDA context, and the allocator's first block
-    recorder.mark("context")
+    recorder = RunRecorder(args.framework, {"preset": args.preset}, args.micro_batch, args.seq_len, args.precision,
+                           stage=args.stage, offload_optimizer=args.offload_optimizer,
+                           offload_param=args.offload_param, checkpointing=args.checkpointing,
+                           warmup=args.warmup, device=device, torch=torch)
     shape = dict(zip(("n_layer", "n_embd", "n_head", "n_positions", "vocab"), PRESETS[args.preset]))
     model, block_class = build_model(torch, args, shape, args.checkpointing)
     count = sum(p.numel() for p in model.parameters())
@@ -290,18 +230,16 @@ def run_one(args):
     else:
         step, framework = set_up_torch(torch, args, model, device)
     recorder.mark("set up")
-    result = train(torch, args, step, recorder, shape["vocab"], device)
-    free, total = torch.cuda.mem_get_info(device)
-    document = {"schema": "zerolens.framework-reference", "version": 1, "framework": args.framework,
-                "device": torch.cuda.get_device_name(device), "device_memory_bytes": total,
-                "torch": torch.__version__, "cuda": torch.version.cuda,
-                "nccl": ".".join(map(str, torch.cuda.nccl.version())) if args.framework != "torch" else None,
-                "model": dict(shape, preset=args.preset, parameter_count=count),
-                "micro_batch": args.micro_batch, "seq_len": args.seq_len, "precision": args.precision,
-                "stage": args.stage, "offload_optimizer": args.offload_optimizer,
-                "offload_param": args.offload_param, "checkpointing": args.checkpointing,
-                "compile": args.compile, "steps": args.steps, "warmup": args.warmup,
-                "points": recorder.points, **framework, **result}
+    generator = torch.Generator().manual_seed(args.seed)
+    data = torch.randint(0, shape["vocab"], (args.steps, args.micro_batch, args.seq_len + 1), generator=generator)
+    for index in range(args.steps):
+        batch = data[index].to(device)
+        with recorder.step():
+            loss = step(batch)
+        recorder.record_loss(loss)
+    document = recorder.document()
+    document.update(framework, model=dict(shape, preset=args.preset, parameter_count=count), compile=args.compile,
+                    nccl=".".join(map(str, torch.cuda.nccl.version())) if args.framework != "torch" else None)
     return 0, document
 
 

@@ -48,7 +48,9 @@ def load_run(path):
 
 def plan_arguments(run):
     """zerolens plan flags for the same run; the stage and offloads as the framework shards."""
-    args = ["--model", run["model"]["preset"], "--gpus", "1", "--micro-batch", str(run["micro_batch"]),
+    model = run["model"]
+    named = ["--model", model["preset"]] if model.get("preset") else ["--hf-config", model.get("hf_config", "")]
+    args = [*named, "--gpus", "1", "--micro-batch", str(run["micro_batch"]),
             "--seq-len", str(run["seq_len"]), "--precision", run["precision"], "--attention", "eager",
             "--activation-checkpointing", "true" if run.get("checkpointing") else "false", "--cluster", "h100-x1"]
     framework = run["framework"]
@@ -80,7 +82,7 @@ def predict(zerolens, run, scratch):
 def validity_problems(run, plan):
     problems = []
     count, expected = run["model"].get("parameter_count"), plan["model"]["parameter_count"]
-    if count != expected:
+    if count is not None and count != expected:
         problems.append(f"{count} parameters, the zerolens preset has {expected}")
     steady, start = run["steady"], run["from_start"]
     if not steady["max_allocated"] <= steady["max_reserved"] <= steady["device_used_after_steps"]:
