@@ -10,7 +10,7 @@
 #include "cli/commands.hpp"
 #include "exec/checkpoint.hpp"
 #include "exec/nvme_io.hpp"
-#include "sim/error.hpp"
+#include "sim/core/error.hpp"
 
 namespace zerolens::cli {
 

@@ -15,9 +15,9 @@
 #include "cli/commands.hpp"
 #include "cli/validation.hpp"
 #include "cli/validation_report.hpp"
-#include "sim/json_read.hpp"
-#include "sim/trace.hpp"
-#include "sim/trace_replan.hpp"
+#include "sim/core/json_read.hpp"
+#include "sim/trace/trace.hpp"
+#include "sim/trace/trace_replan.hpp"
 
 namespace zerolens::cli {
 namespace {

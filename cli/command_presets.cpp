@@ -5,9 +5,12 @@
 #include "cli/app.hpp"
 #include "cli/commands.hpp"
 #include "cli/table.hpp"
-#include "sim/hardware.hpp"
-#include "sim/model.hpp"
-#include "sim/model_io.hpp"
+#include "sim/hardware/hardware.hpp"
+#include "sim/model/model.hpp"
+#include "sim/model/model_io.hpp"
+#include "sim/hardware/cluster_json.hpp"
+#include "sim/model/layers_json.hpp"
+#include "sim/model/presets.hpp"
 
 #include <nlohmann/json.hpp>
 

@@ -10,7 +10,7 @@
 #include "cli/commands.hpp"
 #include "cli/run_support.hpp"
 #include "cli/table.hpp"
-#include "sim/trace.hpp"
+#include "sim/trace/trace.hpp"
 
 namespace zerolens::cli {
 namespace {

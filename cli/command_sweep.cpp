@@ -15,7 +15,8 @@
 #include "cli/plan_options.hpp"
 #include "cli/table.hpp"
 #include "cli/timeline_options.hpp"
-#include "sim/sweep.hpp"
+#include "sim/predict/sweep.hpp"
+#include "sim/report/sweep_json.hpp"
 
 namespace zerolens::cli {
 namespace {

@@ -11,8 +11,9 @@
 #include "cli/commands.hpp"
 #include "cli/plan_options.hpp"
 #include "cli/timeline_options.hpp"
-#include "sim/prediction.hpp"
-#include "sim/walkthrough.hpp"
+#include "sim/predict/prediction.hpp"
+#include "sim/plan/walkthrough.hpp"
+#include "sim/trace/chrome_trace.hpp"
 
 namespace zerolens::cli {
 namespace {
@@ -25,7 +26,7 @@ struct TraceCommand {
   bool walkthrough = false;
 };
 
-// The walkthrough of the seed document (sim/walkthrough.hpp, shared with the GUI); flags given on
+// The walkthrough of the seed document (sim/plan/walkthrough.hpp, shared with the GUI); flags given on
 // the command line win over its values.
 void walkthrough_defaults(PlanOptions& o) {
   const WalkthroughSetup w;

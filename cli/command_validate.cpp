@@ -12,7 +12,7 @@
 #include "cli/timeline_options.hpp"
 #include "cli/validation.hpp"
 #include "cli/validation_report.hpp"
-#include "sim/trace.hpp"
+#include "sim/trace/trace.hpp"
 
 namespace zerolens::cli {
 namespace {

@@ -9,7 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "sim/error.hpp"
+#include "sim/core/error.hpp"
 
 namespace zerolens::cli {
 

@@ -4,8 +4,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sim/json_read.hpp"
-#include "sim/model_io.hpp"
+#include "sim/core/json_read.hpp"
+#include "sim/model/model_io.hpp"
+#include "sim/config/overrides.hpp"
+#include "sim/hardware/cluster_json.hpp"
 
 namespace zerolens::cli {
 namespace {

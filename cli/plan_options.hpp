@@ -8,8 +8,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "sim/config_overrides.hpp"
-#include "sim/plan.hpp"
+#include "sim/config/overrides.hpp"
+#include "sim/plan/plan.hpp"
 
 namespace zerolens::cli {
 

@@ -3,9 +3,9 @@
 #include <ostream>
 #include <vector>
 
-#include "sim/estimators.hpp"
-#include "sim/plan.hpp"
-#include "sim/planning.hpp"
+#include "sim/plan/deepspeed_estimators.hpp"
+#include "sim/plan/plan.hpp"
+#include "sim/plan/variants.hpp"
 
 namespace zerolens::cli {
 

@@ -7,8 +7,8 @@
 
 #include "cli/app.hpp"
 #include "cli/commands.hpp"
-#include "sim/error.hpp"
-#include "sim/units.hpp"
+#include "sim/core/error.hpp"
+#include "sim/core/units.hpp"
 
 namespace zerolens::cli {
 namespace {

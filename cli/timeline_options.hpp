@@ -4,7 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "sim/timeline.hpp"
+#include "sim/timeline/timeline.hpp"
 
 namespace zerolens::cli {
 

@@ -5,7 +5,8 @@
 #include <limits>
 #include <stdexcept>
 
-#include "sim/error.hpp"
+#include "sim/core/error.hpp"
+#include "sim/schedule/memory_replay.hpp"
 
 namespace zerolens::cli {
 namespace {

@@ -8,7 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "sim/prediction.hpp"
+#include "sim/predict/prediction.hpp"
+#include "sim/schedule/memory_replay.hpp"
 
 namespace zerolens::cli {
 

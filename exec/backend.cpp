@@ -1,7 +1,7 @@
 #include "exec/backend.hpp"
 
 #include "exec/gpt2_model.hpp"
-#include "sim/error.hpp"
+#include "sim/core/error.hpp"
 // The one place outside kernels/ and exec/cuda/ that knows whether the build has CUDA (exec's
 // CMakeLists defines ZEROLENS_WITH_CUDA for this library where exec/cuda is built).
 #ifdef ZEROLENS_WITH_CUDA

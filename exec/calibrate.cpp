@@ -19,7 +19,7 @@
 #include "kernels/matmul.hpp"
 #include "kernels/optimizer.hpp"
 #include "kernels/stream.hpp"
-#include "sim/error.hpp"
+#include "sim/core/error.hpp"
 
 namespace zerolens::exec {
 namespace {

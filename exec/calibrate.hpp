@@ -22,7 +22,7 @@
 
 #include "exec/communicator.hpp"
 #include "exec/nvme_io.hpp"
-#include "sim/hardware.hpp"
+#include "sim/hardware/hardware.hpp"
 
 namespace zerolens::exec {
 

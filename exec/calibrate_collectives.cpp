@@ -4,7 +4,7 @@
 #include <chrono>
 
 #include "exec/calibrate_support.hpp"
-#include "sim/comm.hpp"
+#include "sim/schedule/comm.hpp"
 
 namespace zerolens::exec {
 namespace {

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/units.hpp"
+#include "sim/core/units.hpp"
 
 namespace zerolens::exec {
 

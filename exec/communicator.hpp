@@ -8,7 +8,7 @@
 #include <memory>
 #include <span>
 
-#include "sim/schedule.hpp"
+#include "sim/schedule/schedule.hpp"
 
 namespace zerolens::exec {
 

@@ -18,7 +18,7 @@
 #include "exec/gpt2_shape.hpp"
 #include "exec/layer_model.hpp"
 #include "exec/memory_ledger.hpp"
-#include "sim/model.hpp"
+#include "sim/model/model.hpp"
 
 namespace zerolens::exec {
 

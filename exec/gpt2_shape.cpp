@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "sim/error.hpp"
+#include "sim/core/error.hpp"
 
 namespace zerolens::exec {
 namespace {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "exec/layer_model.hpp"
-#include "sim/model.hpp"
+#include "sim/model/model.hpp"
 
 namespace zerolens::exec {
 

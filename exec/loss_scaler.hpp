@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <stdexcept>
 
-#include "sim/config.hpp"
+#include "sim/config/config.hpp"
 
 namespace zerolens::exec {
 

@@ -1,4 +1,5 @@
 #include "exec/memory_ledger.hpp"
+#include "sim/schedule/memory_replay.hpp"
 
 #include <algorithm>
 #include <cstdlib>

@@ -8,7 +8,8 @@
 #include <span>
 #include <vector>
 
-#include "sim/schedule.hpp"
+#include "sim/schedule/schedule.hpp"
+#include "sim/schedule/memory_replay.hpp"
 
 namespace zerolens::exec {
 

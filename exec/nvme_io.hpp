@@ -23,7 +23,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "sim/units.hpp"
+#include "sim/core/units.hpp"
 
 namespace zerolens::exec {
 

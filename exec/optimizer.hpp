@@ -6,7 +6,7 @@
 #include <span>
 
 #include "kernels/optimizer.hpp"
-#include "sim/config.hpp"
+#include "sim/config/config.hpp"
 
 namespace zerolens::exec {
 

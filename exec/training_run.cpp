@@ -6,8 +6,9 @@
 #include "exec/checkpoint.hpp"
 #include "exec/gpt2_model.hpp"
 #include "exec/zero_engine.hpp"
-#include "sim/error.hpp"
-#include "sim/timeline.hpp"
+#include "sim/core/error.hpp"
+#include "sim/timeline/timeline.hpp"
+#include "sim/schedule/memory_replay.hpp"
 
 namespace zerolens::exec {
 namespace {

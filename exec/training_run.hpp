@@ -13,8 +13,9 @@
 #include "exec/communicator.hpp"
 #include "exec/gpt2_model.hpp"
 #include "exec/zero_engine.hpp"
-#include "sim/plan.hpp"
-#include "sim/trace.hpp"
+#include "sim/plan/plan.hpp"
+#include "sim/trace/trace.hpp"
+#include "sim/schedule/memory_replay.hpp"
 
 namespace zerolens::exec {
 

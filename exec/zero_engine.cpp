@@ -6,7 +6,7 @@
 #include <string>
 
 #include "exec/zero_state.hpp"
-#include "sim/error.hpp"
+#include "sim/core/error.hpp"
 
 namespace zerolens::exec {
 namespace {

@@ -44,7 +44,7 @@
 #include "exec/layer_model.hpp"
 #include "exec/memory_ledger.hpp"
 #include "exec/optimizer.hpp"
-#include "sim/plan.hpp"
+#include "sim/plan/plan.hpp"
 
 namespace zerolens::exec {
 

@@ -13,7 +13,7 @@
 #include <system_error>
 
 #include "exec/zero_state.hpp"
-#include "sim/error.hpp"
+#include "sim/core/error.hpp"
 
 namespace zerolens::exec {
 namespace {

@@ -100,7 +100,7 @@ struct ZeroEngine::State {
   Optimizer optimizer;
   LossScaler scaler;
   EngineOptions options;
-  ZeroStage stage;  // what this stage partitions (sim/zero_stage.hpp)
+  ZeroStage stage;  // what this stage partitions (sim/config/zero_stage.hpp)
   int dp = 1, rank = 0;
   NumberFormat param_format = NumberFormat::Fp32, grad_format = NumberFormat::Fp32;
   bool mixed = false;       // 16-bit parameters and gradients

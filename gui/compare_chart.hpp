@@ -1,5 +1,5 @@
 #pragma once
-// DP, ZeRO-1/2/3 and the offload variants for the current model and cluster (sim/planning.hpp):
+// DP, ZeRO-1/2/3 and the offload variants for the current model and cluster (sim/plan/variants.hpp):
 // GPU memory per rank at the peak stacked by category with the GPU's capacity, host memory and NVMe
 // per node, and the traffic per rank. Planned when the page is shown, again after each change.
 #include <QChartView>
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "gui/session.hpp"
-#include "sim/planning.hpp"
+#include "sim/plan/variants.hpp"
 
 namespace zerolens::gui {
 

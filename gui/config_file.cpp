@@ -2,8 +2,12 @@
 
 #include <fstream>
 
-#include "sim/json_read.hpp"
-#include "sim/model_io.hpp"
+#include "sim/core/json_read.hpp"
+#include "sim/model/model_io.hpp"
+#include "sim/config/deepspeed_json.hpp"
+#include "sim/config/overrides.hpp"
+#include "sim/hardware/cluster_json.hpp"
+#include "sim/model/layers_json.hpp"
 
 namespace zerolens::gui {
 namespace {

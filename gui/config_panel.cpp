@@ -1,6 +1,7 @@
 #include "gui/config_panel.hpp"
 
 #include "gui/op_words.hpp"
+#include "sim/model/presets.hpp"
 
 #include <QFileDialog>
 #include <QFormLayout>

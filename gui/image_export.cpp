@@ -5,7 +5,7 @@
 #include <QPixmap>
 #include <QSvgGenerator>
 
-#include "sim/error.hpp"
+#include "sim/core/error.hpp"
 
 namespace zerolens::gui {
 namespace {

@@ -10,6 +10,8 @@
 
 #include "gui/config_file.hpp"
 #include "gui/image_export.hpp"
+#include "sim/config/deepspeed_json.hpp"
+#include "sim/trace/chrome_trace.hpp"
 
 namespace zerolens::gui {
 namespace {

@@ -14,6 +14,7 @@
 #include "gui/timeline_scene.hpp"
 #include "gui/trace_checks.hpp"
 #include "gui/traffic_chart.hpp"
+#include "sim/schedule/memory_replay.hpp"
 
 namespace zerolens::gui {
 namespace {

@@ -3,7 +3,7 @@
 // gradients reduced to their owners, the owners' update, and the GPU's peak.
 #include <cstdint>
 
-#include "sim/plan.hpp"
+#include "sim/plan/plan.hpp"
 
 namespace zerolens::gui {
 

@@ -2,7 +2,7 @@
 
 #include <cstdio>
 
-#include "sim/comm.hpp"
+#include "sim/schedule/comm.hpp"
 
 namespace zerolens::gui {
 

@@ -4,7 +4,7 @@
 // to no one.
 #include <vector>
 
-#include "sim/schedule.hpp"
+#include "sim/schedule/schedule.hpp"
 
 namespace zerolens::gui {
 

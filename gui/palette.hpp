@@ -4,7 +4,7 @@
 #include <QColor>
 #include <string>
 
-#include "sim/schedule.hpp"
+#include "sim/schedule/schedule.hpp"
 
 namespace zerolens::gui {
 

@@ -11,6 +11,7 @@
 #include "gui/op_words.hpp"
 #include "gui/ownership.hpp"
 #include "gui/palette.hpp"
+#include "sim/schedule/memory_replay.hpp"
 
 namespace zerolens::gui {
 namespace {

@@ -12,7 +12,7 @@
 #include "gui/op_words.hpp"
 #include "gui/palette.hpp"
 #include "gui/rank_scene.hpp"
-#include "sim/comm.hpp"
+#include "sim/schedule/comm.hpp"
 
 namespace zerolens::gui {
 namespace {

@@ -10,7 +10,8 @@
 #include <vector>
 
 #include "gui/settings.hpp"
-#include "sim/prediction.hpp"
+#include "sim/predict/prediction.hpp"
+#include "sim/schedule/memory_replay.hpp"
 
 namespace zerolens::gui {
 

@@ -9,9 +9,9 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "sim/config_overrides.hpp"
-#include "sim/plan.hpp"
-#include "sim/trace.hpp"
+#include "sim/config/overrides.hpp"
+#include "sim/plan/plan.hpp"
+#include "sim/trace/trace.hpp"
 
 namespace zerolens::gui {
 
@@ -30,7 +30,7 @@ struct Settings {
 
 // GPT-2 1.5B on 8 x A100-40GB, fp16, ZeRO-3 with CPU optimizer offload, checkpointing on.
 Settings default_settings();
-// The 4-GPU ZeRO-3 walkthrough (sim/walkthrough.hpp).
+// The 4-GPU ZeRO-3 walkthrough (sim/plan/walkthrough.hpp).
 Settings walkthrough_settings();
 PlanRequest make_request(const Settings& settings);
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "gui/scene_items.hpp"
-#include "sim/trace.hpp"
+#include "sim/trace/trace.hpp"
 
 namespace zerolens::gui {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/trace.hpp"
+#include "sim/trace/trace.hpp"
 
 namespace zerolens::gui {
 

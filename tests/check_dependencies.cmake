@@ -1,17 +1,45 @@
 # Fails when a project folder includes a header of a folder it must not depend on:
 # sim and kernels import nothing of the project; exec imports sim and kernels; gui imports sim;
-# nothing imports cli or gui.
+# nothing imports cli or gui; no C++ includes traces/ (traces are files: read through sim/trace/).
+# Inside sim/ and exec/, each sub-folder is a layer that includes only itself and the layers
+# listed before it (files directly in exec/ sit above all of exec's layers).
 # CUDA is assembled in exec (exec/backend.cpp): outside exec/ and kernels/ no file includes
 # exec/cuda/ or kernels/ headers or asks whether the build has CUDA (#if... ZEROLENS_WITH_CUDA).
 set(allowed_sim "sim")
 set(allowed_kernels "kernels")
 set(allowed_exec "exec;sim;kernels")
-set(allowed_gui "gui;sim;traces")
-set(allowed_cli "cli;sim;exec;traces")
+set(allowed_gui "gui;sim")
+set(allowed_cli "cli;sim;exec")
 set(project_folders sim kernels exec gui cli traces)
+set(layers_sim core config model hardware schedule timeline plan trace predict report)
+set(layers_exec memory comm io calibrate model engine cuda .)
 set(cuda_free_folders sim gui cli)
 set(cuda_condition "^[ \t]*#[ \t]*(if|ifdef|ifndef|elif)[ \t].*ZEROLENS_(WITH|HAVE)_CUDA")
 set(violations "")
+
+# The layer of a file or an include path under `folder`: its sub-folder, "." directly in it.
+function(zerolens_layer_of folder path out)
+  if(path MATCHES "^${folder}/([a-z_]+)/")
+    set(${out} "${CMAKE_MATCH_1}" PARENT_SCOPE)
+  else()
+    set(${out} "." PARENT_SCOPE)
+  endif()
+endfunction()
+
+function(zerolens_check_layer folder source line)
+  file(RELATIVE_PATH relative "${SOURCE_DIR}" "${source}")
+  zerolens_layer_of("${folder}" "${relative}" own)
+  string(REGEX REPLACE "^#include \"([^\"]+)\".*" "\\1" included "${line}")
+  zerolens_layer_of("${folder}" "${included}" other)
+  list(FIND layers_${folder} "${own}" own_index)
+  string(REPLACE ";" " < " order "${layers_${folder}}")
+  list(FIND layers_${folder} "${other}" other_index)
+  if(own_index EQUAL -1)
+    set(violations "${violations};${source}: not in a layer of ${folder}/ (${order})" PARENT_SCOPE)
+  elseif(other_index EQUAL -1 OR other_index GREATER own_index)
+    set(violations "${violations};${source}: ${line} (${folder}/${own} may include only itself and the layers before it: ${order})" PARENT_SCOPE)
+  endif()
+endfunction()
 foreach(folder sim kernels exec gui cli)
   file(GLOB_RECURSE sources "${SOURCE_DIR}/${folder}/*.cpp" "${SOURCE_DIR}/${folder}/*.hpp"
        "${SOURCE_DIR}/${folder}/*.cu" "${SOURCE_DIR}/${folder}/*.cuh")
@@ -26,6 +54,8 @@ foreach(folder sim kernels exec gui cli)
         list(APPEND violations "${source}: ${line}")
       elseif(is_cuda_free GREATER -1 AND line MATCHES "^#include \"exec/cuda/")
         list(APPEND violations "${source}: ${line} (exec/cuda/ is reached through exec/backend.hpp)")
+      elseif(target STREQUAL folder AND DEFINED layers_${folder})
+        zerolens_check_layer("${folder}" "${source}" "${line}")
       endif()
     endforeach()
     if(is_cuda_free GREATER -1)

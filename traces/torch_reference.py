@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 
-# As sim/model_presets.cpp: n_layer, n_embd, n_head, n_positions, vocab.
+# As sim/model/presets.cpp: n_layer, n_embd, n_head, n_positions, vocab.
 PRESETS = {
     "gpt2-tiny": (2, 64, 4, 128, 256),
     "gpt2-124m": (12, 768, 12, 1024, 50257),

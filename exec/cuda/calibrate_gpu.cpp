@@ -17,7 +17,7 @@
 #include "kernels/cuda/matmul.hpp"
 #include "kernels/cuda/precision.hpp"
 #include "kernels/cuda/runtime.hpp"
-#include "sim/error.hpp"
+#include "sim/core/error.hpp"
 
 namespace zerolens::exec {
 namespace {

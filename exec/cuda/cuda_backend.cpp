@@ -6,7 +6,7 @@
 #include "exec/cuda/gpt2_cuda_model.hpp"
 #include "exec/cuda/nccl_communicator.hpp"
 #include "kernels/cuda/blas.hpp"
-#include "sim/error.hpp"
+#include "sim/core/error.hpp"
 
 namespace zerolens::exec {
 namespace {

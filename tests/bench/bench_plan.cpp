@@ -2,9 +2,10 @@
 // under 1 ms.
 #include <benchmark/benchmark.h>
 
-#include "sim/hardware.hpp"
-#include "sim/plan.hpp"
-#include "sim/timeline.hpp"
+#include "sim/hardware/hardware.hpp"
+#include "sim/plan/plan.hpp"
+#include "sim/timeline/timeline.hpp"
+#include "sim/model/presets.hpp"
 
 namespace zerolens {
 namespace {

@@ -2,8 +2,9 @@
 // ranks are symmetric, so 100,000 ranks cost about what 8 do.
 #include <benchmark/benchmark.h>
 
-#include "sim/hardware.hpp"
-#include "sim/sweep.hpp"
+#include "sim/hardware/hardware.hpp"
+#include "sim/predict/sweep.hpp"
+#include "sim/model/presets.hpp"
 
 namespace zerolens {
 namespace {

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_test_support.hpp"
+#include "sim/schedule/memory_replay.hpp"
 
 namespace {
 

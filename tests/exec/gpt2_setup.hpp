@@ -4,7 +4,8 @@
 #include <filesystem>
 #include <string>
 
-#include "sim/plan.hpp"
+#include "sim/plan/plan.hpp"
+#include "sim/model/presets.hpp"
 
 namespace zerolens::testing {
 

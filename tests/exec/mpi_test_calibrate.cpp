@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "exec/calibrate.hpp"
-#include "sim/comm.hpp"
+#include "sim/schedule/comm.hpp"
 
 namespace zerolens::exec {
 namespace {

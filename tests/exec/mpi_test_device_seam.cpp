@@ -12,6 +12,7 @@
 #include "engine_variants.hpp"
 #include "exec/caching_memory_space.hpp"
 #include "guarded_memory.hpp"
+#include "sim/schedule/memory_replay.hpp"
 
 namespace zerolens::exec {
 namespace {

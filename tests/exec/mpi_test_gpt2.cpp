@@ -10,7 +10,9 @@
 #include "exec/gpt2_model.hpp"
 #include "gpt2_setup.hpp"
 #include "exec/zero_engine.hpp"
-#include "sim/error.hpp"
+#include "sim/core/error.hpp"
+#include "sim/model/presets.hpp"
+#include "sim/schedule/memory_replay.hpp"
 
 namespace zerolens::exec {
 namespace {

@@ -14,6 +14,7 @@
 #include "exec/gpt2_model.hpp"
 #include "exec/zero_engine.hpp"
 #include "gpt2_setup.hpp"
+#include "sim/schedule/memory_replay.hpp"
 
 namespace zerolens::exec {
 namespace {

@@ -10,6 +10,7 @@
 
 #include "engine_variants.hpp"
 #include "kernels/precision.hpp"
+#include "sim/schedule/memory_replay.hpp"
 
 namespace zerolens::exec {
 namespace {

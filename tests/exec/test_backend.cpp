@@ -10,8 +10,9 @@
 
 #include "exec/backend.hpp"
 #include "exec/gpt2_model.hpp"
-#include "sim/error.hpp"
-#include "sim/model.hpp"
+#include "sim/core/error.hpp"
+#include "sim/model/model.hpp"
+#include "sim/model/presets.hpp"
 #ifdef ZEROLENS_WITH_CUDA
 #include "exec/cuda/cuda_backend.hpp"
 #include "exec/cuda/cuda_status.hpp"

@@ -6,7 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "exec/calibrate.hpp"
-#include "sim/error.hpp"
+#include "sim/core/error.hpp"
+#include "sim/hardware/cluster_json.hpp"
 
 namespace zerolens::exec {
 namespace {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "exec/memory_ledger.hpp"
+#include "sim/schedule/memory_replay.hpp"
 
 namespace zerolens::exec {
 namespace {

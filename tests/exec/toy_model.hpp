@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "exec/layer_model.hpp"
-#include "sim/model.hpp"
+#include "sim/model/model.hpp"
 
 namespace zerolens::testing {
 

@@ -5,7 +5,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sim/config.hpp"
+#include "sim/config/config.hpp"
+#include "sim/config/deepspeed.hpp"
+#include "sim/config/deepspeed_json.hpp"
+#include "sim/config/overrides.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const auto document = nlohmann::json::parse(data, data + size, nullptr, false);

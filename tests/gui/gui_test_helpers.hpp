@@ -9,7 +9,7 @@
 
 #include "gui/scene_items.hpp"
 #include "gui/settings.hpp"
-#include "sim/planning.hpp"
+#include "sim/plan/variants.hpp"
 
 namespace zerolens::gui::testing {
 

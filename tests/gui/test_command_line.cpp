@@ -6,7 +6,7 @@
 
 #include "gui/command_line.hpp"
 #include "gui_test_helpers.hpp"
-#include "sim/walkthrough.hpp"
+#include "sim/plan/walkthrough.hpp"
 
 namespace zerolens::gui {
 namespace {

@@ -11,6 +11,7 @@
 #include "gui/ownership.hpp"
 #include "gui/rank_scene.hpp"
 #include "gui_test_helpers.hpp"
+#include "sim/schedule/memory_replay.hpp"
 
 namespace zerolens::gui {
 namespace {

@@ -2,7 +2,7 @@
 // them: 2(n-1)/n for all-reduce, (n-1)/n for reduce-scatter and all-gather).
 #include <gtest/gtest.h>
 
-#include "sim/comm.hpp"
+#include "sim/schedule/comm.hpp"
 #include "test_helpers.hpp"
 
 namespace zerolens {

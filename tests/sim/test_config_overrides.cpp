@@ -1,11 +1,12 @@
-// The one way from flags and GUI edits to a config (sim/config_overrides.hpp): typed fields set
+// The one way from flags and GUI edits to a config (sim/config/overrides.hpp): typed fields set
 // with the checks and key names of the keys they replace, batch sizes that give way to each other,
 // --set read last, the CLI's strict and the GUI's interactive offload rules, and a file read with
 // the overrides on top.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "sim/config_overrides.hpp"
+#include "sim/config/overrides.hpp"
+#include "sim/config/deepspeed_json.hpp"
 
 namespace zerolens {
 namespace {

@@ -2,7 +2,7 @@
 // (deepspeed/runtime/zero/stage_1_and_2.py and stage3.py).
 #include <gtest/gtest.h>
 
-#include "sim/estimators.hpp"
+#include "sim/plan/deepspeed_estimators.hpp"
 
 namespace zerolens {
 namespace {

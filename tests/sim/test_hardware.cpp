@@ -4,7 +4,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "sim/hardware.hpp"
+#include "sim/hardware/hardware.hpp"
+#include "sim/hardware/cluster_json.hpp"
 
 namespace zerolens {
 namespace {

@@ -3,9 +3,9 @@
 #include <string>
 #include <vector>
 
-#include "sim/config.hpp"
-#include "sim/model.hpp"
-#include "sim/plan.hpp"
+#include "sim/config/config.hpp"
+#include "sim/model/model.hpp"
+#include "sim/plan/plan.hpp"
 
 namespace zerolens::testing {
 

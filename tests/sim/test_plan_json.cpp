@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "sim/plan_json.hpp"
+#include "sim/report/plan_json.hpp"
 #include "test_helpers.hpp"
 
 namespace zerolens {

@@ -4,10 +4,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "sim/hardware.hpp"
-#include "sim/prediction.hpp"
-#include "sim/trace_replan.hpp"
+#include "sim/hardware/hardware.hpp"
+#include "sim/predict/prediction.hpp"
+#include "sim/trace/trace_replan.hpp"
 #include "test_helpers.hpp"
+#include "sim/schedule/memory_replay.hpp"
 
 namespace zerolens {
 namespace {

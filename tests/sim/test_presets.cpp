@@ -5,8 +5,9 @@
 
 #include <cmath>
 
-#include "sim/error.hpp"
-#include "sim/model.hpp"
+#include "sim/core/error.hpp"
+#include "sim/model/model.hpp"
+#include "sim/model/presets.hpp"
 
 namespace zerolens {
 namespace {

@@ -4,8 +4,9 @@
 #include <algorithm>
 #include <map>
 
-#include "sim/comm.hpp"
+#include "sim/schedule/comm.hpp"
 #include "test_helpers.hpp"
+#include "sim/schedule/memory_replay.hpp"
 
 namespace zerolens {
 namespace {

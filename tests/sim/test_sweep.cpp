@@ -6,9 +6,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sim/planning.hpp"
-#include "sim/sweep.hpp"
+#include "sim/plan/variants.hpp"
+#include "sim/predict/sweep.hpp"
 #include "test_helpers.hpp"
+#include "sim/report/sweep_json.hpp"
 
 namespace zerolens {
 namespace {

@@ -2,7 +2,7 @@
 // op time is a round number (worked below), with and without overlap_comm.
 #include <gtest/gtest.h>
 
-#include "sim/timeline.hpp"
+#include "sim/timeline/timeline.hpp"
 #include "test_helpers.hpp"
 
 namespace zerolens {

@@ -4,8 +4,9 @@
 
 #include <gtest/gtest.h>
 
-#include "sim/walkthrough.hpp"
+#include "sim/plan/walkthrough.hpp"
 #include "test_helpers.hpp"
+#include "sim/schedule/memory_replay.hpp"
 
 namespace zerolens {
 namespace {

@@ -1,10 +1,10 @@
-// What each ZeRO stage means (sim/zero_stage.hpp), against a table worked out by hand from the
+// What each ZeRO stage means (sim/config/zero_stage.hpp), against a table worked out by hand from the
 // ZeRO paper and DeepSpeed's stage_1_and_2.py / stage3.py; the labels built from it; and whose
 // bytes each memory component holds.
 #include <gtest/gtest.h>
 
-#include "sim/config.hpp"
-#include "sim/schedule.hpp"
+#include "sim/config/config.hpp"
+#include "sim/schedule/schedule.hpp"
 
 namespace zerolens {
 namespace {

@@ -16,6 +16,7 @@
 #include "exec/cuda/gpt2_cuda_model.hpp"
 #include "exec/cuda/nccl_communicator.hpp"
 #include "exec/gpt2_model.hpp"
+#include "sim/schedule/memory_replay.hpp"
 
 namespace zerolens::exec {
 namespace {

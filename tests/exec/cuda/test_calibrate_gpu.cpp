@@ -6,7 +6,7 @@
 
 #include "cuda_exec_test_support.hpp"
 #include "exec/cuda/calibrate_gpu.hpp"
-#include "sim/error.hpp"
+#include "sim/core/error.hpp"
 
 namespace zerolens::exec {
 namespace {

@@ -16,7 +16,9 @@
 #include "exec/cuda/cuda_memory.hpp"
 #include "exec/cuda/gpt2_cuda_model.hpp"
 #include "exec/gpt2_model.hpp"
-#include "sim/error.hpp"
+#include "sim/core/error.hpp"
+#include "sim/model/presets.hpp"
+#include "sim/schedule/memory_replay.hpp"
 
 namespace zerolens::exec {
 namespace {

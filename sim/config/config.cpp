@@ -1,0 +1,178 @@
+// Enum names, batch resolution and cross-field validation of the training config.
+#include "sim/config/config.hpp"
+
+#include <algorithm>
+#include <cctype>
+
+namespace zerolens {
+namespace {
+
+std::string lower(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  return text;
+}
+
+std::string zero_key(const std::string& key) { return "zero_optimization." + key; }
+
+void require(bool ok, const std::string& where, const std::string& why) {
+  if (!ok) throw InputError(where, why);
+}
+
+void validate_offload(const OffloadConfig& offload, const std::string& block) {
+  const std::string where = zero_key(block);
+  require(offload.device != OffloadDevice::Nvme || !offload.nvme_path.empty(), where + ".nvme_path",
+          "is required when device is \"nvme\"");
+  require(offload.buffer_count >= 1, where + ".buffer_count", "must be at least 1");
+  require(offload.ratio > 0 && offload.ratio <= 1, where + ".ratio", "must be in (0, 1]");
+}
+
+}  // namespace
+
+const char* to_string(OffloadDevice device) {
+  switch (device) {
+    case OffloadDevice::None: return "none";
+    case OffloadDevice::Cpu: return "cpu";
+    case OffloadDevice::Nvme: return "nvme";
+  }
+  return "none";
+}
+
+const char* to_string(Precision precision) {
+  switch (precision) {
+    case Precision::Fp32: return "fp32";
+    case Precision::Fp16: return "fp16";
+    case Precision::Bf16: return "bf16";
+  }
+  return "fp32";
+}
+
+const char* to_string(OptimizerType type) {
+  switch (type) {
+    case OptimizerType::Adam: return "Adam";
+    case OptimizerType::AdamW: return "AdamW";
+    case OptimizerType::Sgd: return "SGD";
+  }
+  return "Adam";
+}
+
+OffloadDevice parse_offload_device(const std::string& text, const std::string& where) {
+  const std::string name = lower(text);
+  if (name == "none") return OffloadDevice::None;
+  if (name == "cpu") return OffloadDevice::Cpu;
+  if (name == "nvme") return OffloadDevice::Nvme;
+  throw InputError(where, "unknown device '" + text + "' (expected none, cpu or nvme)");
+}
+
+Precision parse_precision(const std::string& text, const std::string& where) {
+  const std::string name = lower(text);
+  if (name == "fp32" || name == "float32") return Precision::Fp32;
+  if (name == "fp16" || name == "float16") return Precision::Fp16;
+  if (name == "bf16" || name == "bfloat16") return Precision::Bf16;
+  throw InputError(where, "unknown precision '" + text + "' (expected fp32, fp16 or bf16)");
+}
+
+std::string ZeroConfig::label() const {
+  std::string text = zero_stage().name();
+  if (effective_offload(OffloadKind::Optimizer) != OffloadDevice::None) {
+    text += std::string(" + opt:") + to_string(offload_optimizer.device);
+  }
+  if (effective_offload(OffloadKind::Param) != OffloadDevice::None) {
+    text += std::string(" + param:") + to_string(offload_param.device);
+  }
+  return text;
+}
+
+std::string ZeroConfig::description() const {
+  std::string text = partitions_optimizer_states() ? zero_stage().name() : "DP (stage 0)";
+  if (effective_offload(OffloadKind::Optimizer) != OffloadDevice::None) {
+    text += std::string(", optimizer offload ") + to_string(offload_optimizer.device);
+  }
+  if (effective_offload(OffloadKind::Param) != OffloadDevice::None) {
+    text += std::string(", param offload ") + to_string(offload_param.device);
+  }
+  return text;
+}
+
+Bytes OptimizerConfig::state_bytes_per_param() const {
+  switch (type) {
+    case OptimizerType::Adam:
+    case OptimizerType::AdamW: return 8;
+    case OptimizerType::Sgd: return momentum > 0 ? 4 : 0;
+  }
+  return 8;
+}
+
+// DeepSpeed's rule (runtime/config.py, _set_batch_related_parameters): the missing sizes follow
+// from train = micro x accumulation x dp, and all three must agree when all are given.
+ResolvedBatch resolve_batch(const BatchConfig& batch, int dp_size) {
+  require(dp_size >= 1, "--gpus", "the data-parallel size must be at least 1");
+  const auto& train = batch.train_batch_size;
+  const auto& micro = batch.micro_batch_per_gpu;
+  const auto& accum = batch.gradient_accumulation_steps;
+  const std::int64_t dp = dp_size;
+  ResolvedBatch r;
+  if (train && micro && accum) {
+    r = {*train, *micro, *accum};
+  } else if (train && micro) {
+    r = {*train, *micro, *train / (*micro * dp)};
+  } else if (train && accum) {
+    r = {*train, *train / (*accum * dp), *accum};
+  } else if (micro) {
+    const std::int64_t steps = accum.value_or(1);
+    r = {*micro * steps * dp, *micro, steps};
+  } else if (train) {
+    r = {*train, *train / dp, 1};
+  } else {
+    throw InputError("train_batch_size", "either train_batch_size or train_micro_batch_size_per_gpu must be given");
+  }
+  if (r.micro_batch_per_gpu < 1 || r.gradient_accumulation_steps < 1 ||
+      r.train_batch_size != r.micro_batch_per_gpu * r.gradient_accumulation_steps * dp) {
+    throw InputError("train_batch_size",
+                     "batch sizes do not multiply: train_batch_size (" + std::to_string(r.train_batch_size) +
+                         ") must equal train_micro_batch_size_per_gpu (" + std::to_string(r.micro_batch_per_gpu) +
+                         ") x gradient_accumulation_steps (" + std::to_string(r.gradient_accumulation_steps) +
+                         ") x data-parallel size (" + std::to_string(dp_size) + ")");
+  }
+  return r;
+}
+
+void TrainingConfig::validate() const {
+  require(zero.zero_stage().valid(), zero_key("stage"), "must be 0, 1, 2 or 3");
+  require(
+      zero.offload_param.device == OffloadDevice::None || zero.offload_allowed(OffloadKind::Param),
+      zero_key("offload_param.device"),
+      "parameter offload requires ZeRO stage 3 (stage is " + std::to_string(zero.stage) + ")");
+  require(zero.offload_optimizer.device == OffloadDevice::None ||
+              zero.offload_allowed(OffloadKind::Optimizer),
+          zero_key("offload_optimizer.device"),
+          "optimizer offload requires ZeRO stage 1, 2 or 3 (stage is 0)");
+  validate_offload(zero.offload_optimizer, "offload_optimizer");
+  validate_offload(zero.offload_param, "offload_param");
+  require(zero.offload_param.buffer_size >= 1, zero_key("offload_param.buffer_size"), "must be at least 1");
+  require(zero.reduce_bucket_size >= 1, zero_key("reduce_bucket_size"), "must be at least 1");
+  require(zero.allgather_bucket_size >= 1, zero_key("allgather_bucket_size"), "must be at least 1");
+  require(zero.sub_group_size >= 1, zero_key("sub_group_size"), "must be at least 1");
+  require(zero.stage3_max_live_parameters >= 0, zero_key("stage3_max_live_parameters"), "must not be negative");
+  for (const auto* size : {&batch.train_batch_size, &batch.micro_batch_per_gpu, &batch.gradient_accumulation_steps}) {
+    const char* key = size == &batch.train_batch_size    ? "train_batch_size"
+                      : size == &batch.micro_batch_per_gpu ? "train_micro_batch_size_per_gpu"
+                                                            : "gradient_accumulation_steps";
+    require(!*size || **size >= 1, key, "must be a positive integer");
+  }
+  require(gradient_clipping >= 0, "gradient_clipping", "must not be negative");
+  require(gradient_predivide_factor > 0, "gradient_predivide_factor", "must be positive");
+  require(!seq_len || *seq_len >= 1, "--seq-len", "must be positive");
+  require(optimizer.momentum >= 0 && optimizer.momentum < 1, "optimizer.params.momentum", "must be in [0, 1)");
+}
+
+int optimizer_swap_buffers_per_sub_group(int optimizer_states) { return 2 + std::max(0, optimizer_states); }
+
+int optimizer_swap_buffer_sets(const OffloadConfig& offload, int optimizer_states) {
+  return std::max(1, offload.buffer_count / optimizer_swap_buffers_per_sub_group(optimizer_states));
+}
+
+bool optimizer_swap_reads_ahead(const OffloadConfig& offload, int optimizer_states) {
+  return offload.pipeline_read && optimizer_swap_buffer_sets(offload, optimizer_states) >= 2;
+}
+
+}  // namespace zerolens

@@ -1,0 +1,170 @@
+#pragma once
+// Training configuration: a real DeepSpeed config JSON (DeepSpeed's key names and defaults), or the
+// ColossalAI `zero = dict(level, offload_optimizer_config, offload_param_config)` fields written as
+// JSON. Sizes named *_size / *_threshold / *_parameters / *_distance are element counts, as in
+// DeepSpeed.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "sim/core/error.hpp"
+#include "sim/core/units.hpp"
+#include "sim/config/zero_stage.hpp"
+
+namespace zerolens {
+
+enum class OffloadDevice { None, Cpu, Nvme };
+enum class Precision { Fp32, Fp16, Bf16 };
+enum class OptimizerType { Adam, AdamW, Sgd };
+
+const char* to_string(OffloadDevice device);
+const char* to_string(Precision precision);
+const char* to_string(OptimizerType type);
+OffloadDevice parse_offload_device(const std::string& text, const std::string& where);
+Precision parse_precision(const std::string& text, const std::string& where);
+
+struct OffloadConfig {
+  OffloadDevice device = OffloadDevice::None;
+  std::string nvme_path;
+  bool pin_memory = false;
+  int buffer_count = 0;         // defaults: 5 for parameters, 4 for the optimizer
+  Elements buffer_size = 0;     // parameters only (default 1e8)
+  Elements max_in_cpu = 0;      // parameters only (default 1e9)
+  bool pipeline_read = false;   // optimizer only
+  bool pipeline_write = false;  // optimizer only
+  bool fast_init = false;
+  double ratio = 1.0;  // optimizer only: fraction of the optimizer step offloaded
+};
+
+// NVMe optimizer swapping, as DeepSpeed's optimizer swapper: a sub-group takes one swap buffer of
+// sub_group_size elements per fp32 tensor it swaps (the master and each optimizer state) plus one
+// for its gradient, so buffer_count buffers hold buffer_count / that many sub-groups at once (at
+// least 1: the engine refuses fewer buffers than one sub-group needs).
+int optimizer_swap_buffers_per_sub_group(int optimizer_states);
+int optimizer_swap_buffer_sets(const OffloadConfig& offload, int optimizer_states);
+// DeepSpeed's pipeline_read: the next sub-group is read while this one is updated, which needs
+// buffers for two sub-groups (8 for Adam); pipeline_write: the CPU goes on to the next sub-group
+// while this one is written (otherwise it waits for the write, as a synchronous swap-out does).
+bool optimizer_swap_reads_ahead(const OffloadConfig& offload, int optimizer_states);
+
+struct ZeroConfig {
+  int stage = 0;
+  OffloadConfig offload_optimizer{.buffer_count = 4};
+  OffloadConfig offload_param{.buffer_count = 5, .buffer_size = 100'000'000,
+                              .max_in_cpu = 1'000'000'000};
+  bool allgather_partitions = true;
+  Elements allgather_bucket_size = 500'000'000;
+  std::optional<bool> overlap_comm;  // DeepSpeed default: true for stage 3, false otherwise
+  bool reduce_scatter = true;
+  Elements reduce_bucket_size = 500'000'000;
+  bool contiguous_gradients = true;
+  Elements stage3_prefetch_bucket_size = 50'000'000;
+  Elements stage3_param_persistence_threshold = 100'000;
+  Elements stage3_model_persistence_threshold = INT64_MAX;
+  Elements stage3_max_live_parameters = 1'000'000'000;
+  Elements stage3_max_reuse_distance = 1'000'000'000;
+  Elements sub_group_size = 1'000'000'000;
+  bool round_robin_gradients = false;
+
+  // What the stage partitions and allows (sim/config/zero_stage.hpp).
+  ZeroStage zero_stage() const { return {stage}; }
+  bool partitions_optimizer_states() const { return zero_stage().partitions_optimizer_states(); }
+  bool partitions_gradients() const { return zero_stage().partitions_gradients(); }
+  bool partitions_parameters() const { return zero_stage().partitions_parameters(); }
+  bool reduces_at_boundary() const { return zero_stage().reduces_at_boundary(); }
+  bool offload_allowed(OffloadKind kind) const { return zero_stage().offload_allowed(kind); }
+  const OffloadConfig& offload(OffloadKind kind) const {
+    return kind == OffloadKind::Optimizer ? offload_optimizer : offload_param;
+  }
+  // The device the stage really offloads `kind` to: none where the stage does not allow it.
+  OffloadDevice effective_offload(OffloadKind kind) const {
+    return offload_allowed(kind) ? offload(kind).device : OffloadDevice::None;
+  }
+  bool overlap() const { return overlap_comm.value_or(partitions_parameters()); }
+
+  // "DP", "ZeRO-1 + opt:cpu", "ZeRO-3 + opt:nvme + param:nvme": a row of `plan --compare`.
+  std::string label() const;
+  // "DP (stage 0)", "ZeRO-3, optimizer offload cpu, param offload cpu": the plan's header.
+  std::string description() const;
+};
+
+struct LossScaleConfig {
+  double static_loss_scale = 0;  // "loss_scale": 0 means dynamic
+  int initial_scale_power = 16;
+  int loss_scale_window = 1000;
+  int hysteresis = 2;
+  bool consecutive_hysteresis = false;
+  double min_loss_scale = 1;
+  bool dynamic() const { return static_loss_scale == 0; }
+};
+
+struct PrecisionConfig {
+  Precision precision = Precision::Fp32;
+  LossScaleConfig loss_scale;           // fp16 only
+  // data_types.grad_accum_dtype == "fp32" as written: kept when the precision changes, it matters
+  // only in mixed precision (fp32 gradients are 4 bytes anyway).
+  bool fp32_grad_accumulation = false;
+  // Bytes of one parameter / gradient element in the training dtype.
+  Bytes param_bytes() const { return precision == Precision::Fp32 ? 4 : 2; }
+  Bytes grad_bytes() const { return fp32_grad_accumulation ? 4 : param_bytes(); }
+  bool mixed() const { return precision != Precision::Fp32; }
+};
+
+struct ActivationCheckpointingConfig {
+  bool enabled = false;
+  bool partition_activations = false;
+  bool cpu_checkpointing = false;
+  bool contiguous_memory_optimization = false;
+  std::optional<int> number_checkpoints;
+};
+
+struct OptimizerConfig {
+  OptimizerType type = OptimizerType::Adam;
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0;
+  double momentum = 0;  // SGD
+  bool adam_w_mode = false;  // params.adam_w_mode as written: makes "Adam" AdamW
+  // Optimizer state bytes per parameter besides the fp32 master copy: Adam/AdamW 8 (m, v);
+  // SGD with momentum 4; plain SGD 0.
+  Bytes state_bytes_per_param() const;
+};
+
+// Batch sizes as written; resolve() applies DeepSpeed's rule train = micro x accumulation x dp.
+struct BatchConfig {
+  std::optional<std::int64_t> train_batch_size;
+  std::optional<std::int64_t> micro_batch_per_gpu;
+  std::optional<std::int64_t> gradient_accumulation_steps;
+};
+
+struct ResolvedBatch {
+  std::int64_t train_batch_size = 0;
+  std::int64_t micro_batch_per_gpu = 0;
+  std::int64_t gradient_accumulation_steps = 0;
+};
+
+// Throws InputError naming the key when the sizes cannot be reconciled with dp_size.
+ResolvedBatch resolve_batch(const BatchConfig& batch, int dp_size);
+
+struct TrainingConfig {
+  ZeroConfig zero;
+  PrecisionConfig precision;
+  BatchConfig batch;
+  ActivationCheckpointingConfig activation_checkpointing;
+  OptimizerConfig optimizer;
+  double gradient_clipping = 0;
+  bool prescale_gradients = false;
+  double gradient_predivide_factor = 1.0;
+  std::optional<std::int64_t> seq_len;  // not a DeepSpeed key: from the CLI or the model default
+
+  // Checks cross-field rules (param offload below stage 3, nvme without nvme_path, ...). Throws
+  // InputError naming the key.
+  void validate() const;
+};
+
+}  // namespace zerolens

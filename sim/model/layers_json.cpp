@@ -1,0 +1,185 @@
+// The explicit layer-list model format (docs/model-format.md).
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "sim/core/json_read.hpp"
+#include "sim/model/layers_json.hpp"
+
+namespace zerolens {
+namespace {
+
+using nlohmann::json;
+using namespace json_read;
+
+const std::map<std::string, LayerKind>& kind_names() {
+  static const std::map<std::string, LayerKind> names = {{"embedding", LayerKind::Embedding},
+                                                         {"transformer_block", LayerKind::TransformerBlock},
+                                                         {"final_norm", LayerKind::FinalNorm},
+                                                         {"lm_head", LayerKind::LmHead},
+                                                         {"generic", LayerKind::Generic}};
+  return names;
+}
+
+// Every ActivationTerms field with its JSON name.
+struct TermField {
+  const char* key;
+  double ActivationTerms::*field;
+};
+constexpr TermField kTermFields[] = {
+    {"elements", &ActivationTerms::elements},
+    {"mask_bytes", &ActivationTerms::mask_bytes},
+    {"elements_per_position", &ActivationTerms::elements_per_position},
+    {"mask_bytes_per_position", &ActivationTerms::mask_bytes_per_position},
+    {"fixed_bytes", &ActivationTerms::fixed_bytes},
+    {"checkpoint_elements", &ActivationTerms::checkpoint_elements},
+    {"forward_working_elements", &ActivationTerms::forward_working_elements},
+    {"forward_working_fixed_bytes", &ActivationTerms::forward_working_fixed_bytes},
+    {"backward_working_elements", &ActivationTerms::backward_working_elements},
+    {"backward_working_elements_per_position", &ActivationTerms::backward_working_elements_per_position},
+    {"backward_working_fixed_bytes", &ActivationTerms::backward_working_fixed_bytes},
+    {"forward_upcast_elements", &ActivationTerms::forward_upcast_elements},
+    {"backward_downcast_elements", &ActivationTerms::backward_downcast_elements},
+};
+
+constexpr double kMaxPerToken = 1e12;
+
+ActivationTerms read_terms(const json& object, const std::string& where, Diagnostics& diagnostics) {
+  as_object(object, where);
+  std::vector<std::string> known;
+  ActivationTerms terms;
+  for (const auto& f : kTermFields) {
+    known.push_back(f.key);
+    if (const json* value = member(object, f.key)) terms.*f.field = as_double(*value, join_key(where, f.key), 0, kMaxPerToken);
+  }
+  warn_unknown_keys(object, known, where, diagnostics);
+  return terms;
+}
+
+TensorSpec read_tensor(const json& object, const std::string& where) {
+  as_object(object, where);
+  TensorSpec tensor;
+  const json* name = member(object, "name");
+  if (!name) throw InputError(join_key(where, "name"), "missing");
+  tensor.name = as_string(*name, join_key(where, "name"));
+  const json* shape = member(object, "shape");
+  if (!shape || !shape->is_array() || shape->empty()) {
+    throw InputError(join_key(where, "shape"), "must be a non-empty array of positive integers");
+  }
+  Elements numel = 1;
+  for (std::size_t i = 0; i < shape->size(); ++i) {
+    const std::string at = join_key(where, "shape[" + std::to_string(i) + "]");
+    const std::int64_t dim = as_int((*shape)[i], at, 1, std::int64_t(1) << 50);
+    tensor.shape.push_back(dim);
+    try {
+      numel = checked_mul(numel, dim);
+    } catch (const std::overflow_error&) {
+      throw InputError(join_key(where, "shape"), "has more elements than a 64-bit count holds");
+    }
+  }
+  if (numel > std::int64_t(1) << 50) throw InputError(join_key(where, "shape"), "tensor too large (over 2^50 elements)");
+  return tensor;
+}
+
+Layer read_layer(const json& object, const std::string& where, const std::map<std::string, int>& earlier,
+                 const std::vector<Layer>& layers, Diagnostics& diagnostics) {
+  as_object(object, where);
+  warn_unknown_keys(object, {"name", "kind", "params", "shares_params_of", "activations", "matmul_flops_per_token",
+                             "attention_flops_per_token_position"}, where, diagnostics);
+  Layer layer;
+  const json* name = member(object, "name");
+  if (!name) throw InputError(join_key(where, "name"), "missing");
+  layer.name = as_string(*name, join_key(where, "name"));
+  if (layer.name.empty()) throw InputError(join_key(where, "name"), "must not be empty");
+  if (earlier.count(layer.name)) throw InputError(join_key(where, "name"), "duplicate layer name '" + layer.name + "'");
+  if (const json* kind = member(object, "kind")) {
+    const std::string text = as_string(*kind, join_key(where, "kind"));
+    const auto it = kind_names().find(text);
+    if (it == kind_names().end()) {
+      throw InputError(join_key(where, "kind"), "unknown kind '" + text +
+                                                    "'; expected embedding, transformer_block, final_norm, lm_head or generic");
+    }
+    layer.kind = it->second;
+  }
+  if (const json* params = member(object, "params")) {
+    if (!params->is_array()) throw InputError(join_key(where, "params"), "must be an array of tensors");
+    for (std::size_t i = 0; i < params->size(); ++i) {
+      layer.params.push_back(read_tensor((*params)[i], join_key(where, "params[" + std::to_string(i) + "]")));
+    }
+  }
+  if (const json* shared = member(object, "shares_params_of")) {
+    const std::string key = join_key(where, "shares_params_of");
+    const std::string target = as_string(*shared, key);
+    const auto it = earlier.find(target);
+    if (it == earlier.end()) throw InputError(key, "names no earlier layer: '" + target + "'");
+    if (layers[std::size_t(it->second)].shares_params_of >= 0) throw InputError(key, "must name a layer that owns its parameters");
+    if (!layer.params.empty()) throw InputError(key, "a layer that shares parameters must not list its own");
+    layer.shares_params_of = it->second;
+  }
+  if (const json* terms = member(object, "activations")) layer.activations = read_terms(*terms, join_key(where, "activations"), diagnostics);
+  if (const json* flops = member(object, "matmul_flops_per_token")) {
+    layer.matmul_flops_per_token = as_double(*flops, join_key(where, "matmul_flops_per_token"), 0, 1e15);
+  }
+  if (const json* flops = member(object, "attention_flops_per_token_position")) {
+    layer.attention_flops_per_token_position = as_double(*flops, join_key(where, "attention_flops_per_token_position"), 0, 1e15);
+  }
+  return layer;
+}
+
+}  // namespace
+
+Model model_from_layers_json(const json& document, Diagnostics& diagnostics, const std::string& name) {
+  as_object(document, name);
+  warn_unknown_keys(document, {"format", "version", "name", "default_seq_len", "layers"}, name, diagnostics);
+  if (const json* version = member(document, "version")) {
+    if (as_int(*version, join_key(name, "version")) != 1) throw InputError(join_key(name, "version"), "unsupported version (expected 1)");
+  }
+  Model model;
+  model.source = "layers-json";
+  model.name = name;
+  if (const json* title = member(document, "name")) model.name = as_string(*title, join_key(name, "name"));
+  if (const json* seq = member(document, "default_seq_len")) {
+    model.default_seq_len = as_int(*seq, join_key(name, "default_seq_len"), 1, 1 << 24);
+  }
+  const json* layers = member(document, "layers");
+  if (!layers || !layers->is_array() || layers->empty()) {
+    throw InputError(join_key(name, "layers"), "must be a non-empty array of layers");
+  }
+  if (layers->size() > 100'000) throw InputError(join_key(name, "layers"), "more than 100000 layers");
+  std::map<std::string, int> earlier;
+  Elements total = 0;
+  for (std::size_t i = 0; i < layers->size(); ++i) {
+    const std::string where = join_key(name, "layers[" + std::to_string(i) + "]");
+    model.layers.push_back(read_layer((*layers)[i], where, earlier, model.layers, diagnostics));
+    earlier[model.layers.back().name] = int(i);
+    for (const auto& tensor : model.layers.back().params) {
+      total += tensor.numel();  // each tensor is at most 2^50 elements, so this cannot overflow first
+      if (total > std::int64_t(1) << 52) throw InputError(join_key(where, "params"), "the model exceeds 2^52 parameters");
+    }
+  }
+  if (total <= 0) throw InputError(join_key(name, "layers"), "the model has no parameters");
+  return model;
+}
+
+json model_to_json(const Model& model) {
+  json layers = json::array();
+  for (const auto& layer : model.layers) {
+    json entry = {{"name", layer.name}, {"kind", to_string(layer.kind)}};
+    json params = json::array();
+    for (const auto& tensor : layer.params) params.push_back({{"name", tensor.name}, {"shape", tensor.shape}});
+    entry["params"] = params;
+    if (layer.shares_params_of >= 0) entry["shares_params_of"] = model.layers[std::size_t(layer.shares_params_of)].name;
+    json terms = json::object();
+    for (const auto& f : kTermFields) {
+      if (layer.activations.*f.field != 0) terms[f.key] = layer.activations.*f.field;
+    }
+    entry["activations"] = terms;
+    entry["matmul_flops_per_token"] = layer.matmul_flops_per_token;
+    entry["attention_flops_per_token_position"] = layer.attention_flops_per_token_position;
+    layers.push_back(entry);
+  }
+  return {{"format", "zerolens.model"}, {"version", 1}, {"name", model.name},
+          {"default_seq_len", model.default_seq_len}, {"layers", layers}};
+}
+
+}  // namespace zerolens

@@ -1,0 +1,130 @@
+#pragma once
+// Model description: a list of layers with named parameter tensors and, per layer, the activation
+// memory kept for backward as a function of micro-batch b and sequence length s.
+//
+// Activation terms follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
+// Transformer Models", Sec. 4.1) for a transformer block without tensor parallelism:
+// 34*s*b*h + 5*a*s^2*b bytes with 16-bit activations, 1-byte dropout masks and eager attention.
+// The terms are generalised to grouped-query attention, gated (SwiGLU) MLPs, no dropout and
+// flash attention; see docs/memory-model.md for the term-by-term list.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/core/units.hpp"
+
+namespace zerolens {
+
+enum class LayerKind { Embedding, TransformerBlock, FinalNorm, LmHead, Generic };
+enum class AttentionImpl { Eager, Flash };
+enum class NormKind { LayerNorm, RmsNorm };
+enum class MlpKind { Gelu, SwiGlu };
+
+const char* to_string(LayerKind kind);
+const char* to_string(AttentionImpl impl);
+AttentionImpl parse_attention_impl(const std::string& text);  // "eager" | "flash"
+
+struct TensorSpec {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  Elements numel() const;
+};
+
+// Activation memory of one layer, per token of the micro-batch. For micro-batch b, sequence s and
+// an activation element size e (2 for fp16/bf16, 4 for fp32):
+//   stored(b, s) = b*s*( e*elements + mask_bytes + s*(e*elements_per_position + mask_bytes_per_position)
+//                        + fixed_bytes )
+// "fixed" bytes do not scale with the activation dtype (fp32 log-probabilities, int64 token ids,
+// the fp32 log-sum-exp of flash attention).
+struct ActivationTerms {
+  double elements = 0;
+  double mask_bytes = 0;
+  double elements_per_position = 0;
+  double mask_bytes_per_position = 0;
+  double fixed_bytes = 0;
+  // What an activation checkpoint keeps instead of `stored` (the layer's input), elements per token.
+  double checkpoint_elements = 0;
+  // Transient working set beyond `stored` during this layer's forward (e.g. the fp32 copy of the
+  // logits for the loss), bytes per token independent of dtype plus elements per token.
+  double forward_working_elements = 0;
+  double forward_working_fixed_bytes = 0;
+  // Transient gradient buffers alive during this layer's backward, elements per token (plus
+  // per-position elements for eager attention score gradients) and fixed bytes.
+  double backward_working_elements = 0;
+  double backward_working_elements_per_position = 0;
+  double backward_working_fixed_bytes = 0;
+  // Casts that exist only with 16-bit activations (e < 4): a transient fp32 copy of this many
+  // elements per token in forward (4 bytes each), and a cast back to the activation dtype of this
+  // many in backward (e bytes each). With fp32 activations there is nothing to cast.
+  double forward_upcast_elements = 0;
+  double backward_downcast_elements = 0;
+};
+
+struct ActivationBytes {
+  Bytes stored = 0;            // kept for backward without checkpointing
+  Bytes checkpoint = 0;        // kept for backward with checkpointing
+  Bytes forward_working = 0;   // transient during forward
+  Bytes backward_working = 0;  // transient during backward
+};
+
+struct Layer {
+  std::string name;
+  LayerKind kind = LayerKind::Generic;
+  std::vector<TensorSpec> params;  // parameters this layer owns
+  int shares_params_of = -1;       // index of the layer whose parameters it uses (tied LM head)
+  ActivationTerms activations;
+  // Forward FLOPs per token: 2 x (weight elements used in matrix products), plus attention
+  // score/value products of 4*h per token per position (no causal discount, as in Megatron/PaLM).
+  double matmul_flops_per_token = 0;
+  double attention_flops_per_token_position = 0;
+
+  Elements numel() const;
+  ActivationBytes activation_bytes(std::int64_t micro_batch, std::int64_t seq_len,
+                                   Bytes activation_element_bytes) const;
+  double forward_flops(std::int64_t micro_batch, std::int64_t seq_len) const;
+};
+
+// Shape of a decoder-only transformer; presets, Hugging Face configs and dense:N all build from it.
+struct TransformerShape {
+  std::string family = "gpt2";  // "gpt2", "llama", "dense"
+  int layers = 12;
+  std::int64_t hidden = 768;
+  int heads = 12;
+  int kv_heads = 12;          // grouped-query attention when < heads
+  std::int64_t head_dim = 0;  // 0: hidden / heads
+  std::int64_t ffn_hidden = 3072;
+  std::int64_t vocab = 50257;
+  std::int64_t max_positions = 1024;
+  bool learned_positions = true;  // GPT-2 wpe; LLaMA uses RoPE (no parameters)
+  bool tied_embeddings = true;
+  bool qkv_bias = true;
+  bool out_proj_bias = true;
+  bool mlp_bias = true;
+  NormKind norm = NormKind::LayerNorm;  // LayerNorm has weight+bias, RMSNorm weight only
+  MlpKind mlp = MlpKind::Gelu;
+  double dropout = 0.1;
+  AttentionImpl attention = AttentionImpl::Eager;
+  // One extra 1-D parameter tensor of this many elements in the final norm layer (dense:N uses it to
+  // make the count exact).
+  std::int64_t extra_params = 0;
+
+  std::int64_t effective_head_dim() const { return head_dim > 0 ? head_dim : hidden / heads; }
+  // Throws InputError(where, why) when a dimension is invalid.
+  void validate(const std::string& where) const;
+};
+
+struct Model {
+  std::string name;
+  std::string source;  // "preset", "dense", "hf-config", "layers-json"
+  std::vector<Layer> layers;
+  std::optional<TransformerShape> shape;  // set for transformer models
+  std::int64_t default_seq_len = 1024;
+
+  Elements parameter_count() const;  // each parameter once (tied weights counted once)
+  Elements largest_layer_params() const;
+  double forward_flops_per_step(std::int64_t micro_batch, std::int64_t seq_len) const;
+};
+
+Model build_transformer(const std::string& name, const TransformerShape& shape);
+}  // namespace zerolens

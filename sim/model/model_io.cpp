@@ -1,0 +1,149 @@
+#include "sim/model/model_io.hpp"
+
+#include <filesystem>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "sim/core/json_read.hpp"
+#include "sim/model/layers_json.hpp"
+#include "sim/model/presets.hpp"
+
+namespace zerolens {
+namespace {
+
+using nlohmann::json;
+using namespace json_read;
+
+constexpr std::int64_t kMaxDim = std::int64_t(1) << 40;
+
+std::int64_t required_int(const json& config, const std::string& key, const std::string& where) {
+  const json* value = member(config, key);
+  if (!value) throw InputError(join_key(where, key), "missing (required for this model type)");
+  return as_int(*value, join_key(where, key), 1, kMaxDim);
+}
+
+std::int64_t optional_int(const json& config, const std::string& key, const std::string& where,
+                          std::int64_t fallback) {
+  const json* value = member(config, key);
+  return value ? as_int(*value, join_key(where, key), 1, kMaxDim) : fallback;
+}
+
+bool optional_bool(const json& config, const std::string& key, const std::string& where, bool fallback) {
+  const json* value = member(config, key);
+  return value ? as_bool(*value, join_key(where, key)) : fallback;
+}
+
+int as_count(std::int64_t value, const std::string& where) {
+  if (value > 1'000'000) throw InputError(where, "is implausibly large");
+  return int(value);
+}
+
+TransformerShape gpt2_from_hf(const json& c, const std::string& where) {
+  TransformerShape s;
+  s.family = "gpt2";
+  s.layers = as_count(required_int(c, "n_layer", where), join_key(where, "n_layer"));
+  s.hidden = required_int(c, "n_embd", where);
+  s.heads = as_count(required_int(c, "n_head", where), join_key(where, "n_head"));
+  s.kv_heads = s.heads;
+  s.ffn_hidden = optional_int(c, "n_inner", where, 4 * s.hidden);
+  s.vocab = required_int(c, "vocab_size", where);
+  s.max_positions = optional_int(c, "n_positions", where, 1024);
+  s.tied_embeddings = optional_bool(c, "tie_word_embeddings", where, true);
+  const json* dropout = member(c, "resid_pdrop");
+  s.dropout = dropout ? as_double(*dropout, join_key(where, "resid_pdrop"), 0, 0.999) : 0.1;
+  return s;
+}
+
+TransformerShape llama_from_hf(const json& c, const std::string& where, const std::string& type) {
+  TransformerShape s;
+  s.family = type;
+  s.layers = as_count(required_int(c, "num_hidden_layers", where), join_key(where, "num_hidden_layers"));
+  s.hidden = required_int(c, "hidden_size", where);
+  s.heads = as_count(required_int(c, "num_attention_heads", where), join_key(where, "num_attention_heads"));
+  s.kv_heads = as_count(optional_int(c, "num_key_value_heads", where, s.heads), join_key(where, "num_key_value_heads"));
+  s.head_dim = optional_int(c, "head_dim", where, 0);
+  s.ffn_hidden = required_int(c, "intermediate_size", where);
+  s.vocab = required_int(c, "vocab_size", where);
+  s.max_positions = optional_int(c, "max_position_embeddings", where, 2048);
+  s.learned_positions = false;
+  s.tied_embeddings = optional_bool(c, "tie_word_embeddings", where, false);
+  const bool attention_bias = optional_bool(c, "attention_bias", where, false);
+  s.qkv_bias = optional_bool(c, "qkv_bias", where, attention_bias);  // Qwen2-style configs
+  s.out_proj_bias = attention_bias;
+  s.mlp_bias = optional_bool(c, "mlp_bias", where, false);
+  s.norm = NormKind::RmsNorm;
+  s.mlp = MlpKind::SwiGlu;
+  const json* dropout = member(c, "attention_dropout");
+  s.dropout = dropout ? as_double(*dropout, join_key(where, "attention_dropout"), 0, 0.999) : 0;
+  return s;
+}
+
+// Shape errors are reported under the config's own key names.
+void validate_with_hf_keys(const TransformerShape& shape, const std::string& where, bool gpt2) {
+  static const std::map<std::string, std::pair<const char*, const char*>> names = {
+      {"layers", {"n_layer", "num_hidden_layers"}},
+      {"hidden", {"n_embd", "hidden_size"}},
+      {"heads", {"n_head", "num_attention_heads"}},
+      {"kv_heads", {"n_head", "num_key_value_heads"}},
+      {"head_dim", {"n_embd", "head_dim"}},
+      {"ffn_hidden", {"n_inner", "intermediate_size"}},
+      {"vocab", {"vocab_size", "vocab_size"}},
+      {"max_positions", {"n_positions", "max_position_embeddings"}},
+      {"dropout", {"resid_pdrop", "attention_dropout"}}};
+  try {
+    shape.validate("");
+  } catch (const InputError& error) {
+    const auto it = names.find(error.where());
+    const std::string key = it == names.end() ? error.where() : (gpt2 ? it->second.first : it->second.second);
+    const std::string why = std::string(error.what()).substr(error.where().size() + 2);
+    throw InputError(join_key(where, key), why);
+  }
+}
+
+}  // namespace
+
+Model model_from_hf_config(const json& config, Diagnostics& diagnostics, const std::string& name) {
+  const std::string where = name;
+  as_object(config, where);
+  const json* type_value = member(config, "model_type");
+  if (!type_value) throw InputError(join_key(where, "model_type"), "missing; expected gpt2, llama or mistral");
+  const std::string type = as_string(*type_value, join_key(where, "model_type"));
+  TransformerShape shape;
+  if (type == "gpt2") {
+    shape = gpt2_from_hf(config, where);
+  } else if (type == "llama" || type == "mistral") {
+    shape = llama_from_hf(config, where, type);
+    if (member(config, "sliding_window")) {
+      diagnostics.warn(join_key(where, "sliding_window"), "ignored: attention memory assumes full causal attention");
+    }
+  } else {
+    throw InputError(join_key(where, "model_type"), "unsupported model type '" + type + "'; supported: gpt2, llama, mistral");
+  }
+  validate_with_hf_keys(shape, where, type == "gpt2");
+  std::string model_name = std::filesystem::path(name).parent_path().filename().string();
+  if (model_name.empty()) model_name = std::filesystem::path(name).stem().string();
+  Model model = build_transformer(model_name.empty() ? type : model_name, shape);
+  model.source = "hf-config";
+  return model;
+}
+
+Model load_model(const std::string& spec, Diagnostics& diagnostics) {
+  if (!names_file(spec)) return model_from_preset(spec);
+  const json document = parse_json_file(spec, "--model");
+  if (document.is_object() && document.contains("layers")) return model_from_layers_json(document, diagnostics, spec);
+  if (document.is_object() && document.contains("model_type")) return model_from_hf_config(document, diagnostics, spec);
+  throw InputError(spec, "not a model file: expected a Hugging Face config.json (with \"model_type\") or a layer list (with \"layers\")");
+}
+
+Model with_attention(const Model& model, AttentionImpl impl) {
+  if (!model.shape) throw InputError("--attention", "applies to transformer models only, not to '" + model.name + "'");
+  TransformerShape shape = *model.shape;
+  shape.attention = impl;
+  Model rebuilt = build_transformer(model.name, shape);
+  rebuilt.source = model.source;
+  rebuilt.default_seq_len = model.default_seq_len;
+  return rebuilt;
+}
+
+}  // namespace zerolens

@@ -1,0 +1,110 @@
+#include "sim/plan/plan.hpp"
+
+#include "sim/core/error.hpp"
+#include "sim/schedule/builder.hpp"
+#include "sim/schedule/memory_replay.hpp"
+
+namespace zerolens {
+namespace {
+
+DeviceReport device_report(Device device, const DevicePeak& peak, const Cluster& cluster,
+                           int ranks_per_node) {
+  DeviceReport report;
+  report.device = device;
+  report.peak_per_rank = peak.peak;
+  report.peak_op = peak.peak_op;
+  report.ranks_sharing = device == Device::Gpu ? 1 : ranks_per_node;
+  report.peak = peak.peak * report.ranks_sharing;
+  for (int c = 0; c < kCategoryCount; ++c) {
+    report.categories[std::size_t(c)] = peak.categories[std::size_t(c)] * report.ranks_sharing;
+  }
+  for (int c = 0; c < kComponentCount; ++c) {
+    report.components[std::size_t(c)] = peak.components[std::size_t(c)] * report.ranks_sharing;
+  }
+  switch (device) {
+    case Device::Gpu: report.capacity = cluster.gpu.memory_bytes; break;
+    case Device::Cpu: report.capacity = cluster.node.cpu_memory_bytes; break;
+    case Device::Nvme: report.capacity = cluster.node.nvme_capacity_bytes; break;
+  }
+  return report;
+}
+
+void add_notes(Plan& plan) {
+  const auto& config = plan.request.config;
+  if (config.activation_checkpointing.partition_activations) {
+    plan.notes.push_back(
+        "activation_checkpointing.partition_activations partitions checkpoints across "
+        "model-parallel ranks; with data parallelism only it changes nothing");
+  }
+  if (!(plan.request.cluster.gpu.peak_flops(config.precision.precision) > 0)) {
+    plan.notes.push_back(plan.request.cluster.gpu.name + " has no " + to_string(config.precision.precision) +
+                         " support: the memory figures hold, but such a job cannot run on it");
+  }
+  const OffloadConfig& swap = config.zero.offload_optimizer;
+  const int optimizer_states = int(config.optimizer.state_bytes_per_param() / 4);
+  if (swap.device == OffloadDevice::Nvme && (swap.pipeline_read || swap.pipeline_write) &&
+      optimizer_swap_buffer_sets(swap, optimizer_states) < 2) {
+    plan.notes.push_back("offload_optimizer.pipeline_read/pipeline_write need buffers for two sub-groups (buffer_count >= " +
+                         std::to_string(2 * optimizer_swap_buffers_per_sub_group(optimizer_states)) + "); with buffer_count " +
+                         std::to_string(swap.buffer_count) + " sub-groups are swapped one at a time");
+  }
+  if (config.zero.partitions_parameters()) {
+    plan.notes.push_back("stage 3: parameters are gathered per layer; prefetch and release follow "
+                         "stage3_prefetch_bucket_size, stage3_max_live_parameters and "
+                         "stage3_max_reuse_distance in steady state (after the first step's trace)");
+  }
+}
+
+// The schedule sums activation bytes in 64 bits; a step that needs more than 2^60 bytes is a
+// mistyped batch or sequence length and is rejected before it can overflow.
+void check_activation_total(const Model& model, std::int64_t micro_batch, std::int64_t seq_len) {
+  if (seq_len > (std::int64_t(1) << 24)) throw InputError("seq_len", "must be at most 2^24");
+  if (micro_batch > (std::int64_t(1) << 30)) throw InputError("train_micro_batch_size_per_gpu", "must be at most 2^30");
+  double total = 0;
+  for (const auto& layer : model.layers) {
+    const ActivationBytes bytes = layer.activation_bytes(micro_batch, seq_len, 4);
+    total += double(bytes.stored) + double(bytes.forward_working) + double(bytes.backward_working);
+  }
+  if (!(total < 0x1p60)) {
+    throw InputError("micro-batch x seq-len", "activations of one step exceed 2^60 bytes; reduce the micro-batch or the sequence length");
+  }
+}
+
+}  // namespace
+
+bool Plan::fits() const {
+  for (const auto& device : devices) {
+    if (!device.fits()) return false;
+  }
+  return true;
+}
+
+Plan make_plan(PlanRequest request) {
+  MemoryTimeline replay;
+  return make_plan(std::move(request), ReplayDetail::Peaks, replay);
+}
+
+Plan make_plan(PlanRequest request, ReplayDetail detail, MemoryTimeline& replay) {
+  request.config.validate();
+  if (request.dp_size < 1) throw InputError("gpus", "the data-parallel size must be at least 1");
+  Plan plan;
+  plan.seq_len = request.config.seq_len.value_or(request.model.default_seq_len);
+  if (plan.seq_len < 1) throw InputError("seq_len", "must be positive");
+  plan.batch = resolve_batch(request.config.batch, request.dp_size);
+  check_activation_total(request.model, plan.batch.micro_batch_per_gpu, plan.seq_len);
+  const int gpus_per_node = request.cluster.node.gpus_per_node;
+  plan.schedule = build_schedule(request.model, request.config, plan.batch, plan.seq_len,
+                                 request.dp_size, gpus_per_node, request.options);
+  replay = replay_memory(plan.schedule, detail);
+  const int ranks_per_node = group_shape(request.dp_size, gpus_per_node).ranks_per_node;
+  for (int d = 0; d < kDeviceCount; ++d) {
+    plan.devices[std::size_t(d)] =
+        device_report(Device(d), replay.devices[std::size_t(d)], request.cluster, ranks_per_node);
+  }
+  plan.comm = summarize_comm(plan.schedule);
+  plan.request = std::move(request);
+  add_notes(plan);
+  return plan;
+}
+
+}  // namespace zerolens

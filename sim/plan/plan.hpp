@@ -1,0 +1,57 @@
+#pragma once
+// A plan: model + training config + cluster -> schedule -> memory per device and traffic per link.
+#include <array>
+#include <string>
+#include <vector>
+
+#include "sim/schedule/comm.hpp"
+#include "sim/config/config.hpp"
+#include "sim/hardware/hardware.hpp"
+#include "sim/model/model.hpp"
+#include "sim/schedule/schedule.hpp"
+#include "sim/schedule/memory_replay.hpp"
+
+namespace zerolens {
+
+struct PlanRequest {
+  Model model;
+  TrainingConfig config;
+  Cluster cluster;  // already sized with with_ranks()
+  int dp_size = 1;
+  ScheduleOptions options;
+};
+
+struct DeviceReport {
+  Device device = Device::Gpu;
+  // GPU figures are per rank; CPU and NVMe are per node (the node's ranks share them).
+  int ranks_sharing = 1;
+  Bytes capacity = 0;
+  Bytes peak = 0;                 // per rank (GPU) or per node (CPU, NVMe)
+  Bytes peak_per_rank = 0;
+  CategoryBytes categories{};     // at the peak, same scope as `peak`
+  ComponentBytes components{};    // at the peak, same scope as `peak`
+  std::int64_t peak_op = -1;
+  Bytes headroom() const { return capacity - peak; }
+  bool fits() const { return peak <= capacity; }
+};
+
+struct Plan {
+  PlanRequest request;
+  ResolvedBatch batch;
+  std::int64_t seq_len = 0;
+  Schedule schedule;
+  std::array<DeviceReport, kDeviceCount> devices;
+  CommReport comm;
+  std::vector<std::string> notes;  // facts worth telling the user (ignored options, assumptions)
+
+  const DeviceReport& device(Device d) const { return devices[std::size_t(d)]; }
+  bool fits() const;
+};
+
+// Validates, resolves the batch, builds the schedule and derives the reports. Throws InputError.
+Plan make_plan(PlanRequest request);
+// The same, keeping the replay of the schedule's memory the reports come from, at `detail`
+// (predict() replays once for the plan, the timeline and the trace).
+Plan make_plan(PlanRequest request, ReplayDetail detail, MemoryTimeline& replay);
+
+}  // namespace zerolens

@@ -1,0 +1,122 @@
+#include "sim/plan/variants.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "sim/config/overrides.hpp"
+#include "sim/core/error.hpp"
+#include "sim/model/presets.hpp"
+
+namespace zerolens {
+namespace {
+
+// Labelled as the config names itself ("ZeRO-3 + opt:cpu + param:cpu").
+Variant variant(int stage, OffloadDevice optimizer = OffloadDevice::None,
+                OffloadDevice param = OffloadDevice::None) {
+  ZeroConfig zero;
+  zero.stage = stage;
+  zero.offload_optimizer.device = optimizer;
+  zero.offload_param.device = param;
+  return {zero.label(), stage, optimizer, param};
+}
+
+bool fits_with(const PlanRequest& base, const Variant& v, Model model) {
+  PlanRequest request = base;
+  request.model = std::move(model);
+  request.config = apply_variant(base.config, v);
+  return make_plan(std::move(request)).fits();
+}
+
+// Candidates of a preset family, smallest first.
+std::vector<std::string> family_presets(const std::string& family) {
+  if (family == "gpt2") return {"gpt2-124m", "gpt2-355m", "gpt2-774m", "gpt2-1.5b"};
+  if (family == "llama2") return {"llama2-7b", "llama2-13b", "llama2-70b"};
+  if (family == "llama3") return {"llama3-8b", "llama3-70b"};
+  if (family == "presets") return model_preset_names();
+  throw InputError("max-model", "unknown family '" + family + "' (expected one of: dense, gpt2, llama2, llama3, presets)");
+}
+
+MaxModel largest_preset(const PlanRequest& base, const Variant& v, std::vector<std::string> names) {
+  std::vector<Model> models;
+  for (const auto& name : names) models.push_back(model_from_preset(name));
+  std::sort(models.begin(), models.end(), [](const Model& a, const Model& b) {
+    return a.parameter_count() < b.parameter_count();
+  });
+  MaxModel result{.variant = v};
+  for (const auto& model : models) {
+    if (!fits_with(base, v, model)) continue;
+    result.found = true;
+    result.model_name = model.name;
+    result.parameter_count = model.parameter_count();
+  }
+  return result;
+}
+
+// Rounds down to three significant digits so the reported size itself fits.
+double floor_three_digits(double value) {
+  const double scale = std::pow(10.0, std::floor(std::log10(value)) - 2);
+  return std::floor(value / scale) * scale;
+}
+
+MaxModel largest_dense(const PlanRequest& base, const Variant& v) {
+  constexpr double kSmallest = 1e6, kLargest = 1e15;
+  MaxModel result{.variant = v};
+  if (!fits_with(base, v, model_from_dense(kSmallest))) return result;
+  double low = kSmallest, high = kLargest;
+  if (fits_with(base, v, model_from_dense(kLargest))) {
+    low = kLargest;
+  } else {
+    while (high / low > 1.0005) {
+      const double middle = std::round(std::sqrt(low * high));
+      (fits_with(base, v, model_from_dense(middle)) ? low : high) = middle;
+    }
+  }
+  const double reported = floor_three_digits(low);
+  result.found = true;
+  result.model_name = model_from_dense(reported).name;
+  result.parameter_count = Elements(reported);
+  return result;
+}
+
+}  // namespace
+
+std::vector<Variant> standard_variants() {
+  const auto cpu = OffloadDevice::Cpu, nvme = OffloadDevice::Nvme;
+  return {variant(0),       variant(1),
+          variant(2),       variant(3),
+          variant(1, cpu),  variant(2, cpu),
+          variant(3, cpu),  variant(3, cpu, cpu),
+          variant(3, nvme), variant(3, nvme, nvme)};
+}
+
+TrainingConfig apply_variant(TrainingConfig config, const Variant& v) {
+  config.zero.stage = v.stage;
+  config.zero.offload_optimizer.device = v.offload_optimizer;
+  config.zero.offload_param.device = v.offload_param;
+  give_nvme_offload_a_path(config.zero);
+  return config;
+}
+
+std::vector<VariantPlan> compare_variants(const PlanRequest& base) {
+  std::vector<VariantPlan> plans;
+  for (const auto& v : standard_variants()) {
+    PlanRequest request = base;
+    request.config = apply_variant(base.config, v);
+    plans.push_back({v, make_plan(std::move(request))});
+  }
+  return plans;
+}
+
+std::vector<std::string> max_model_families() { return {"dense", "gpt2", "llama2", "llama3", "presets"}; }
+
+std::vector<MaxModel> find_max_models(const PlanRequest& base, const std::string& family) {
+  std::vector<MaxModel> results;
+  const std::vector<std::string> presets =
+      family == "dense" ? std::vector<std::string>{} : family_presets(family);
+  for (const auto& v : standard_variants()) {
+    results.push_back(family == "dense" ? largest_dense(base, v) : largest_preset(base, v, presets));
+  }
+  return results;
+}
+
+}  // namespace zerolens

@@ -1,0 +1,41 @@
+#pragma once
+// Planning views over many plans: DP vs ZeRO-1/2/3 vs offload variants side by side, and the
+// largest model of a family that fits each variant.
+#include <string>
+#include <vector>
+
+#include "sim/plan/plan.hpp"
+
+namespace zerolens {
+
+struct Variant {
+  std::string label;  // ZeroConfig::label(): "ZeRO-3 + opt:cpu + param:cpu"
+  int stage = 0;
+  OffloadDevice offload_optimizer = OffloadDevice::None;
+  OffloadDevice offload_param = OffloadDevice::None;
+};
+
+// DP, ZeRO-1, ZeRO-2, ZeRO-3, then each offload variant DeepSpeed supports.
+std::vector<Variant> standard_variants();
+// The config with the variant's stage and offload devices (NVMe variants get nvme_path
+// "/local_nvme" when the config has none, so they validate).
+TrainingConfig apply_variant(TrainingConfig config, const Variant& variant);
+
+struct VariantPlan {
+  Variant variant;
+  Plan plan;
+};
+std::vector<VariantPlan> compare_variants(const PlanRequest& base);
+
+struct MaxModel {
+  Variant variant;
+  bool found = false;        // false: not even the smallest candidate fits
+  std::string model_name;    // preset name or dense:<N>
+  Elements parameter_count = 0;
+};
+// family: "dense" (binary search over dense:N to 3 significant digits), or a preset family
+// "gpt2", "llama2", "llama3", "presets" (all presets). Throws InputError for an unknown family.
+std::vector<MaxModel> find_max_models(const PlanRequest& base, const std::string& family);
+std::vector<std::string> max_model_families();
+
+}  // namespace zerolens

@@ -1,0 +1,176 @@
+#include "sim/report/plan_json.hpp"
+
+#include "sim/core/error.hpp"
+#include "sim/config/deepspeed_json.hpp"
+#include "sim/hardware/cluster_json.hpp"
+#include "sim/schedule/memory_replay.hpp"
+
+namespace zerolens {
+namespace {
+
+using nlohmann::json;
+
+json category_json(const CategoryBytes& categories, Bytes total) {
+  json bytes = json::object();
+  for (int c = 0; c < kCategoryCount; ++c) bytes[to_string(Category(c))] = categories[std::size_t(c)];
+  bytes["total"] = total;
+  return bytes;
+}
+
+json component_json(const ComponentBytes& components) {
+  json bytes = json::object();
+  for (int c = 0; c < kComponentCount; ++c) {
+    if (components[std::size_t(c)] != 0) bytes[to_string(Component(c))] = components[std::size_t(c)];
+  }
+  return bytes;
+}
+
+json device_json(const Plan& plan, const DeviceReport& device) {
+  json out;
+  out["scope"] = device.device == Device::Gpu ? "rank" : "node";
+  out["ranks_sharing"] = device.ranks_sharing;
+  out["capacity"] = device.capacity;
+  out["peak_per_rank"] = device.peak_per_rank;
+  out["headroom"] = device.headroom();
+  out["fits"] = device.fits();
+  out["bytes"] = category_json(device.categories, device.peak);
+  out["components"] = component_json(device.components);
+  out["peak_op"] = device.peak_op;
+  out["peak_during"] = device.peak_op >= 0
+                           ? plan.schedule.describe(std::size_t(device.peak_op), plan.request.model)
+                           : std::string("initialisation (before the step)");
+  return out;
+}
+
+json comm_json(const Plan& plan) {
+  json collectives = json::object();
+  for (int k = 0; k < kOpKindCount; ++k) {
+    const auto& totals = plan.comm.collectives[std::size_t(k)];
+    if (totals.calls == 0 && !is_collective(OpKind(k))) continue;  // collectives always listed
+    collectives[to_string(OpKind(k))] = {
+        {"calls", totals.calls}, {"bytes", totals.bytes}, {"traffic_bytes", totals.traffic_bytes}};
+  }
+  const auto& cluster = plan.request.cluster;
+  const auto& links = plan.comm.links;
+  json link_json = {
+      {"intra_node", {{"name", cluster.node.intra_node.name}, {"bytes", links.intra_node}}},
+      {"inter_node", {{"name", cluster.inter_node.name}, {"bytes", links.inter_node}}},
+      {"pcie_h2d", {{"name", cluster.node.pcie.name}, {"bytes", links.pcie_h2d}}},
+      {"pcie_d2h", {{"name", cluster.node.pcie.name}, {"bytes", links.pcie_d2h}}},
+      {"nvme_read", {{"name", "NVMe"}, {"bytes", links.nvme_read}}},
+      {"nvme_write", {{"name", "NVMe"}, {"bytes", links.nvme_write}}},
+  };
+  return {{"scope", "rank, one training step"}, {"collectives", collectives}, {"links", link_json}};
+}
+
+json run_json(const Plan& plan) {
+  const auto& options = plan.request.options;
+  return {{"dp_size", plan.request.dp_size},
+          {"gpus_per_node", plan.request.cluster.node.gpus_per_node},
+          {"nodes", plan.request.cluster.nodes},
+          {"seq_len", plan.seq_len},
+          {"micro_batch_per_gpu", plan.batch.micro_batch_per_gpu},
+          {"gradient_accumulation_steps", plan.batch.gradient_accumulation_steps},
+          {"train_batch_size", plan.batch.train_batch_size},
+          {"model_states_only", options.model_states_only},
+          {"cuda_context_bytes", options.cuda_context_bytes},
+          {"library_workspace_bytes", options.library_workspace_bytes},
+          {"fragmentation_fraction", options.fragmentation_fraction}};
+}
+
+Bytes integer_at(const json& object, const std::string& key, const std::string& where) {
+  if (!object.is_object() || !object.contains(key) || !object.at(key).is_number_integer()) {
+    throw InputError(where + "." + key, "missing or not an integer");
+  }
+  return object.at(key).get<Bytes>();
+}
+
+const json& object_at(const json& object, const std::string& key, const std::string& where) {
+  if (!object.is_object() || !object.contains(key) || !object.at(key).is_object()) {
+    throw InputError(where.empty() ? key : where + "." + key, "missing or not an object");
+  }
+  return object.at(key);
+}
+
+}  // namespace
+
+json plan_to_json(const Plan& plan) {
+  const Model& model = plan.request.model;
+  json out;
+  out["schema"] = "zerolens.plan";
+  out["version"] = kPlanJsonVersion;
+  out["units"] = {{"bytes", "bytes"}, {"traffic", "bytes per rank per step"}};
+  out["model"] = {{"name", model.name},
+                  {"source", model.source},
+                  {"parameter_count", model.parameter_count()},
+                  {"layers", model.layers.size()}};
+  out["config"] = to_deepspeed_json(plan.request.config);
+  out["run"] = run_json(plan);
+  out["cluster"] = cluster_to_json(plan.request.cluster);
+  json devices = json::object();
+  for (const auto& device : plan.devices) devices[to_string(device.device)] = device_json(plan, device);
+  out["devices"] = devices;
+  out["comm"] = comm_json(plan);
+  out["fits"] = plan.fits();
+  out["notes"] = plan.notes;
+  return out;
+}
+
+PlanFigures plan_figures(const Plan& plan) {
+  PlanFigures figures;
+  for (int d = 0; d < kDeviceCount; ++d) {
+    const auto& device = plan.devices[std::size_t(d)];
+    figures.categories[std::size_t(d)] = device.categories;
+    figures.totals[std::size_t(d)] = device.peak;
+    figures.capacities[std::size_t(d)] = device.capacity;
+  }
+  figures.collectives = plan.comm.collectives;
+  figures.links = plan.comm.links;
+  figures.fits = plan.fits();
+  return figures;
+}
+
+PlanFigures plan_figures_from_json(const json& document) {
+  if (!document.is_object() || document.value("schema", "") != "zerolens.plan") {
+    throw InputError("schema", "not a zerolens plan (expected \"schema\": \"zerolens.plan\")");
+  }
+  if (document.value("version", -1) != kPlanJsonVersion) {
+    throw InputError("version", "unsupported plan version (this build reads version " +
+                                    std::to_string(kPlanJsonVersion) + ")");
+  }
+  PlanFigures figures;
+  const json& devices = object_at(document, "devices", "");
+  for (int d = 0; d < kDeviceCount; ++d) {
+    const std::string where = std::string("devices.") + to_string(Device(d));
+    const json& device = object_at(devices, to_string(Device(d)), "devices");
+    const json& bytes = object_at(device, "bytes", where);
+    for (int c = 0; c < kCategoryCount; ++c) {
+      figures.categories[std::size_t(d)][std::size_t(c)] =
+          integer_at(bytes, to_string(Category(c)), where + ".bytes");
+    }
+    figures.totals[std::size_t(d)] = integer_at(bytes, "total", where + ".bytes");
+    figures.capacities[std::size_t(d)] = integer_at(device, "capacity", where);
+  }
+  const json& comm = object_at(document, "comm", "");
+  const json& collectives = object_at(comm, "collectives", "comm");
+  for (int k = 0; k < kOpKindCount; ++k) {
+    const std::string name = to_string(OpKind(k));
+    if (!collectives.contains(name)) continue;
+    const std::string where = "comm.collectives." + name;
+    auto& totals = figures.collectives[std::size_t(k)];
+    totals.calls = integer_at(collectives.at(name), "calls", where);
+    totals.bytes = integer_at(collectives.at(name), "bytes", where);
+    totals.traffic_bytes = integer_at(collectives.at(name), "traffic_bytes", where);
+  }
+  const json& links = object_at(comm, "links", "comm");
+  auto link = [&](const char* key) { return integer_at(object_at(links, key, "comm.links"), "bytes", std::string("comm.links.") + key); };
+  figures.links = {link("intra_node"), link("inter_node"), link("pcie_h2d"),
+                   link("pcie_d2h"),   link("nvme_read"),  link("nvme_write")};
+  if (!document.contains("fits") || !document.at("fits").is_boolean()) {
+    throw InputError("fits", "missing or not a boolean");
+  }
+  figures.fits = document.at("fits").get<bool>();
+  return figures;
+}
+
+}  // namespace zerolens

@@ -1,0 +1,776 @@
+// Builds one training step's ops for the representative rank (rank 0). The DeepSpeed behaviour each
+// part follows is named in its comment; docs/schedule.md describes the whole sequence.
+#include <algorithm>
+#include <array>
+#include <limits>
+
+#include "sim/schedule/builder.hpp"
+#include "sim/schedule/param_layout.hpp"
+
+namespace zerolens {
+namespace {
+
+constexpr std::uint32_t kNoOp = std::numeric_limits<std::uint32_t>::max();
+
+// A short list of memory effects; with model-states-only accounting, activations, buffers and
+// overhead are dropped here so every consumer sees the same filtered schedule.
+class Effects {
+ public:
+  explicit Effects(bool model_states_only) : model_states_only_(model_states_only) {}
+  Effects& add(Device device, Component component, Bytes bytes) {
+    if (bytes == 0) return *this;
+    if (model_states_only_) {
+      const Category category = category_of(component);
+      if (category == Category::Activations || category == Category::Buffers ||
+          category == Category::Overhead) {
+        return *this;
+      }
+    }
+    items_[count_++] = {device, component, bytes};
+    return *this;
+  }
+  std::span<const MemEffect> items() const { return {items_.data(), count_}; }
+
+ private:
+  bool model_states_only_;
+  std::array<MemEffect, 12> items_{};
+  std::size_t count_ = 0;
+};
+
+class ScheduleBuilder {
+ public:
+  ScheduleBuilder(const Model& model, const TrainingConfig& config, const ResolvedBatch& batch,
+                  std::int64_t seq_len, int dp_size, int gpus_per_node,
+                  const ScheduleOptions& options)
+      : model_(model), config_(config), zero_(config.zero), options_(options) {
+    auto& c = schedule_.context;
+    c.dp_size = dp_size;
+    c.gpus_per_node = gpus_per_node;
+    c.stage = zero_.stage;
+    c.micro_batch = batch.micro_batch_per_gpu;
+    c.seq_len = seq_len;
+    c.grad_accumulation = batch.gradient_accumulation_steps;
+    c.precision = config.precision.precision;
+    c.optimizer_device = zero_.effective_offload(OffloadKind::Optimizer);
+    c.param_device = zero_.effective_offload(OffloadKind::Param);
+    c.activation_checkpointing = config.activation_checkpointing.enabled;
+    c.model_states_only = options.model_states_only;
+    schedule_.layout = make_param_layout(model, zero_, dp_size, options.model_states_only);
+    schedule_.fragmentation_fraction = options.model_states_only ? 0 : options.fragmentation_fraction;
+    param_bytes_ = config.precision.param_bytes();
+    grad_bytes_ = config.precision.grad_bytes();
+    state_bytes_ = config.optimizer.state_bytes_per_param();
+    optimizer_device_ = device_of(c.optimizer_device);
+    param_device_ = device_of(c.param_device);
+    // A host optimizer updates an fp32 copy of the partition on the host; in fp32 training with
+    // the parameters on the device that copy is a master of its own (DeepSpeed's ZeRO-Offload
+    // clones the partition to fp32 whatever the dtype), with parameters offloaded it is them.
+    const bool host_copy = optimizer_device_ != Device::Gpu && param_device_ == Device::Gpu;
+    master_bytes_ = config.precision.mixed() || host_copy ? 4 : 0;
+    const std::size_t layers = model.layers.size();
+    live_.assign(layers, false);
+    gather_op_.assign(layers, kNoOp);
+    prefetched_until_.assign(layers, -1);
+    grads_touched_.assign(layers, false);
+    layer_numel_.assign(layers, 0);
+    for (std::size_t t = 0; t < params().tensor_numel.size(); ++t) {
+      layer_numel_[std::size_t(params().tensor_layer[t])] += params().tensor_numel[t];
+    }
+    reserve_capacity();
+  }
+
+  Schedule build() {
+    add_resident();
+    build_use_order();
+    const auto micro_steps = schedule_.context.grad_accumulation;
+    for (std::int64_t micro = 0; micro < micro_steps; ++micro) {
+      micro_ = std::int32_t(micro);
+      forward();
+      backward();
+      if (!zero_.reduces_at_boundary()) flush_bucket();
+      if (zero_.partitions_parameters()) release_all_gathered();
+    }
+    if (zero_.reduces_at_boundary()) reduce_at_boundary();
+    optimizer_step();
+    return std::move(schedule_);
+  }
+
+ private:
+  // ---- emission ----------------------------------------------------------------------------
+  std::uint32_t emit(Op op, const Effects& effects, std::initializer_list<std::uint32_t> deps) {
+    op.micro_step = micro_;
+    op.effects_begin = std::uint32_t(schedule_.effects.size());
+    for (const auto& effect : effects.items()) schedule_.effects.push_back(effect);
+    op.effects_count = std::uint32_t(effects.items().size());
+    op.deps_begin = std::uint32_t(schedule_.dependencies.size());
+    for (const auto dep : deps) {
+      if (dep != kNoOp) schedule_.dependencies.push_back(dep);
+    }
+    op.deps_count = std::uint32_t(schedule_.dependencies.size()) - op.deps_begin;
+    schedule_.ops.push_back(op);
+    return std::uint32_t(schedule_.ops.size() - 1);
+  }
+  Effects effects() const { return Effects(options_.model_states_only); }
+
+  void reserve_capacity() {
+    // Layers emit a handful of ops each; reduce buckets (one or more per tensor, and at least one
+    // per reduce_bucket_size elements) a few more.
+    const auto tensors = std::size_t(params().tensor_numel.size());
+    const auto buckets = tensors + std::size_t(params().total / std::max<Elements>(1, zero_.reduce_bucket_size));
+    const std::size_t per_micro = model_.layers.size() * 8 + buckets * 4 + 16;
+    const auto micro_steps = std::size_t(schedule_.context.grad_accumulation);
+    schedule_.ops.reserve(per_micro * micro_steps + 64);
+    schedule_.effects.reserve(per_micro * micro_steps * 3 + 64);
+    schedule_.dependencies.reserve(per_micro * micro_steps * 2 + 64);
+  }
+
+  void resident(Device device, Component component, Bytes bytes) {
+    Effects single = effects();
+    single.add(device, component, bytes);
+    for (const auto& effect : single.items()) schedule_.resident.push_back(effect);
+  }
+
+  // ---- facts -------------------------------------------------------------------------------
+  const ParamLayout& params() const { return schedule_.layout; }
+  int dp() const { return schedule_.context.dp_size; }
+  int owner_of(std::size_t layer) const {
+    const int shared = model_.layers[layer].shares_params_of;
+    return shared >= 0 ? shared : int(layer);
+  }
+  bool checkpointed(std::size_t layer) const {
+    return config_.activation_checkpointing.enabled &&
+           model_.layers[layer].kind == LayerKind::TransformerBlock;
+  }
+  // A checkpointed layer's activations besides its input: the recompute (like the forward) reads
+  // the kept checkpoint in place (torch.utils.checkpoint detaches it, sharing its storage).
+  static Bytes recomputed_bytes(const ActivationBytes& act) { return std::max<Bytes>(0, act.stored - act.checkpoint); }
+  ActivationBytes activations(std::size_t layer) const {
+    return model_.layers[layer].activation_bytes(schedule_.context.micro_batch,
+                                                 schedule_.context.seq_len, param_bytes_);
+  }
+  Elements owner_numel(int owner) const { return layer_numel_[std::size_t(owner)]; }
+  // Stage 3: elements gathered for an owner (non-persistent tensors, padded to dp partitions).
+  Elements gathered_elements(int owner) const {
+    Elements total = 0;
+    for (auto t = params().layer_first_tensor[std::size_t(owner)];
+         t < params().layer_first_tensor[std::size_t(owner) + 1]; ++t) {
+      if (!params().tensor_persistent[std::size_t(t)]) total += params().tensor_partition[std::size_t(t)] * dp();
+    }
+    return total;
+  }
+  Elements owner_partition_elements(int owner) const {
+    Elements total = 0;
+    for (auto t = params().layer_first_tensor[std::size_t(owner)];
+         t < params().layer_first_tensor[std::size_t(owner) + 1]; ++t) {
+      if (!params().tensor_persistent[std::size_t(t)]) total += params().tensor_partition[std::size_t(t)];
+    }
+    return total;
+  }
+
+  // ---- initialisation: what is allocated before the step ----------------------------------
+  void add_resident() {
+    const ParamLayout& p = params();
+    if (!zero_.partitions_parameters()) {
+      resident(Device::Gpu, Component::ParamsFull, p.total * param_bytes_);
+    } else {
+      Elements partition = 0;
+      for (const auto part : p.tensor_partition) partition += part;
+      resident(param_device_, Component::ParamsPartition, partition * param_bytes_);
+      resident(Device::Gpu, Component::ParamsPersistent, p.persistent * param_bytes_);
+      if (param_device_ == Device::Nvme) {
+        resident(Device::Cpu, Component::NvmeSwapBuffers,
+                 Bytes(zero_.offload_param.buffer_count) * zero_.offload_param.buffer_size * param_bytes_);
+      }
+    }
+    resident(optimizer_device_, Component::MasterPartition, p.owned * master_bytes_);
+    resident(optimizer_device_, Component::OptimizerStatePartition, p.owned * state_bytes_);
+    if (zero_.partitions_optimizer_states() && optimizer_device_ != Device::Gpu) {
+      // DeepSpeed keeps the fp32 gradient partition in (pinned) host memory when offloading.
+      resident(Device::Cpu, Component::GradsPartition, p.owned * 4);
+    } else if (zero_.partitions_parameters()) {
+      resident(Device::Gpu, Component::GradsPartition, p.owned * grad_bytes_);
+    }
+    if (zero_.partitions_parameters() && zero_.contiguous_gradients) {
+      resident(Device::Gpu, Component::ReduceBucket, zero_.reduce_bucket_size * grad_bytes_);
+    }
+    if (optimizer_device_ == Device::Nvme) {
+      const Elements chunk = std::min(zero_.sub_group_size, p.owned);
+      resident(Device::Cpu, Component::NvmeSwapBuffers,
+               Bytes(zero_.offload_optimizer.buffer_count) * chunk * 4);
+    }
+    resident(Device::Gpu, Component::CudaContext, options_.cuda_context_bytes);
+    resident(Device::Gpu, Component::LibraryWorkspace, options_.library_workspace_bytes);
+  }
+
+  // ---- stage 3: parameter gathering (DeepSpeed's PartitionedParameterCoordinator) ---------
+  void build_use_order() {
+    if (!zero_.partitions_parameters()) return;
+    auto push = [&](std::size_t layer) {
+      const int owner = owner_of(layer);
+      if (gathered_elements(owner) > 0) use_owner_.push_back(owner), use_layer_.push_back(int(layer));
+    };
+    for (std::size_t layer = 0; layer < model_.layers.size(); ++layer) push(layer);
+    for (std::size_t layer = model_.layers.size(); layer-- > 0;) push(layer);
+  }
+
+  std::uint32_t gather(int owner, Phase phase) {
+    const Elements partition = owner_partition_elements(owner);
+    const Elements full = gathered_elements(owner);
+    std::uint32_t copy_op = kNoOp;
+    if (param_device_ == Device::Nvme) {
+      copy_op = emit(Op{.kind = OpKind::NvmeRead, .stream = Stream::Nvme, .phase = phase, .layer = owner,
+                        .link = Link::NvmeRead, .bytes = partition * param_bytes_},
+                     effects(), {});
+    }
+    if (param_device_ != Device::Gpu) {
+      Effects staging = effects();
+      staging.add(Device::Gpu, Component::OffloadStaging, partition * param_bytes_);
+      copy_op = emit(Op{.kind = OpKind::CopyH2D, .stream = Stream::H2D, .phase = phase, .layer = owner,
+                        .link = Link::PcieH2D, .bytes = partition * param_bytes_},
+                     staging, {copy_op});
+    }
+    Effects gathered = effects();
+    gathered.add(Device::Gpu, Component::GatheredParams, full * param_bytes_);
+    if (param_device_ != Device::Gpu) {
+      gathered.add(Device::Gpu, Component::OffloadStaging, -partition * param_bytes_);
+    }
+    const auto op = emit(Op{.kind = OpKind::AllGather, .stream = Stream::Collective, .phase = phase,
+                            .layer = owner, .group_size = dp(), .link = Link::Network,
+                            .bytes = full * param_bytes_},
+                         gathered, {copy_op});
+    live_[std::size_t(owner)] = true;
+    live_elements_ += full;
+    gather_op_[std::size_t(owner)] = op;
+    return op;
+  }
+
+  void release(int owner, Phase phase) {
+    const Elements full = gathered_elements(owner);
+    Effects freed = effects();
+    freed.add(Device::Gpu, Component::GatheredParams, -full * param_bytes_);
+    emit(Op{.kind = OpKind::Release, .stream = Stream::Compute, .phase = phase, .layer = owner}, freed,
+         {});
+    live_[std::size_t(owner)] = false;
+    live_elements_ -= full;
+  }
+
+  // Before use `t`: gather its owner if needed, then prefetch upcoming owners.
+  void before_use(std::size_t t, Phase phase) {
+    const int owner = use_owner_[t];
+    if (!live_[std::size_t(owner)]) gather(owner, phase);
+    const Elements budget =
+        std::min(zero_.stage3_max_live_parameters - live_elements_, zero_.stage3_prefetch_bucket_size);
+    Elements prefetching = 0;
+    for (std::size_t u = t + 1; u < use_owner_.size() && prefetching < budget; ++u) {
+      const int next = use_owner_[u];
+      prefetched_until_[std::size_t(next)] = std::max(prefetched_until_[std::size_t(next)], std::int64_t(u));
+      if (!live_[std::size_t(next)]) {
+        gather(next, phase);
+        prefetching += gathered_elements(next);
+      }
+    }
+  }
+
+  // After use `t`: release unless reused within stage3_max_reuse_distance elements or already
+  // scanned by a prefetch for a later use.
+  void after_use(std::size_t t, Phase phase) {
+    const int owner = use_owner_[t];
+    if (prefetched_until_[std::size_t(owner)] > std::int64_t(t)) return;
+    Elements traversed = 0;
+    for (std::size_t u = t + 1; u < use_owner_.size(); ++u) {
+      if (traversed >= zero_.stage3_max_reuse_distance) break;
+      if (use_owner_[u] == owner) return;
+      traversed += owner_numel(use_owner_[u]);
+    }
+    release(owner, phase);
+  }
+
+  void release_all_gathered() {
+    for (std::size_t owner = 0; owner < live_.size(); ++owner) {
+      if (live_[owner]) release(int(owner), Phase::Backward);
+    }
+    std::fill(prefetched_until_.begin(), prefetched_until_.end(), -1);
+  }
+
+  // ---- forward -----------------------------------------------------------------------------
+  void forward() {
+    std::size_t use = 0;
+    for (std::size_t layer = 0; layer < model_.layers.size(); ++layer) {
+      const bool stage3_use = zero_.partitions_parameters() && use < use_layer_.size() &&
+                              use_layer_[use] == int(layer) && use < use_owner_.size() / 2;
+      if (stage3_use) before_use(use, Phase::Forward);
+      forward_layer(layer);
+      if (stage3_use) after_use(use++, Phase::Forward);
+    }
+  }
+
+  void forward_layer(std::size_t layer) {
+    const ActivationBytes act = activations(layer);
+    const Layer& spec = model_.layers[layer];
+    const auto& ckpt = config_.activation_checkpointing;
+    Effects fx = effects();
+    if (checkpointed(layer)) {
+      fx.add(Device::Gpu, Component::ActivationWorking, recomputed_bytes(act));
+      fx.add(Device::Gpu, Component::ActivationWorking, -recomputed_bytes(act));
+      fx.add(Device::Gpu, Component::ActivationCheckpoints, act.checkpoint);
+    } else {
+      fx.add(Device::Gpu, Component::ActivationsStored, act.stored);
+    }
+    fx.add(Device::Gpu, Component::ActivationWorking, act.forward_working);
+    fx.add(Device::Gpu, Component::ActivationWorking, -act.forward_working);
+    const int owner = owner_of(layer);
+    const double flops = spec.forward_flops(schedule_.context.micro_batch, schedule_.context.seq_len);
+    const Bytes touched = owner_numel(owner) * param_bytes_ + act.stored + act.forward_working;
+    const auto op = emit(Op{.kind = OpKind::Forward, .stream = Stream::Compute, .phase = Phase::Forward,
+                            .layer = int(layer), .flops = flops, .memory_bytes_touched = touched},
+                         fx, {gather_dep(owner), blocking_reduce_});
+    blocking_reduce_ = kNoOp;
+    if (checkpointed(layer) && ckpt.cpu_checkpointing) {
+      Effects moved = effects();
+      moved.add(Device::Cpu, Component::ActivationCheckpoints, act.checkpoint);
+      moved.add(Device::Gpu, Component::ActivationCheckpoints, -act.checkpoint);
+      emit(Op{.kind = OpKind::CopyD2H, .stream = Stream::D2H, .phase = Phase::Forward, .layer = int(layer),
+              .link = Link::PcieD2H, .bytes = act.checkpoint},
+           moved, {op});
+    }
+  }
+
+  std::uint32_t gather_dep(int owner) const {
+    return zero_.partitions_parameters() ? gather_op_[std::size_t(owner)] : kNoOp;
+  }
+
+  // ---- backward ----------------------------------------------------------------------------
+  void backward() {
+    if (zero_.zero_stage().uses_flat_partition() && micro_ == 0 && zero_.contiguous_gradients) {
+      // DeepSpeed stages 1-2 allocate the reduce (ipg) buffers at backward(), two with overlap_comm.
+      ipg_bytes_ = Bytes(zero_.overlap() ? 2 : 1) * zero_.reduce_bucket_size * grad_bytes_;
+      pending_ipg_alloc_ = true;
+    }
+    std::size_t use = use_owner_.size() / 2;
+    for (std::size_t layer = model_.layers.size(); layer-- > 0;) {
+      const bool stage3_use =
+          zero_.partitions_parameters() && use < use_layer_.size() && use_layer_[use] == int(layer);
+      if (stage3_use) before_use(use, Phase::Backward);
+      backward_layer(layer);
+      if (stage3_use) after_use(use++, Phase::Backward);
+    }
+  }
+
+  void backward_layer(std::size_t layer) {
+    const ActivationBytes act = activations(layer);
+    const Layer& spec = model_.layers[layer];
+    const int owner = owner_of(layer);
+    const double forward_flops =
+        spec.forward_flops(schedule_.context.micro_batch, schedule_.context.seq_len);
+    std::uint32_t recompute = kNoOp;
+    if (checkpointed(layer)) recompute = recompute_layer(layer, act, forward_flops);
+    // Effects in the order they happen: buffers and gradients appear, the working set comes and
+    // goes, then the layer's activations are freed.
+    Effects fx = effects();
+    if (pending_ipg_alloc_) {
+      fx.add(Device::Gpu, Component::ReduceBucket, ipg_bytes_);
+      pending_ipg_alloc_ = false;
+    }
+    add_gradient_allocation(fx, owner);
+    fx.add(Device::Gpu, Component::ActivationWorking, act.backward_working);
+    fx.add(Device::Gpu, Component::ActivationWorking, -act.backward_working);
+    if (checkpointed(layer)) {
+      fx.add(Device::Gpu, Component::ActivationWorking, -recomputed_bytes(act));
+      fx.add(Device::Gpu, Component::ActivationCheckpoints, -act.checkpoint);
+    } else {
+      fx.add(Device::Gpu, Component::ActivationsStored, -act.stored);
+    }
+    const bool ready = layer_makes_grads_ready(layer);
+    if (ready && !zero_.reduces_at_boundary()) {
+      fx.add(Device::Gpu, Component::UnreducedGrads, -copied_at_hook(owner) * grad_bytes_);
+    }
+    const Bytes touched = 2 * (owner_numel(owner) * param_bytes_ + act.stored) + act.backward_working;
+    const auto op = emit(Op{.kind = OpKind::Backward, .stream = Stream::Compute, .phase = Phase::Backward,
+                            .layer = int(layer), .flops = 2 * forward_flops, .memory_bytes_touched = touched},
+                         fx, {gather_dep(owner), recompute, blocking_reduce_});
+    blocking_reduce_ = kNoOp;
+    if (ready && !zero_.reduces_at_boundary()) add_to_buckets(owner, op);
+  }
+
+  std::uint32_t recompute_layer(std::size_t layer, const ActivationBytes& act, double flops) {
+    std::uint32_t copy = kNoOp;
+    if (config_.activation_checkpointing.cpu_checkpointing) {
+      Effects back = effects();
+      back.add(Device::Gpu, Component::ActivationCheckpoints, act.checkpoint);
+      back.add(Device::Cpu, Component::ActivationCheckpoints, -act.checkpoint);
+      copy = emit(Op{.kind = OpKind::CopyH2D, .stream = Stream::H2D, .phase = Phase::Backward,
+                     .layer = int(layer), .link = Link::PcieH2D, .bytes = act.checkpoint},
+                  back, {});
+    }
+    Effects fx = effects();
+    fx.add(Device::Gpu, Component::ActivationWorking, recomputed_bytes(act));
+    const Bytes touched = owner_numel(owner_of(layer)) * param_bytes_ + act.stored;
+    return emit(Op{.kind = OpKind::Recompute, .stream = Stream::Compute, .phase = Phase::Backward,
+                   .layer = int(layer), .flops = flops, .memory_bytes_touched = touched},
+                fx, {copy, gather_dep(owner_of(layer)), blocking_reduce_});
+  }
+
+  // The owner's gradients are complete at the backward of the lowest-indexed layer using them.
+  bool layer_makes_grads_ready(std::size_t layer) const {
+    const int owner = owner_of(layer);
+    return int(layer) == owner && !model_.layers[layer].params.empty();
+  }
+
+  // Stages 2-3 with contiguous_gradients: the gradient hook copies a gradient into the reduce
+  // bucket and frees it, but only one that fits in a bucket; a larger one is reduced from where
+  // autograd put it and lives until its reduction (stage_1_and_2.py extra_large_param_to_reduce,
+  // stage3.py __add_grad_to_ipg_bucket).
+  bool hook_copies_into_bucket(Elements numel) const {
+    return zero_.contiguous_gradients && numel <= zero_.reduce_bucket_size;
+  }
+
+  // Elements of the owner's gradients its hook copies into the bucket (freed at its backward).
+  Elements copied_at_hook(int owner) const {
+    Elements copied = 0;
+    for (auto t = params().layer_first_tensor[std::size_t(owner)];
+         t < params().layer_first_tensor[std::size_t(owner) + 1]; ++t) {
+      const Elements numel = params().tensor_numel[std::size_t(t)];
+      if (hook_copies_into_bucket(numel)) copied += numel;
+    }
+    return copied;
+  }
+
+  // Elements of the pending bucket's gradients still held where autograd put them (freed by the
+  // bucket's reduction).
+  Elements held_until_reduced() const {
+    Elements held = 0;
+    for (const auto t : pending_) {
+      const Elements numel = params().tensor_numel[std::size_t(t)];
+      if (!hook_copies_into_bucket(numel)) held += numel;
+    }
+    return held;
+  }
+
+  void add_gradient_allocation(Effects& fx, int owner) {
+    if (model_.layers[std::size_t(owner)].params.empty()) return;
+    const Bytes bytes = owner_numel(owner) * grad_bytes_;
+    if (zero_.reduces_at_boundary()) {
+      // Stages 0-1: full gradients, allocated at the first backward touching them, kept (and
+      // accumulated) until the boundary.
+      if (!grads_touched_[std::size_t(owner)]) fx.add(Device::Gpu, Component::GradsFull, bytes);
+      grads_touched_[std::size_t(owner)] = true;
+    } else if (!grads_touched_[std::size_t(owner)]) {
+      // Stages 2-3: the autograd gradient exists until its hook copies it into a reduce bucket, or
+      // until its bucket is reduced (hook_copies_into_bucket).
+      fx.add(Device::Gpu, Component::UnreducedGrads, bytes);
+      grads_touched_[std::size_t(owner)] = true;
+    }
+  }
+
+  // ---- gradient buckets ----------------------------------------------------------------------
+  void add_to_buckets(int owner, std::uint32_t producer) {
+    const auto first = params().layer_first_tensor[std::size_t(owner)];
+    const auto last = params().layer_first_tensor[std::size_t(owner) + 1];
+    for (auto t = last; t-- > first;) {
+      const Elements numel = params().tensor_numel[std::size_t(t)];
+      // DeepSpeed reduces a full bucket from the hook of the gradient that does not fit, so the
+      // reduction waits for the backward that produced that gradient.
+      bucket_producer_ = producer;
+      if (!pending_.empty() && bucket_.elements + numel > zero_.reduce_bucket_size) flush_bucket();
+      pending_.push_back(t);
+      bucket_.elements += numel;
+    }
+    grads_touched_[std::size_t(owner)] = false;  // the next micro-step allocates them anew
+  }
+
+  // Elements of the bucket owned by rank 0: stages 1-2 own the flat range [0, flat_partition);
+  // stage 3 owns one partition of every tensor.
+  Elements owned_in_bucket() const {
+    Elements owned = 0;
+    for (const auto t : pending_) {
+      if (zero_.partitions_parameters()) {
+        owned += params().tensor_partition[std::size_t(t)];
+      } else {
+        const Elements begin = flat_offset(t);
+        const Elements end = begin + params().tensor_numel[std::size_t(t)];
+        owned += std::max<Elements>(0, std::min(end, params().flat_partition) - begin);
+      }
+    }
+    return owned;
+  }
+
+  Elements flat_offset(std::int32_t tensor) const {
+    if (flat_offsets_.empty()) {
+      flat_offsets_.resize(params().tensor_numel.size());
+      Elements offset = 0;
+      for (std::size_t t = 0; t < flat_offsets_.size(); ++t) {
+        flat_offsets_[t] = offset;
+        offset += params().tensor_numel[t];
+      }
+    }
+    return flat_offsets_[std::size_t(tensor)];
+  }
+
+  Elements bucket_message_elements() const {
+    if (!zero_.partitions_parameters()) return bucket_.elements;
+    Elements padded = 0;
+    for (const auto t : pending_) padded += params().tensor_partition[std::size_t(t)] * dp();
+    return padded;
+  }
+
+  void flush_bucket() {
+    if (pending_.empty()) return;
+    const bool boundary_reduce = zero_.reduces_at_boundary();
+    const Phase phase = boundary_reduce ? Phase::Reduce : Phase::Backward;
+    const Elements owned = owned_in_bucket();
+    const Bytes message = bucket_message_elements() * grad_bytes_;
+    Effects fx = effects();
+    const ZeroStage stage = zero_.zero_stage();
+    if (!stage.partitions_optimizer_states() ||
+        (stage.partitions_only_optimizer_states() && !zero_.contiguous_gradients)) {
+      fx.add(Device::Gpu, Component::ReduceBucket, message);  // flattened copy for the collective
+      fx.add(Device::Gpu, Component::ReduceBucket, -message);
+    }
+    if (stage.partitions_only_optimizer_states()) {
+      // Stage 1 keeps the reduced gradients it owns and frees the others (the same bytes change
+      // category, so the free comes first).
+      fx.add(Device::Gpu, Component::GradsFull, -bucket_.elements * grad_bytes_);
+      if (optimizer_device_ == Device::Gpu) add_grads_partition(fx, owned * grad_bytes_);
+    } else if (stage.partitions_gradients_not_parameters() && optimizer_device_ == Device::Gpu &&
+               grads_partition_bytes_ == 0) {
+      // Stage 2 allocates the whole gradient partition at its first reduction.
+      add_grads_partition(fx, params().owned * grad_bytes_);
+    }
+    if (stage.partitions_gradients()) {
+      fx.add(Device::Gpu, Component::UnreducedGrads, -held_until_reduced() * grad_bytes_);
+    }
+    const bool scatter = stage.partitions_optimizer_states() &&
+                         (zero_.reduce_scatter || stage.partitions_parameters());
+    const auto reduce = emit(Op{.kind = scatter ? OpKind::ReduceScatter : OpKind::AllReduce,
+                                .stream = Stream::Collective, .phase = phase,
+                                .bucket = std::int32_t(schedule_.buckets.size()), .group_size = dp(),
+                                .link = Link::Network, .bytes = message},
+                             fx, {bucket_producer_});
+    last_reduce_ = reduce;
+    if (!zero_.overlap() && !boundary_reduce) blocking_reduce_ = reduce;
+    if (stage.partitions_optimizer_states() && optimizer_device_ != Device::Gpu) {
+      // ZeRO-Offload: the reduced low-precision gradient partition crosses PCIe to the host.
+      last_d2h_ = emit(Op{.kind = OpKind::CopyD2H, .stream = Stream::D2H, .phase = phase,
+                          .bucket = std::int32_t(schedule_.buckets.size()), .link = Link::PcieD2H,
+                          .bytes = owned * grad_bytes_},
+                       effects(), {reduce});
+    }
+    bucket_.tensors_begin = std::uint32_t(schedule_.bucket_tensors.size());
+    bucket_.tensors_count = std::uint32_t(pending_.size());
+    schedule_.bucket_tensors.insert(schedule_.bucket_tensors.end(), pending_.begin(), pending_.end());
+    schedule_.buckets.push_back(bucket_);
+    bucket_ = Bucket{};
+    pending_.clear();
+  }
+
+  void add_grads_partition(Effects& fx, Bytes bytes) {
+    fx.add(Device::Gpu, Component::GradsPartition, bytes);
+    grads_partition_bytes_ += bytes;
+  }
+
+  // Stages 0-1 reduce all gradients once, at the gradient-accumulation boundary.
+  void reduce_at_boundary() {
+    const auto& tensors = params().tensor_numel;
+    // The reduction starts after the last backward of the last micro-step.
+    bucket_producer_ = schedule_.ops.empty() ? kNoOp : std::uint32_t(schedule_.ops.size() - 1);
+    for (std::size_t t = tensors.size(); t-- > 0;) {
+      const Elements numel = tensors[t];
+      if (!pending_.empty() && bucket_.elements + numel > zero_.reduce_bucket_size) flush_bucket();
+      pending_.push_back(std::int32_t(t));
+      bucket_.elements += numel;
+    }
+    flush_bucket();
+  }
+
+  // ---- optimizer ---------------------------------------------------------------------------
+  void optimizer_step() {
+    std::uint32_t before = last_reduce_;
+    if (config_.precision.precision == Precision::Fp16 && zero_.partitions_optimizer_states()) {
+      before = emit(Op{.kind = OpKind::OverflowCheck, .stream = Stream::Collective, .phase = Phase::Optimizer,
+                       .group_size = dp(), .link = Link::Network, .bytes = 1},
+                    effects(), {before});
+    }
+    if (zero_.partitions_optimizer_states()) {
+      before = emit(Op{.kind = OpKind::GradNorm, .stream = Stream::Collective, .phase = Phase::Optimizer,
+                       .group_size = dp(), .link = Link::Network, .bytes = 4},
+                    effects(), {before});
+    }
+    const std::uint32_t updated = optimizer_device_ == Device::Gpu ? gpu_optimizer(before)
+                                                                   : host_optimizer(before);
+    if (zero_.zero_stage().uses_flat_partition()) allgather_updated_params(updated);
+    if (zero_.partitions_parameters() && params().persistent > 0)
+      allgather_persistent_params(updated);
+    if (config_.precision.precision == Precision::Fp16 && config_.precision.loss_scale.dynamic()) {
+      emit(Op{.kind = OpKind::LossScaleUpdate, .stream = Stream::Compute, .phase = Phase::Optimizer},
+           effects(), {});
+    }
+  }
+
+  // Frees what the step no longer needs after the update: full gradients (stage 0, set_to_none),
+  // the gradient partition (stages 1-2) and the reduce buffers (stages 1-2).
+  void free_step_gradients(Effects& fx) {
+    if (!zero_.partitions_optimizer_states()) {
+      fx.add(Device::Gpu, Component::GradsFull, -params().total * grad_bytes_);
+    }
+    fx.add(Device::Gpu, Component::GradsPartition, -grads_partition_bytes_);
+    if (zero_.zero_stage().uses_flat_partition())
+      fx.add(Device::Gpu, Component::ReduceBucket, -ipg_bytes_);
+  }
+
+  std::uint32_t gpu_optimizer(std::uint32_t before) {
+    const ParamLayout& p = params();
+    Effects fx = effects();
+    const Bytes cast = config_.precision.mixed() ? p.owned * 4 : 0;
+    fx.add(Device::Gpu, Component::Fp32GradCast, cast);
+    fx.add(Device::Gpu, Component::Fp32GradCast, -cast);
+    free_step_gradients(fx);
+    const Bytes touched = p.owned * (4 + 2 * (master_bytes_ + state_bytes_) + param_bytes_);
+    return emit(Op{.kind = OpKind::OptimizerStep, .stream = Stream::Compute, .phase = Phase::Optimizer,
+                   .flops = double(p.owned) * optimizer_flops_per_element(), .memory_bytes_touched = touched},
+                fx, {before});
+  }
+
+  double optimizer_flops_per_element() const {
+    switch (config_.optimizer.type) {
+      case OptimizerType::Adam:
+      case OptimizerType::AdamW: return 12;
+      case OptimizerType::Sgd: return config_.optimizer.momentum > 0 ? 4 : 2;
+    }
+    return 12;
+  }
+
+  // CPU Adam on the host partition (ZeRO-Offload).
+  std::uint32_t host_optimizer(std::uint32_t before) {
+    const ParamLayout& p = params();
+    const std::uint32_t after = last_d2h_ != kNoOp ? last_d2h_ : before;
+    if (optimizer_device_ == Device::Nvme) return write_back_params(swapped_host_optimizer(after, before));
+    if (p.owned == 0) return write_back_params(after);  // nothing owned: no update
+    return write_back_params(host_optimizer_step(0, p.owned, true, {after, before}));
+  }
+
+  std::uint32_t host_optimizer_step(std::int32_t group, Elements chunk, bool last_group,
+                                    std::initializer_list<std::uint32_t> deps) {
+    Effects fx = effects();
+    if (last_group) free_step_gradients(fx);
+    return emit(Op{.kind = OpKind::OptimizerStep, .stream = Stream::Cpu, .phase = Phase::Optimizer,
+                   .sub_group = group, .flops = double(chunk) * optimizer_flops_per_element(),
+                   .memory_bytes_touched = chunk * (4 + 2 * (master_bytes_ + state_bytes_) + param_bytes_)},
+                fx, deps);
+  }
+
+  // ZeRO-Infinity: each sub-group's master and states are read, updated and written back through
+  // one of the swap buffer sets (optimizer_swap_buffer_sets): a read waits for the write that frees
+  // its set; with pipeline_read the next sub-group is read before this one is updated; without
+  // pipeline_write the next update waits for this sub-group's write (a synchronous swap-out).
+  std::uint32_t swapped_host_optimizer(std::uint32_t after, std::uint32_t before) {
+    const Elements owned = params().owned;
+    const Elements size = std::max<Elements>(1, zero_.sub_group_size);
+    const auto groups = std::size_t(ceil_div(owned, size));
+    const int states = int(state_bytes_ / 4);
+    const auto sets = std::size_t(optimizer_swap_buffer_sets(zero_.offload_optimizer, states));
+    const bool read_ahead = optimizer_swap_reads_ahead(zero_.offload_optimizer, states);
+    const auto chunk_of = [&](std::size_t g) { return std::min(size, owned - Elements(g) * size); };
+    const auto state_of = [&](std::size_t g) { return chunk_of(g) * (master_bytes_ + state_bytes_); };
+    std::vector<std::uint32_t> reads(groups, kNoOp), writes(groups, kNoOp);
+    const auto read = [&](std::size_t g) {
+      reads[g] = emit(Op{.kind = OpKind::NvmeRead, .stream = Stream::Nvme, .phase = Phase::Optimizer,
+                         .sub_group = std::int32_t(g), .link = Link::NvmeRead, .bytes = state_of(g)},
+                      effects(), {after, before, g >= sets ? writes[g - sets] : kNoOp});
+    };
+    std::uint32_t last = after;
+    for (std::size_t g = 0; g < groups; ++g) {
+      if (reads[g] == kNoOp) read(g);
+      if (read_ahead && g + 1 < groups) read(g + 1);
+      const bool waits_write = g > 0 && !zero_.offload_optimizer.pipeline_write;
+      last = host_optimizer_step(std::int32_t(g), chunk_of(g), g + 1 == groups,
+                                 {last, reads[g], waits_write ? writes[g - 1] : kNoOp});
+      writes[g] = emit(Op{.kind = OpKind::NvmeWrite, .stream = Stream::Nvme, .phase = Phase::Optimizer,
+                          .sub_group = std::int32_t(g), .link = Link::NvmeWrite, .bytes = state_of(g)},
+                       effects(), {last});
+    }
+    return writes.empty() ? last : writes.back();
+  }
+
+  // Updated low-precision parameters go where the parameters live.
+  std::uint32_t write_back_params(std::uint32_t after) {
+    const Bytes bytes = params().owned * param_bytes_;
+    if (param_device_ == Device::Gpu) {
+      return emit(Op{.kind = OpKind::CopyH2D, .stream = Stream::H2D, .phase = Phase::Optimizer,
+                     .link = Link::PcieH2D, .bytes = bytes},
+                  effects(), {after});
+    }
+    if (param_device_ == Device::Nvme) {
+      return emit(Op{.kind = OpKind::NvmeWrite, .stream = Stream::Nvme, .phase = Phase::Optimizer,
+                     .link = Link::NvmeWrite, .bytes = bytes},
+                  effects(), {after});
+    }
+    return after;  // parameters offloaded to the CPU are updated in place there
+  }
+
+  // Stages 1-2: all-gather the updated partitions, in allgather_bucket_size shards.
+  void allgather_updated_params(std::uint32_t after) {
+    const Elements partition = params().flat_partition;
+    const Elements total = partition * dp();
+    const Elements shards = std::max<Elements>(1, ceil_div(total, std::max<Elements>(1, zero_.allgather_bucket_size)));
+    const Elements base = partition / shards;
+    const Elements remainder = partition % shards;
+    std::uint32_t previous = after;
+    for (Elements shard = 0; shard < shards; ++shard) {
+      const Elements elements = base + (shard < remainder ? 1 : 0);
+      if (elements == 0) continue;
+      previous = emit(Op{.kind = OpKind::AllGather, .stream = Stream::Collective, .phase = Phase::Optimizer,
+                         .group_size = dp(), .link = Link::Network,
+                         .bytes = elements * dp() * param_bytes_},
+                      effects(), {previous});
+    }
+  }
+
+  // Stage 3: persistent parameters are kept whole on every rank, but their update happens on the
+  // partitions, so DeepSpeed all-gathers them after the step (stage3.py, _post_step).
+  void allgather_persistent_params(std::uint32_t after) {
+    const ParamLayout& p = params();
+    Elements padded = 0;
+    for (std::size_t t = 0; t < p.tensor_numel.size(); ++t) {
+      if (p.tensor_persistent[t]) padded += p.tensor_partition[t] * dp();
+    }
+    emit(Op{.kind = OpKind::AllGather, .stream = Stream::Collective, .phase = Phase::Optimizer,
+            .group_size = dp(), .link = Link::Network, .bytes = padded * param_bytes_},
+         effects(), {after});
+  }
+
+  const Model& model_;
+  const TrainingConfig& config_;
+  const ZeroConfig& zero_;
+  ScheduleOptions options_;
+  Schedule schedule_;
+  Bytes param_bytes_ = 2, grad_bytes_ = 2, master_bytes_ = 4, state_bytes_ = 8;
+  Device optimizer_device_ = Device::Gpu, param_device_ = Device::Gpu;
+  std::int32_t micro_ = 0;
+  // stage 3
+  std::vector<int> use_owner_, use_layer_;
+  std::vector<bool> live_;
+  Elements live_elements_ = 0;
+  std::vector<std::uint32_t> gather_op_;
+  std::vector<std::int64_t> prefetched_until_;
+  // gradients
+  std::vector<bool> grads_touched_;
+  Bucket bucket_;
+  std::vector<std::int32_t> pending_;  // tensors of the bucket being filled
+  std::vector<Elements> layer_numel_;  // per layer: elements of the tensors it owns
+  std::uint32_t bucket_producer_ = kNoOp;
+  std::uint32_t last_reduce_ = kNoOp, last_d2h_ = kNoOp, blocking_reduce_ = kNoOp;
+  Bytes grads_partition_bytes_ = 0;  // stages 1-2, on the GPU, freed after the update
+  bool pending_ipg_alloc_ = false;
+  Bytes ipg_bytes_ = 0;
+  mutable std::vector<Elements> flat_offsets_;
+};
+
+}  // namespace
+
+Schedule build_schedule(const Model& model, const TrainingConfig& config, const ResolvedBatch& batch,
+                        std::int64_t seq_len, int dp_size, int gpus_per_node,
+                        const ScheduleOptions& options) {
+  return ScheduleBuilder(model, config, batch, seq_len, dp_size, gpus_per_node, options).build();
+}
+
+}  // namespace zerolens

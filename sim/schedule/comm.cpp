@@ -1,0 +1,64 @@
+#include "sim/schedule/comm.hpp"
+
+#include <algorithm>
+
+namespace zerolens {
+namespace {
+
+__extension__ typedef __int128 WideInt;
+
+// numerator * value / denominator without 64-bit overflow (messages reach 1e13 bytes, groups 1e5).
+Bytes scale(Bytes value, std::int64_t numerator, std::int64_t denominator) {
+  if (denominator <= 0) return 0;
+  return Bytes(static_cast<WideInt>(value) * numerator / denominator);
+}
+
+}  // namespace
+
+GroupShape group_shape(int group_size, int gpus_per_node) {
+  GroupShape shape;
+  shape.ranks_per_node = std::max(1, std::min(group_size, gpus_per_node));
+  shape.nodes = int(ceil_div(group_size, shape.ranks_per_node));
+  return shape;
+}
+
+LinkTraffic collective_traffic(OpKind kind, Bytes message_bytes, GroupShape shape) {
+  const std::int64_t g = shape.ranks_per_node;
+  const std::int64_t m = shape.nodes;
+  const std::int64_t phases = (kind == OpKind::AllReduce || kind == OpKind::OverflowCheck ||
+                               kind == OpKind::GradNorm)
+                                  ? 2
+                                  : 1;
+  LinkTraffic traffic;
+  traffic.intra_node = scale(message_bytes, phases * (g - 1), g);
+  traffic.inter_node = scale(message_bytes, phases * (m - 1), m * g);
+  return traffic;
+}
+
+CommReport summarize_comm(const Schedule& schedule) {
+  CommReport report;
+  const int gpus_per_node = schedule.context.gpus_per_node;
+  for (const auto& op : schedule.ops) {
+    switch (op.link) {
+      case Link::PcieH2D: report.links.pcie_h2d += op.bytes; break;
+      case Link::PcieD2H: report.links.pcie_d2h += op.bytes; break;
+      case Link::NvmeRead: report.links.nvme_read += op.bytes; break;
+      case Link::NvmeWrite: report.links.nvme_write += op.bytes; break;
+      case Link::Network: {
+        const LinkTraffic traffic =
+            collective_traffic(op.kind, op.bytes, group_shape(op.group_size, gpus_per_node));
+        auto& totals = report.collectives[std::size_t(op.kind)];
+        totals.calls += 1;
+        totals.bytes += op.bytes;
+        totals.traffic_bytes += traffic.intra_node + traffic.inter_node;
+        report.links.intra_node += traffic.intra_node;
+        report.links.inter_node += traffic.inter_node;
+        break;
+      }
+      case Link::None: break;
+    }
+  }
+  return report;
+}
+
+}  // namespace zerolens

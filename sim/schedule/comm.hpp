@@ -1,0 +1,56 @@
+#pragma once
+// Communication: per-rank traffic of each collective over the links it crosses, and the step's
+// totals summed from the schedule's ops (the only place traffic is counted).
+//
+// A collective of message size S bytes over N ranks (nccl-tests' bus-bandwidth factors): all-reduce
+// sends 2(N-1)/N x S per rank, reduce-scatter, all-gather and broadcast (N-1)/N x S. When the group
+// spans m nodes of g ranks, the hierarchical split is: intra-node g-ring phases carry
+// (g-1)/g x S (x2 for all-reduce) and the inter-node phase carries (m-1)/m x S/g (x2 for
+// all-reduce); the two sum to the flat figure.
+#include <array>
+#include <cstdint>
+
+#include "sim/schedule/schedule.hpp"
+
+namespace zerolens {
+
+struct LinkTraffic {
+  Bytes intra_node = 0;  // bytes sent per rank over NVLink/NVSwitch
+  Bytes inter_node = 0;  // bytes sent per rank over the inter-node network
+};
+
+// Ranks per node taking part and the number of nodes a dp group of `group_size` spans.
+struct GroupShape {
+  int ranks_per_node = 1;
+  int nodes = 1;
+};
+GroupShape group_shape(int group_size, int gpus_per_node);
+
+LinkTraffic collective_traffic(OpKind kind, Bytes message_bytes, GroupShape shape);
+
+struct CollectiveTotals {
+  std::int64_t calls = 0;
+  Bytes bytes = 0;          // sum of message sizes
+  Bytes traffic_bytes = 0;  // sent per rank (intra + inter)
+  bool operator==(const CollectiveTotals&) const = default;
+};
+
+struct LinkTotals {
+  Bytes intra_node = 0;
+  Bytes inter_node = 0;
+  Bytes pcie_h2d = 0;
+  Bytes pcie_d2h = 0;
+  Bytes nvme_read = 0;
+  Bytes nvme_write = 0;
+  bool operator==(const LinkTotals&) const = default;
+};
+
+struct CommReport {
+  std::array<CollectiveTotals, kOpKindCount> collectives{};  // indexed by OpKind
+  LinkTotals links;                                           // per rank, one step
+  const CollectiveTotals& of(OpKind kind) const { return collectives[std::size_t(kind)]; }
+};
+
+CommReport summarize_comm(const Schedule& schedule);
+
+}  // namespace zerolens

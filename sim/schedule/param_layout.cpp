@@ -1,0 +1,42 @@
+#include <algorithm>
+
+#include "sim/schedule/param_layout.hpp"
+
+namespace zerolens {
+
+ParamLayout make_param_layout(const Model& model, const ZeroConfig& zero, int dp_size,
+                              bool model_states_only) {
+  ParamLayout layout;
+  layout.dp_size = dp_size;
+  layout.stage = zero.stage;
+  // The ZeRO paper's accounting partitions every tensor; DeepSpeed keeps stage-3 tensors of at most
+  // stage3_param_persistence_threshold elements whole on every rank, up to the model-wide cap.
+  const Elements threshold = model_states_only ? -1 : zero.stage3_param_persistence_threshold;
+  const Elements model_cap = zero.stage3_model_persistence_threshold;
+  for (std::size_t layer = 0; layer < model.layers.size(); ++layer) {
+    layout.layer_first_tensor.push_back(std::int32_t(layout.tensor_numel.size()));
+    for (const auto& tensor : model.layers[layer].params) {
+      const Elements numel = tensor.numel();
+      layout.tensor_numel.push_back(numel);
+      layout.tensor_layer.push_back(std::int32_t(layer));
+      layout.tensor_partition.push_back(ceil_div(numel, dp_size));
+      const bool persistent = zero.partitions_parameters() && numel <= threshold &&
+                              layout.persistent + numel <= model_cap;
+      layout.tensor_persistent.push_back(persistent);
+      if (persistent) layout.persistent += numel;
+      layout.total += numel;
+    }
+  }
+  layout.layer_first_tensor.push_back(std::int32_t(layout.tensor_numel.size()));
+  layout.flat_partition = ceil_div(layout.total, dp_size);
+  if (!zero.partitions_optimizer_states()) {
+    layout.owned = layout.total;
+  } else if (zero.zero_stage().uses_flat_partition()) {
+    layout.owned = layout.flat_partition;
+  } else {
+    for (const auto part : layout.tensor_partition) layout.owned += part;
+  }
+  return layout;
+}
+
+}  // namespace zerolens

@@ -1,0 +1,238 @@
+// Names of the schedule's enums, as used in JSON, traces, tables and the GUI, and plain-language
+// descriptions of its ops.
+#include "sim/schedule/schedule.hpp"
+
+#include <cstdio>
+#include <string>
+
+namespace zerolens {
+
+Device device_of(OffloadDevice device) {
+  switch (device) {
+    case OffloadDevice::None: return Device::Gpu;
+    case OffloadDevice::Cpu: return Device::Cpu;
+    case OffloadDevice::Nvme: return Device::Nvme;
+  }
+  return Device::Gpu;
+}
+
+const char* to_string(Device device) {
+  switch (device) {
+    case Device::Gpu: return "gpu";
+    case Device::Cpu: return "cpu";
+    case Device::Nvme: return "nvme";
+  }
+  return "gpu";
+}
+
+const char* to_string(Category category) {
+  switch (category) {
+    case Category::Params: return "params";
+    case Category::Grads: return "grads";
+    case Category::MasterParams: return "master_params";
+    case Category::OptimizerStates: return "optimizer_states";
+    case Category::Activations: return "activations";
+    case Category::Buffers: return "buffers";
+    case Category::Overhead: return "overhead";
+  }
+  return "params";
+}
+
+const char* to_string(Component component) {
+  switch (component) {
+    case Component::ParamsFull: return "params_full";
+    case Component::ParamsPartition: return "params_partition";
+    case Component::ParamsPersistent: return "params_persistent";
+    case Component::GradsFull: return "grads_full";
+    case Component::GradsPartition: return "grads_partition";
+    case Component::MasterPartition: return "master_params_partition";
+    case Component::OptimizerStatePartition: return "optimizer_states_partition";
+    case Component::ActivationsStored: return "activations_stored";
+    case Component::ActivationCheckpoints: return "activation_checkpoints";
+    case Component::ActivationWorking: return "activation_working_set";
+    case Component::GatheredParams: return "gathered_params";
+    case Component::UnreducedGrads: return "unreduced_grads";
+    case Component::ReduceBucket: return "reduce_bucket";
+    case Component::Fp32GradCast: return "fp32_grad_cast";
+    case Component::OffloadStaging: return "offload_staging";
+    case Component::NvmeSwapBuffers: return "nvme_swap_buffers";
+    case Component::CudaContext: return "cuda_context";
+    case Component::LibraryWorkspace: return "library_workspace";
+    case Component::Fragmentation: return "fragmentation";
+  }
+  return "params_full";
+}
+
+Category category_of(Component component) {
+  switch (component) {
+    case Component::ParamsFull:
+    case Component::ParamsPartition:
+    case Component::ParamsPersistent: return Category::Params;
+    case Component::GradsFull:
+    case Component::GradsPartition: return Category::Grads;
+    case Component::MasterPartition: return Category::MasterParams;
+    case Component::OptimizerStatePartition: return Category::OptimizerStates;
+    case Component::ActivationsStored:
+    case Component::ActivationCheckpoints:
+    case Component::ActivationWorking: return Category::Activations;
+    case Component::GatheredParams:
+    case Component::UnreducedGrads:
+    case Component::ReduceBucket:
+    case Component::Fp32GradCast:
+    case Component::OffloadStaging:
+    case Component::NvmeSwapBuffers: return Category::Buffers;
+    case Component::CudaContext:
+    case Component::LibraryWorkspace:
+    case Component::Fragmentation: return Category::Overhead;
+  }
+  return Category::Buffers;
+}
+
+Sharing sharing_of(Component component) {
+  switch (component) {
+    case Component::ParamsPartition:
+    case Component::GradsPartition:
+    case Component::MasterPartition:
+    case Component::OptimizerStatePartition:
+    case Component::Fp32GradCast:
+      return Sharing::Partitioned;
+    case Component::ParamsFull:
+    case Component::ParamsPersistent:
+    case Component::GradsFull:
+    case Component::GatheredParams:
+    case Component::UnreducedGrads:
+    case Component::ReduceBucket:
+      return Sharing::Replicated;
+    default:
+      return Sharing::Unshared;
+  }
+}
+
+const char* to_string(Stream stream) {
+  switch (stream) {
+    case Stream::Compute: return "compute";
+    case Stream::Collective: return "collective";
+    case Stream::H2D: return "h2d";
+    case Stream::D2H: return "d2h";
+    case Stream::Nvme: return "nvme";
+    case Stream::Cpu: return "cpu";
+  }
+  return "compute";
+}
+
+const char* to_string(OpKind kind) {
+  switch (kind) {
+    case OpKind::Forward: return "forward";
+    case OpKind::Backward: return "backward";
+    case OpKind::Recompute: return "recompute";
+    case OpKind::AllGather: return "all_gather";
+    case OpKind::ReduceScatter: return "reduce_scatter";
+    case OpKind::AllReduce: return "all_reduce";
+    case OpKind::Broadcast: return "broadcast";
+    case OpKind::Release: return "release";
+    case OpKind::CopyH2D: return "copy_h2d";
+    case OpKind::CopyD2H: return "copy_d2h";
+    case OpKind::NvmeRead: return "nvme_read";
+    case OpKind::NvmeWrite: return "nvme_write";
+    case OpKind::OptimizerStep: return "optimizer_step";
+    case OpKind::OverflowCheck: return "overflow_check";
+    case OpKind::GradNorm: return "grad_norm";
+    case OpKind::LossScaleUpdate: return "loss_scale_update";
+  }
+  return "forward";
+}
+
+const char* to_string(Phase phase) {
+  switch (phase) {
+    case Phase::Forward: return "forward";
+    case Phase::Backward: return "backward";
+    case Phase::Reduce: return "reduce";
+    case Phase::Optimizer: return "optimizer";
+  }
+  return "forward";
+}
+
+bool is_collective(OpKind kind) {
+  return kind == OpKind::AllGather || kind == OpKind::ReduceScatter || kind == OpKind::AllReduce ||
+         kind == OpKind::Broadcast || kind == OpKind::OverflowCheck || kind == OpKind::GradNorm;
+}
+
+const char* to_string(Link link) {
+  switch (link) {
+    case Link::None: return "none";
+    case Link::Network: return "network";
+    case Link::PcieH2D: return "pcie_h2d";
+    case Link::PcieD2H: return "pcie_d2h";
+    case Link::NvmeRead: return "nvme_read";
+    case Link::NvmeWrite: return "nvme_write";
+  }
+  return "none";
+}
+
+// Plain-language descriptions of ops, for tables, traces and the GUI.
+namespace {
+
+std::string megabytes(Bytes bytes) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.2f MB", double(bytes) / 1e6);
+  return text;
+}
+
+std::string layer_name(const Model& model, std::int32_t layer) {
+  if (layer < 0 || std::size_t(layer) >= model.layers.size()) return "the model";
+  return "layer " + model.layers[std::size_t(layer)].name;
+}
+
+std::string collective_subject(const Schedule& schedule, const Op& op, const Model& model) {
+  if (op.bucket >= 0) return "gradient bucket " + std::to_string(op.bucket);
+  if (op.layer >= 0) return layer_name(model, op.layer) + "'s parameters";
+  if (op.phase == Phase::Optimizer) return "the updated parameter partitions";
+  (void)schedule;
+  return "its buffer";
+}
+
+}  // namespace
+
+std::string Schedule::describe(std::size_t op_index, const Model& model, int rank) const {
+  const Op& op = ops.at(op_index);
+  const std::string micro = context.grad_accumulation > 1
+                                ? " (micro-step " + std::to_string(op.micro_step) + ")"
+                                : std::string();
+  const std::string who = "rank " + std::to_string(rank) + " ";
+  switch (op.kind) {
+    case OpKind::Forward: return who + "runs the forward of " + layer_name(model, op.layer) + micro;
+    case OpKind::Backward: return who + "runs the backward of " + layer_name(model, op.layer) + micro;
+    case OpKind::Recompute:
+      return who + "recomputes the forward of " + layer_name(model, op.layer) + micro;
+    case OpKind::AllGather:
+      return who + "all-gathers " + collective_subject(*this, op, model) + ": " + megabytes(op.bytes) +
+             " over the network" + micro;
+    case OpKind::ReduceScatter:
+      return who + "reduce-scatters " + collective_subject(*this, op, model) + ": " +
+             megabytes(op.bytes) + " over the network" + micro;
+    case OpKind::AllReduce:
+      return who + "all-reduces " + collective_subject(*this, op, model) + ": " + megabytes(op.bytes) +
+             " over the network" + micro;
+    case OpKind::Broadcast:
+      return who + "broadcasts " + collective_subject(*this, op, model) + ": " + megabytes(op.bytes) + micro;
+    case OpKind::Release: return who + "releases " + layer_name(model, op.layer) + "'s gathered parameters" + micro;
+    case OpKind::CopyH2D:
+      return who + "copies " + megabytes(op.bytes) + " host-to-device over PCIe" +
+             (op.layer >= 0 ? " for " + layer_name(model, op.layer) : std::string()) + micro;
+    case OpKind::CopyD2H:
+      return who + "copies " + megabytes(op.bytes) + " device-to-host over PCIe" +
+             (op.bucket >= 0 ? " (gradient bucket " + std::to_string(op.bucket) + ")" : std::string()) + micro;
+    case OpKind::NvmeRead: return who + "reads " + megabytes(op.bytes) + " from NVMe" + micro;
+    case OpKind::NvmeWrite: return who + "writes " + megabytes(op.bytes) + " to NVMe" + micro;
+    case OpKind::OptimizerStep:
+      return who + "updates its optimizer partition on the " +
+             std::string(op.stream == Stream::Cpu ? "CPU" : "GPU") +
+             (op.sub_group >= 0 ? " (sub-group " + std::to_string(op.sub_group) + ")" : std::string());
+    case OpKind::OverflowCheck: return who + "all-reduces the fp16 overflow flag";
+    case OpKind::GradNorm: return who + "all-reduces the gradient norm";
+    case OpKind::LossScaleUpdate: return who + "updates the dynamic loss scale";
+  }
+  return who + to_string(op.kind);
+}
+
+}  // namespace zerolens

@@ -1,0 +1,185 @@
+#pragma once
+// The schedule: the ordered ops of one training step (all micro-steps) for one representative rank.
+// It is produced once and consumed by everything: the memory report (peak = maximum of the running
+// memory), the communication report (totals = sums of its collectives), the timeline simulator,
+// the executor, the GUI and traces. Ranks of a data-parallel group are symmetric (partitions are
+// padded to equal size), so one rank stands for all.
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sim/config/config.hpp"
+#include "sim/hardware/hardware.hpp"
+#include "sim/model/model.hpp"
+#include "sim/schedule/param_layout.hpp"
+#include "sim/core/units.hpp"
+
+namespace zerolens {
+
+enum class Device : std::uint8_t { Gpu, Cpu, Nvme };
+inline constexpr int kDeviceCount = 3;
+
+enum class Category : std::uint8_t {
+  Params,           // low-precision (training dtype) parameters
+  Grads,            // gradients kept for the optimizer
+  MasterParams,     // fp32 master copy (mixed precision, or fp32 with only the optimizer offloaded)
+  OptimizerStates,  // momentum / variance
+  Activations,      // kept for backward, checkpoints, recompute and working sets
+  Buffers,          // communication buckets, stage-3 gathered parameters, staging, casts
+  Overhead,         // CUDA context, library workspaces, fragmentation allowance
+};
+inline constexpr int kCategoryCount = 7;
+
+// Finer names: where every byte goes. Each component belongs to exactly one category.
+enum class Component : std::uint8_t {
+  ParamsFull,             // Params: replicated low-precision parameters (stage 0-2)
+  ParamsPartition,        // Params: this rank's partition (stage 3)
+  ParamsPersistent,       // Params: stage-3 parameters below the persistence threshold, kept whole
+  GradsFull,              // Grads: replicated gradients (stage 0-1)
+  GradsPartition,         // Grads: this rank's reduced gradient partition (stage 2-3, stage 1 after reduce)
+  MasterPartition,        // MasterParams
+  OptimizerStatePartition,// OptimizerStates
+  ActivationsStored,      // Activations: kept for backward
+  ActivationCheckpoints,  // Activations: checkpointed layer inputs
+  ActivationWorking,      // Activations: forward/backward/recompute working sets
+  GatheredParams,         // Buffers: stage-3 parameters gathered from other ranks
+  UnreducedGrads,         // Buffers: per-layer gradients before they enter a reduce bucket
+  ReduceBucket,           // Buffers: gradient reduce buckets
+  Fp32GradCast,           // Buffers: fp32 copy of the gradient partition for the optimizer
+  OffloadStaging,         // Buffers: host-device staging for offload
+  NvmeSwapBuffers,        // Buffers: pinned host buffers for NVMe swapping
+  CudaContext,            // Overhead
+  LibraryWorkspace,       // Overhead: cuBLAS / NCCL workspaces
+  Fragmentation,          // Overhead: allocator fragmentation allowance (added to the peak)
+};
+inline constexpr int kComponentCount = 19;
+
+enum class Stream : std::uint8_t { Compute, Collective, H2D, D2H, Nvme, Cpu };
+inline constexpr int kStreamCount = 6;
+
+enum class OpKind : std::uint8_t {
+  Forward,
+  Backward,
+  Recompute,         // activation checkpointing: re-run a layer's forward before its backward
+  AllGather,
+  ReduceScatter,
+  AllReduce,
+  Broadcast,
+  Release,           // free stage-3 gathered parameters
+  CopyH2D,
+  CopyD2H,
+  NvmeRead,
+  NvmeWrite,
+  OptimizerStep,
+  OverflowCheck,     // fp16: all-reduce of the overflow flag
+  GradNorm,          // gradient clipping: all-reduce of the squared-norm partial sums
+  LossScaleUpdate,
+};
+inline constexpr int kOpKindCount = 16;
+
+// What a collective's or copy's bytes travel over.
+enum class Link : std::uint8_t { None, Network, PcieH2D, PcieD2H, NvmeRead, NvmeWrite };
+
+const char* to_string(Device device);
+Device device_of(OffloadDevice device);  // where an offload setting puts its states (none: the GPU)
+const char* to_string(Category category);
+const char* to_string(Component component);
+const char* to_string(Stream stream);
+const char* to_string(OpKind kind);
+const char* to_string(Link link);
+Category category_of(Component component);
+// Whose bytes a component holds across the data-parallel ranks: this rank's partition of a state
+// (Partitioned), a full copy in which every rank has its share (Replicated: parameters below
+// stage 3, a gathered layer, gradients before they are reduced to their owners), or bytes that
+// belong to no rank's share of the model (Unshared: activations, staging, overhead).
+enum class Sharing : std::uint8_t { Partitioned, Replicated, Unshared };
+Sharing sharing_of(Component component);
+bool is_collective(OpKind kind);
+
+struct MemEffect {
+  Device device;
+  Component component;
+  Bytes bytes;  // > 0 allocates, < 0 frees
+};
+
+// Which phase of the step an op belongs to.
+enum class Phase : std::uint8_t { Forward, Backward, Reduce, Optimizer };
+const char* to_string(Phase phase);
+
+struct Op {
+  OpKind kind{};
+  Stream stream{};
+  Phase phase{};
+  std::int32_t micro_step = 0;
+  std::int32_t layer = -1;   // model layer index (the parameter owner for gathers), or -1
+  std::int32_t bucket = -1;  // index into Schedule::buckets for gradient reductions
+  std::int32_t sub_group = -1;  // optimizer sub-group (NVMe swapping)
+  std::int32_t group_size = 1;  // ranks taking part in a collective
+  Link link = Link::None;
+  Bytes bytes = 0;     // collective: message (buffer) size as nccl-tests counts it; copy/IO: bytes moved
+  double flops = 0;    // compute ops
+  Bytes memory_bytes_touched = 0;  // compute ops: bytes read+written in HBM (roofline)
+  std::uint32_t effects_begin = 0, effects_count = 0;
+  std::uint32_t deps_begin = 0, deps_count = 0;
+};
+
+// A gradient reduce bucket: a run of parameter tensors (global tensor ids) reduced together.
+struct Bucket {
+  std::uint32_t tensors_begin = 0;  // range in Schedule::bucket_tensors
+  std::uint32_t tensors_count = 0;
+  Elements elements = 0;
+};
+
+struct ScheduleOptions {
+  bool model_states_only = false;  // drop activations, buffers and overhead (ZeRO paper accounting)
+  Bytes cuda_context_bytes = Bytes{512} << 20;
+  Bytes library_workspace_bytes = Bytes{256} << 20;
+  double fragmentation_fraction = 0.05;  // of the peak allocated GPU bytes
+};
+
+// Everything the schedule was built from that later consumers need.
+struct ScheduleContext {
+  int dp_size = 1;
+  int gpus_per_node = 1;
+  int stage = 0;
+  std::int64_t micro_batch = 1;
+  std::int64_t seq_len = 1;
+  std::int64_t grad_accumulation = 1;
+  Precision precision = Precision::Fp32;
+  OffloadDevice optimizer_device = OffloadDevice::None;
+  OffloadDevice param_device = OffloadDevice::None;
+  bool activation_checkpointing = false;
+  bool model_states_only = false;
+
+  ZeroStage zero_stage() const { return {stage}; }
+};
+
+struct Schedule {
+  ScheduleContext context;
+  ParamLayout layout;
+  std::vector<MemEffect> resident;  // allocated at initialisation, before the step
+  std::vector<Op> ops;              // in program order (a valid topological order)
+  std::vector<MemEffect> effects;
+  std::vector<std::uint32_t> dependencies;
+  std::vector<Bucket> buckets;
+  std::vector<std::int32_t> bucket_tensors;  // global tensor ids of all buckets, bucket after bucket
+  double fragmentation_fraction = 0;
+
+  std::span<const std::int32_t> tensors_of(const Bucket& bucket) const {
+    return {bucket_tensors.data() + bucket.tensors_begin, bucket.tensors_count};
+  }
+
+  std::span<const MemEffect> effects_of(const Op& op) const {
+    return {effects.data() + op.effects_begin, op.effects_count};
+  }
+  std::span<const std::uint32_t> deps_of(const Op& op) const {
+    return {dependencies.data() + op.deps_begin, op.deps_count};
+  }
+  // "rank 0 all-gathers layer h.5's parameters: 48.00 MB over the network"; `rank` names the rank
+  // (all ranks run the same op on their own data and partition).
+  std::string describe(std::size_t op_index, const Model& model, int rank = 0) const;
+};
+
+}  // namespace zerolens

@@ -1,0 +1,210 @@
+#include "sim/timeline/timeline.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "sim/schedule/comm.hpp"
+#include "sim/schedule/memory_replay.hpp"
+
+namespace zerolens {
+namespace {
+
+bool all_reduce_like(OpKind kind) {
+  return kind == OpKind::AllReduce || kind == OpKind::OverflowCheck || kind == OpKind::GradNorm;
+}
+
+double ring_seconds(OpKind kind, Bytes message_bytes, GroupShape shape, const Cluster& cluster) {
+  const LinkTraffic traffic = collective_traffic(kind, message_bytes, shape);
+  const double phases = all_reduce_like(kind) ? 2 : 1;
+  const LinkSpec& intra = cluster.node.intra_node;
+  const LinkSpec& inter = cluster.inter_node;
+  const double latency = phases * ((shape.ranks_per_node - 1) * intra.latency + (shape.nodes - 1) * inter.latency);
+  return latency + double(traffic.intra_node) / intra.bandwidth + double(traffic.inter_node) / inter.bandwidth;
+}
+
+// NCCL's tree all-reduce: a reduce up and a broadcast down a tree of depth log2(n) per level, at the
+// same bandwidth cost as the ring; only its latency term differs.
+double tree_seconds(OpKind kind, Bytes message_bytes, GroupShape shape, const Cluster& cluster) {
+  const LinkTraffic traffic = collective_traffic(kind, message_bytes, shape);
+  const double depth_intra = std::ceil(std::log2(double(shape.ranks_per_node)));
+  const double depth_inter = std::ceil(std::log2(double(shape.nodes)));
+  const double latency = 2 * (depth_intra * cluster.node.intra_node.latency + depth_inter * cluster.inter_node.latency);
+  return latency + double(traffic.intra_node) / cluster.node.intra_node.bandwidth +
+         double(traffic.inter_node) / cluster.inter_node.bandwidth;
+}
+
+double compute_seconds(const Op& op, const ScheduleContext& context, const Cluster& cluster,
+                       const TimelineOptions& options) {
+  const double flop_rate = cluster.gpu.peak_flops(context.precision) * options.compute_efficiency;
+  const double byte_rate = cluster.gpu.hbm_bandwidth * options.memory_efficiency;
+  const double by_flops = flop_rate > 0 ? op.flops / flop_rate : 0;
+  const double by_bytes = byte_rate > 0 ? double(op.memory_bytes_touched) / byte_rate : 0;
+  return std::max(by_flops, by_bytes);
+}
+
+int ranks_on_node(const ScheduleContext& context) {
+  return std::max(1, std::min(context.dp_size, context.gpus_per_node));
+}
+
+// The node's drives are shared by its ranks.
+double nvme_seconds(Bytes bytes, double node_bandwidth, const char* key, const ScheduleContext& context) {
+  if (!(node_bandwidth > 0)) throw InputError(std::string("cluster.node.") + key, "must be positive to simulate NVMe offload");
+  return double(bytes) * ranks_on_node(context) / node_bandwidth;
+}
+
+// Sorted, merged [start, end) intervals.
+std::vector<std::pair<double, double>> merged(std::vector<std::pair<double, double>> intervals) {
+  std::sort(intervals.begin(), intervals.end());
+  std::vector<std::pair<double, double>> out;
+  for (const auto& interval : intervals) {
+    if (!out.empty() && interval.first <= out.back().second) {
+      out.back().second = std::max(out.back().second, interval.second);
+    } else if (interval.second > interval.first) {
+      out.push_back(interval);
+    }
+  }
+  return out;
+}
+
+// Length of `a` not covered by `b` (both merged).
+double uncovered(const std::vector<std::pair<double, double>>& a, const std::vector<std::pair<double, double>>& b) {
+  double total = 0;
+  std::size_t j = 0;
+  for (const auto& [start, end] : a) {
+    double cursor = start;
+    while (j < b.size() && b[j].second <= cursor) ++j;
+    for (std::size_t k = j; k < b.size() && b[k].first < end; ++k) {
+      if (b[k].first > cursor) total += b[k].first - cursor;
+      cursor = std::max(cursor, b[k].second);
+    }
+    if (cursor < end) total += end - cursor;
+  }
+  return total;
+}
+
+double exposed_communication(const Schedule& schedule, const std::vector<OpTiming>& timings) {
+  std::vector<std::pair<double, double>> compute, other;
+  for (std::size_t i = 0; i < schedule.ops.size(); ++i) {
+    const auto interval = std::make_pair(timings[i].start, timings[i].end());
+    (schedule.ops[i].stream == Stream::Compute ? compute : other).push_back(interval);
+  }
+  return uncovered(merged(std::move(other)), merged(std::move(compute)));
+}
+
+std::vector<MemorySample> memory_over_time(const Schedule& schedule,
+                                           const std::vector<OpTiming>& timings,
+                                           const MemoryTimeline& replay) {
+  std::vector<MemorySample> samples;
+  samples.reserve(schedule.ops.size() + 1);
+  std::array<Bytes, kDeviceCount> before{};
+  for (const auto& effect : schedule.resident) before[std::size_t(effect.device)] += effect.bytes;
+  samples.push_back({0, before});
+  for (std::size_t i = 0; i < schedule.ops.size(); ++i) samples.push_back({timings[i].end(), replay.after_op[i]});
+  std::stable_sort(samples.begin(), samples.end(), [](const auto& a, const auto& b) { return a.time < b.time; });
+  return samples;
+}
+
+void fill_rates(Timeline& timeline, const Schedule& schedule, const Cluster& cluster) {
+  if (timeline.step_time <= 0) return;
+  const StepRates rates = step_rates(schedule, timeline.step_time);
+  timeline.tokens_per_second = rates.tokens_per_second;
+  timeline.model_flops_per_gpu = rates.model_flops_per_gpu;
+  timeline.hardware_flops_per_gpu = rates.hardware_flops_per_gpu;
+  const double peak = cluster.gpu.peak_flops(schedule.context.precision);
+  timeline.mfu = peak > 0 ? timeline.model_flops_per_gpu / peak : 0;
+}
+
+}  // namespace
+
+const char* to_string(CollectiveAlgorithm algorithm) {
+  switch (algorithm) {
+    case CollectiveAlgorithm::Ring: return "ring";
+    case CollectiveAlgorithm::Tree: return "tree";
+    case CollectiveAlgorithm::Auto: return "auto";
+  }
+  return "auto";
+}
+
+CollectiveAlgorithm parse_collective_algorithm(const std::string& text) {
+  if (text == "ring") return CollectiveAlgorithm::Ring;
+  if (text == "tree") return CollectiveAlgorithm::Tree;
+  if (text == "auto") return CollectiveAlgorithm::Auto;
+  throw InputError("--algorithm", "unknown collective algorithm '" + text + "' (expected ring, tree or auto)");
+}
+
+StepRates step_rates(const Schedule& schedule, double step_time) {
+  const ScheduleContext& c = schedule.context;
+  double model_flops = 0, hardware_flops = 0;
+  for (const auto& op : schedule.ops) {
+    if (op.kind == OpKind::Forward || op.kind == OpKind::Backward) model_flops += op.flops;
+    if (op.kind == OpKind::Forward || op.kind == OpKind::Backward || op.kind == OpKind::Recompute)
+      hardware_flops += op.flops;
+  }
+  if (step_time <= 0) return {};
+  const double tokens =
+      double(c.micro_batch) * double(c.seq_len) * double(c.grad_accumulation) * double(c.dp_size);
+  return {.tokens_per_second = tokens / step_time,
+          .model_flops_per_gpu = model_flops / step_time,
+          .hardware_flops_per_gpu = hardware_flops / step_time};
+}
+
+double collective_seconds(OpKind kind, Bytes message_bytes, int group_size, const Cluster& cluster,
+                          CollectiveAlgorithm algorithm) {
+  if (group_size <= 1) return 0;
+  const GroupShape shape = group_shape(group_size, cluster.node.gpus_per_node);
+  const double ring = ring_seconds(kind, message_bytes, shape, cluster);
+  if (!all_reduce_like(kind) || algorithm == CollectiveAlgorithm::Ring) return ring;  // NCCL trees: all-reduce only
+  const double tree = tree_seconds(kind, message_bytes, shape, cluster);
+  return algorithm == CollectiveAlgorithm::Tree ? tree : std::min(ring, tree);
+}
+
+double op_duration(const Op& op, const ScheduleContext& context, const Cluster& cluster, const TimelineOptions& options) {
+  switch (op.link) {
+    case Link::Network: return collective_seconds(op.kind, op.bytes, op.group_size, cluster, options.algorithm);
+    case Link::PcieH2D:
+    case Link::PcieD2H: return cluster.node.pcie.latency + double(op.bytes) / cluster.node.pcie.bandwidth;
+    case Link::NvmeRead: return nvme_seconds(op.bytes, cluster.node.nvme_read_bandwidth, "nvme_read_bandwidth", context);
+    case Link::NvmeWrite: return nvme_seconds(op.bytes, cluster.node.nvme_write_bandwidth, "nvme_write_bandwidth", context);
+    case Link::None: break;
+  }
+  if (op.stream == Stream::Cpu) {
+    const double rate = cluster.node.cpu_memory_bandwidth * options.cpu_efficiency / ranks_on_node(context);
+    return double(op.memory_bytes_touched) / rate;
+  }
+  if (op.stream == Stream::Compute) return compute_seconds(op, context, cluster, options);
+  return 0;
+}
+
+Timeline simulate_timeline(const Schedule& schedule, const Cluster& cluster, const TimelineOptions& options) {
+  return simulate_timeline(schedule, cluster, options,
+                           replay_memory(schedule, ReplayDetail::PerOp));
+}
+
+Timeline simulate_timeline(const Schedule& schedule, const Cluster& cluster,
+                           const TimelineOptions& options, const MemoryTimeline& replay) {
+  cluster.validate("cluster");  // every rate must be positive to price an op
+  if (!(cluster.gpu.peak_flops(schedule.context.precision) > 0)) {
+    // A GPU without the format (V100 and bf16) cannot run the step; pricing it at zero would be wrong.
+    throw InputError("precision", std::string(cluster.gpu.name) + " has no " + to_string(schedule.context.precision) +
+                                      " support (its peak FLOP/s for it is 0); choose another precision");
+  }
+  Timeline timeline;
+  timeline.ops.resize(schedule.ops.size());
+  std::array<double, kStreamCount> stream_free{};
+  for (std::size_t i = 0; i < schedule.ops.size(); ++i) {
+    const Op& op = schedule.ops[i];
+    double start = stream_free[std::size_t(op.stream)];
+    for (const auto dep : schedule.deps_of(op)) start = std::max(start, timeline.ops[dep].end());
+    const double duration = op_duration(op, schedule.context, cluster, options);
+    timeline.ops[i] = {start, duration};
+    stream_free[std::size_t(op.stream)] = start + duration;
+    timeline.busy[std::size_t(op.stream)] += duration;
+    timeline.step_time = std::max(timeline.step_time, start + duration);
+  }
+  timeline.exposed_communication = exposed_communication(schedule, timeline.ops);
+  timeline.memory = memory_over_time(schedule, timeline.ops, replay);
+  fill_rates(timeline, schedule, cluster);
+  return timeline;
+}
+
+}  // namespace zerolens

@@ -1,0 +1,82 @@
+#pragma once
+// Timeline simulation: prices every op of a schedule on its stream and runs the streams
+// event-driven (an op starts when its stream is free and its dependencies have finished).
+//
+// Pricing:
+//   compute (forward, backward, recompute, GPU optimizer): roofline,
+//       max(flops / (peak(precision) x compute_efficiency), bytes touched / (HBM x memory_efficiency))
+//   collectives: latency + bytes / bandwidth over the links the ring (or tree) crosses; a group that
+//       spans nodes runs hierarchically: intra-node phases on NVLink, the inter-node phase on the
+//       network, with nccl-tests' bus-bandwidth factors 2(n-1)/n (all-reduce) and (n-1)/n
+//       (reduce-scatter, all-gather, broadcast) applied per level (sim/schedule/comm.hpp)
+//   host-device copies: PCIe latency + bytes / PCIe bandwidth of the GPU
+//   NVMe reads/writes: bytes / (node NVMe bandwidth / ranks on the node)
+//   CPU optimizer: bytes touched / (node CPU memory bandwidth x cpu_efficiency / ranks on the node)
+#include <array>
+#include <vector>
+
+#include "sim/hardware/hardware.hpp"
+#include "sim/schedule/schedule.hpp"
+#include "sim/schedule/memory_replay.hpp"
+
+namespace zerolens {
+
+enum class CollectiveAlgorithm { Ring, Tree, Auto };
+const char* to_string(CollectiveAlgorithm algorithm);
+CollectiveAlgorithm parse_collective_algorithm(const std::string& text);
+
+struct TimelineOptions {
+  double compute_efficiency = 0.5;  // achieved fraction of peak FLOP/s in matrix products
+  double memory_efficiency = 0.8;   // achieved fraction of HBM bandwidth
+  double cpu_efficiency = 0.5;      // achieved fraction of host memory bandwidth in CPU Adam
+  CollectiveAlgorithm algorithm = CollectiveAlgorithm::Auto;  // Auto: the faster of ring and tree
+};
+
+struct OpTiming {
+  double start = 0;     // seconds from the start of the step
+  double duration = 0;  // seconds
+  double end() const { return start + duration; }
+};
+
+struct MemorySample {
+  double time = 0;                          // seconds
+  std::array<Bytes, kDeviceCount> bytes{};  // per device, after the op ending at `time`
+};
+
+struct Timeline {
+  std::vector<OpTiming> ops;  // parallel to Schedule::ops
+  double step_time = 0;       // seconds for one optimizer step (all micro-steps)
+  std::array<double, kStreamCount> busy{};  // seconds each stream is busy
+  double exposed_communication = 0;  // seconds a non-compute stream is busy while compute is idle
+  double tokens_per_second = 0;      // whole data-parallel group
+  double model_flops_per_gpu = 0;    // FLOP/s per GPU counting 3 x forward (no recompute)
+  double hardware_flops_per_gpu = 0; // FLOP/s per GPU including recompute
+  double mfu = 0;                    // model_flops_per_gpu / peak
+  std::vector<MemorySample> memory;  // memory over time (one sample per op end, in time order)
+};
+
+// The rates of a step of the schedule that takes `step_time` seconds (all zero when it is not
+// positive): tokens of the whole data-parallel group (micro-batch x sequence x accumulation x
+// ranks), and per GPU the FLOPs the schedule counts: model FLOPs (forward and backward: 3 x
+// forward, no recompute) and hardware FLOPs (recompute included). The timeline's rates and the
+// executor's.
+struct StepRates {
+  double tokens_per_second = 0;
+  double model_flops_per_gpu = 0;
+  double hardware_flops_per_gpu = 0;
+};
+StepRates step_rates(const Schedule& schedule, double step_time);
+
+// Seconds one op takes on its stream.
+double op_duration(const Op& op, const ScheduleContext& context, const Cluster& cluster,
+                   const TimelineOptions& options);
+// Seconds of a collective of `message_bytes` over `group_size` ranks (exposed for tests/benchmarks).
+double collective_seconds(OpKind kind, Bytes message_bytes, int group_size, const Cluster& cluster,
+                          CollectiveAlgorithm algorithm);
+
+Timeline simulate_timeline(const Schedule& schedule, const Cluster& cluster, const TimelineOptions& options);
+// The same with the schedule's memory replayed already (ReplayDetail::PerOp or more).
+Timeline simulate_timeline(const Schedule& schedule, const Cluster& cluster,
+                           const TimelineOptions& options, const MemoryTimeline& replay);
+
+}  // namespace zerolens

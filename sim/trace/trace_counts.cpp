@@ -1,0 +1,116 @@
+#include "sim/trace/trace_counts.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "sim/core/json_read.hpp"
+#include "sim/schedule/memory_replay.hpp"
+
+namespace zerolens {
+namespace {
+
+using nlohmann::json;
+using namespace json_read;
+
+constexpr const char* kLinkNames[] = {"pcie_h2d", "pcie_d2h", "nvme_read", "nvme_write"};
+
+Bytes* link_field(TraceLinkBytes& links, int i) {
+  Bytes* fields[] = {&links.pcie_h2d, &links.pcie_d2h, &links.nvme_read, &links.nvme_write};
+  return fields[i];
+}
+
+const json& required(const json& object, const std::string& key, const std::string& where) {
+  const json* value = member(object, key);
+  if (!value) throw InputError(join_key(where, key), "missing");
+  return *value;
+}
+
+json category_highs_json(const std::array<CategoryBytes, kDeviceCount>& highs) {
+  json devices = json::object();
+  for (int d = 0; d < kDeviceCount; ++d) {
+    json categories = json::object();
+    for (int c = 0; c < kCategoryCount; ++c) categories[to_string(Category(c))] = highs[std::size_t(d)][std::size_t(c)];
+    devices[to_string(Device(d))] = categories;
+  }
+  return devices;
+}
+
+std::array<CategoryBytes, kDeviceCount> read_category_highs(const json& object, const std::string& where) {
+  as_object(object, where);
+  std::array<CategoryBytes, kDeviceCount> highs{};
+  for (int d = 0; d < kDeviceCount; ++d) {
+    const std::string device = join_key(where, to_string(Device(d)));
+    const json& categories = as_object(required(object, to_string(Device(d)), where), device);
+    for (int c = 0; c < kCategoryCount; ++c) {
+      const char* name = to_string(Category(c));
+      highs[std::size_t(d)][std::size_t(c)] = as_int(required(categories, name, device), join_key(device, name));
+    }
+  }
+  return highs;
+}
+
+json collectives_json(const std::array<TraceCollective, kOpKindCount>& collectives) {
+  json kinds = json::object();
+  for (int k = 0; k < kOpKindCount; ++k) {
+    const TraceCollective& c = collectives[std::size_t(k)];
+    if (c.calls != 0 || c.bytes != 0) kinds[to_string(OpKind(k))] = {{"calls", c.calls}, {"bytes", c.bytes}};
+  }
+  return kinds;
+}
+
+OpKind collective_kind(const std::string& name, const std::string& where) {
+  for (int k = 0; k < kOpKindCount; ++k) {
+    if (is_collective(OpKind(k)) && name == to_string(OpKind(k))) return OpKind(k);
+  }
+  throw InputError(where, "not a collective kind (all_gather, reduce_scatter, all_reduce, broadcast, "
+                          "overflow_check, grad_norm)");
+}
+
+std::array<TraceCollective, kOpKindCount> read_collectives(const json& object, const std::string& where) {
+  as_object(object, where);
+  std::array<TraceCollective, kOpKindCount> collectives{};
+  for (const auto& [name, value] : object.items()) {
+    const std::string key = join_key(where, name);
+    TraceCollective& c = collectives[std::size_t(collective_kind(name, key))];
+    as_object(value, key);
+    c.calls = as_int(required(value, "calls", key), join_key(key, "calls"));
+    c.bytes = as_int(required(value, "bytes", key), join_key(key, "bytes"));
+  }
+  return collectives;
+}
+
+json link_bytes_json(TraceLinkBytes links) {
+  json object = json::object();
+  for (int i = 0; i < 4; ++i) object[kLinkNames[i]] = *link_field(links, i);
+  return object;
+}
+
+TraceLinkBytes read_link_bytes(const json& object, const std::string& where) {
+  as_object(object, where);
+  TraceLinkBytes links;
+  for (int i = 0; i < 4; ++i) {
+    *link_field(links, i) = as_int(required(object, kLinkNames[i], where), join_key(where, kLinkNames[i]));
+  }
+  return links;
+}
+
+}  // namespace
+
+void write_summary_counts(const TraceSummary& summary, json& object) {
+  if (summary.category_highs) object["category_highs"] = category_highs_json(*summary.category_highs);
+  if (summary.collectives) object["collectives"] = collectives_json(*summary.collectives);
+  if (summary.link_bytes) object["link_bytes"] = link_bytes_json(*summary.link_bytes);
+}
+
+void read_summary_counts(const json& object, TraceSummary& summary) {
+  if (const json* highs = member(object, "category_highs")) {
+    summary.category_highs = read_category_highs(*highs, "summary.category_highs");
+  }
+  if (const json* collectives = member(object, "collectives")) {
+    summary.collectives = read_collectives(*collectives, "summary.collectives");
+  }
+  if (const json* links = member(object, "link_bytes")) {
+    summary.link_bytes = read_link_bytes(*links, "summary.link_bytes");
+  }
+}
+
+}  // namespace zerolens
