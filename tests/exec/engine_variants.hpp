@@ -1,6 +1,8 @@
 #pragma once
 // Plans of the toy model (toy_model.hpp) in every precision and offload setting, for the engine's
 // mixed-precision and offload tests under mpirun.
+#include <unistd.h>
+
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -22,10 +24,12 @@ inline bool to_nvme(Offload offload) {
   return offload == Offload::NvmeOptimizer || offload == Offload::NvmeOptimizerAndParams;
 }
 
-// One directory per job size: the ctest jobs at 1, 2 and 4 ranks may run at once (ranks of one
-// job keep apart in it by rank).
+// One directory per job: the ctest jobs at 1, 2 and 4 ranks, and other ctest runs, may run at once
+// (ranks of one job share their parent, mpirun, and keep apart in the directory by rank).
 inline std::string test_nvme_path(const std::string& test, int ranks) {
-  return (std::filesystem::temp_directory_path() / (test + "-nvme-np" + std::to_string(ranks))).string();
+  return (std::filesystem::temp_directory_path() /
+          (test + "-nvme-np" + std::to_string(ranks) + "-" + std::to_string(::getppid())))
+      .string();
 }
 
 struct Variant {
@@ -33,8 +37,8 @@ struct Variant {
   Precision precision = Precision::Fp32;
   Offload offload = Offload::None;
   std::int64_t grad_accumulation = 1;
-  int scale_power = 8;        // fp16 dynamic loss scale 2^8: the toy's gradients do not overflow
-  double static_scale = 0;    // fp16 "loss_scale" (0: dynamic)
+  int scale_power = 8;      // fp16 dynamic loss scale 2^8: the toy's gradients do not overflow
+  double static_scale = 0;  // fp16 "loss_scale" (0: dynamic)
   int hysteresis = 2;
   double clipping = 0;
 };
@@ -42,8 +46,9 @@ struct Variant {
 inline std::string name_of(const Variant& v) {
   const char* offload[] = {"", " offload optimizer", " offload optimizer+params", " nvme optimizer",
                            " nvme optimizer+params"};
-  return "stage " + std::to_string(v.stage) + " " + to_string(v.precision) + offload[int(v.offload)] + " ga " +
-         std::to_string(v.grad_accumulation) + (v.clipping > 0 ? " clip" : "");
+  return "stage " + std::to_string(v.stage) + " " + to_string(v.precision) +
+         offload[int(v.offload)] + " ga " + std::to_string(v.grad_accumulation) +
+         (v.clipping > 0 ? " clip" : "");
 }
 
 inline const ToyShape kVariantShape{4, 8};
@@ -64,15 +69,16 @@ inline Plan variant_plan(const Variant& v, int ranks) {
     c.zero.offload_param.device = host;
   }
   if (to_nvme(v.offload)) {
-    c.zero.offload_optimizer.nvme_path = c.zero.offload_param.nvme_path = test_nvme_path("zerolens-toy", ranks);
-    c.zero.sub_group_size = 50;          // several sub-groups swapped one after another
+    c.zero.offload_optimizer.nvme_path = c.zero.offload_param.nvme_path =
+        test_nvme_path("zerolens-toy", ranks);
+    c.zero.sub_group_size = 50;             // several sub-groups swapped one after another
     c.zero.offload_param.buffer_size = 40;  // layers and tensors share the swap buffers in turn
   }
   c.batch.micro_batch_per_gpu = 2;
   c.batch.gradient_accumulation_steps = v.grad_accumulation;
   c.seq_len = 1;
-  c.zero.reduce_bucket_size = 40;     // several buckets, some splitting partitions
-  c.zero.allgather_bucket_size = 30;  // several all-gather shards in stages 1-2
+  c.zero.reduce_bucket_size = 40;                 // several buckets, some splitting partitions
+  c.zero.allgather_bucket_size = 30;              // several all-gather shards in stages 1-2
   c.zero.stage3_param_persistence_threshold = 8;  // biases stay whole (gathered after the step)
   c.zero.stage3_max_reuse_distance = 0;
   c.optimizer.type = OptimizerType::AdamW;

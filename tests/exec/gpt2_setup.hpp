@@ -1,6 +1,8 @@
 #pragma once
 // gpt2-tiny plans for the engine's GPT-2 tests (CPU backend under mpirun, and the CUDA backend's
 // under tests/exec/cuda): every stage, precision, offload and NVMe setting.
+#include <unistd.h>
+
 #include <filesystem>
 #include <string>
 
@@ -47,7 +49,8 @@ inline Plan gpt2_plan(const Gpt2Setup& s, int ranks) {
   if (s.offload_param) c.zero.offload_param.device = host;
   if (s.nvme) {
     c.zero.offload_optimizer.nvme_path = c.zero.offload_param.nvme_path =
-        (std::filesystem::temp_directory_path() / ("zerolens-gpt2-nvme-np" + std::to_string(ranks)))
+        (std::filesystem::temp_directory_path() /
+         ("zerolens-gpt2-nvme-np" + std::to_string(ranks) + "-" + std::to_string(::getppid())))
             .string();
     c.zero.sub_group_size = 30000;  // several sub-groups
     c.zero.offload_param.buffer_size =
