@@ -1,31 +1,73 @@
-// Gpt2Model: construction, the batch and the per-layer dispatch (architecture check, initial
-// weights and corpus: exec/gpt2_shape.cpp).
-#include <algorithm>
-#include <stdexcept>
-#include <utility>
+// Gpt2Model: the layer steps (exec/gpt2_layers.hpp) on the CPU kernels, over ledger-tracked host
+// buffers (architecture check, initial weights and corpus: exec/gpt2_shape.cpp).
+#include "exec/gpt2_model.hpp"
 
-#include "exec/gpt2_state.hpp"
+#include <algorithm>
+#include <span>
+#include <vector>
+
+#include "exec/gpt2_layers.hpp"
+#include "kernels/cpu.hpp"
 
 namespace zerolens::exec {
 
-Gpt2Model::State::State(const Model& model_, const Gpt2Options& options_, MemoryLedger& ledger_)
-    : State(model_, options_, ledger_, gpt2_layout(model_, options_)) {}
+namespace kn = zerolens::kernels;
 
-Gpt2Model::State::State(const Model& model_, const Gpt2Options& options_, MemoryLedger& ledger_, Gpt2Layout layout)
-    : model(model_), options(options_), ledger(ledger_), dims(layout.dims), roles(std::move(layout.roles)),
-      corpus(options_.seed, std::int64_t(dims.vocab)) {
-  outputs.resize(model.layers.size());
-  blocks.resize(model.layers.size());
-}
+// Gpt2Layers' backend on the host: TrackedBuffers (zero-filled) charged to the ledger's Gpu device
+// as the plan's activations are, and the CPU kernels called as they are.
+class CpuGpt2Backend {
+ public:
+  using Buffer = TrackedBuffer<float>;
+  using Tokens = TrackedBuffer<std::int32_t>;
+  static constexpr const char* kModelName = "Gpt2Model";
 
-TrackedBuffer<float> Gpt2Model::State::zeroed_working(std::size_t count) {
-  TrackedBuffer<float> buffer = working(count);
-  std::fill(buffer.data(), buffer.data() + count, 0.0f);
-  return buffer;
-}
+  explicit CpuGpt2Backend(MemoryLedger& ledger) : ledger_(&ledger) {}
+
+  Buffer buffer(Component component, std::size_t count, HeldAs held) const {
+    return {*ledger_, Device::Gpu, component, count, held};
+  }
+  Tokens tokens(std::size_t count) const { return {*ledger_, Device::Gpu, Component::ActivationsStored, count}; }
+  static void upload(Tokens& to, std::span<const std::int32_t> host) { std::copy(host.begin(), host.end(), to.data()); }
+  static void fill(Buffer& buffer, float value) { std::fill(buffer.data(), buffer.data() + buffer.size(), value); }
+  static std::vector<float> to_host(const Buffer& buffer) { return {buffer.data(), buffer.data() + buffer.size()}; }
+  static void copy(float* to, const float* from, std::size_t count) { std::copy_n(from, count, to); }
+
+  // Column block `block` (0 q, 1 k, 2 v) of a fused [rows, 3 x width] tensor to or from a [rows, width] one.
+  static void copy_to_fused(float* fused, const float* part, std::size_t block, std::size_t rows, std::size_t width) {
+    for (std::size_t r = 0; r < rows; ++r) std::copy_n(part + r * width, width, fused + r * 3 * width + block * width);
+  }
+  static void copy_from_fused(float* part, const float* fused, std::size_t block, std::size_t rows,
+                              std::size_t width) {
+    for (std::size_t r = 0; r < rows; ++r) std::copy_n(fused + r * 3 * width + block * width, width, part + r * width);
+  }
+
+  // kernels/cpu.hpp's kernels, unchanged.
+  template <typename... A> static void encoder_forward(A... a) { kn::encoder_forward(a...); }
+  template <typename... A> static void encoder_backward(A... a) { kn::encoder_backward(a...); }
+  template <typename... A> static void layernorm_forward(A... a) { kn::layernorm_forward(a...); }
+  template <typename... A> static void layernorm_backward(A... a) { kn::layernorm_backward(a...); }
+  template <typename... A> static void matmul_forward(A... a) { kn::matmul_forward(a...); }
+  template <typename... A> static void matmul_backward(A... a) { kn::matmul_backward(a...); }
+  template <typename... A> static void attention_forward(A... a) { kn::attention_forward(a...); }
+  template <typename... A> static void attention_backward(A... a) { kn::attention_backward(a...); }
+  template <typename... A> static void residual_forward(A... a) { kn::residual_forward(a...); }
+  template <typename... A> static void gelu_forward(A... a) { kn::gelu_forward(a...); }
+  template <typename... A> static void gelu_backward_inplace(A... a) { kn::gelu_backward_inplace(a...); }
+  template <typename... A> static void crossentropy_softmax_forward(A... a) { kn::crossentropy_softmax_forward(a...); }
+  template <typename... A> static void crossentropy_softmax_backward(A... a) {
+    kn::crossentropy_softmax_backward(a...);
+  }
+
+ private:
+  MemoryLedger* ledger_;
+};
+
+struct Gpt2Model::State : Gpt2Layers<CpuGpt2Backend> {
+  using Gpt2Layers::Gpt2Layers;
+};
 
 Gpt2Model::Gpt2Model(const Model& model, const Gpt2Options& options, MemoryLedger& ledger)
-    : state_(std::make_unique<State>(model, options, ledger)) {}
+    : state_(std::make_unique<State>(model, options, ledger, gpt2_layout(model, options))) {}
 
 Gpt2Model::~Gpt2Model() = default;
 
@@ -33,20 +75,14 @@ void Gpt2Model::init_tensor(std::int32_t tensor, std::span<float> values) const 
   gpt2_init_tensor(state_->model, state_->options.seed, tensor, values);
 }
 
-void Gpt2Model::load_batch(std::int64_t first_sample, std::int64_t count) {
-  State& s = *state_;
-  if (std::size_t(count) != s.dims.batch) throw std::logic_error("Gpt2Model: micro-batch differs from the plan's");
-  s.tokens = {s.ledger, Device::Gpu, Component::ActivationsStored, s.dims.rows()};
-  s.targets = {s.ledger, Device::Gpu, Component::ActivationsStored, s.dims.rows()};
-  s.corpus.fill_batch(first_sample, s.dims.batch, s.dims.seq_len, s.tokens.span(), s.targets.span());
-}
+void Gpt2Model::load_batch(std::int64_t first_sample, std::int64_t count) { state_->load_batch(first_sample, count); }
 
-void Gpt2Model::forward(std::size_t layer, ParamViews params) { gpt2_forward(*state_, layer, params); }
+void Gpt2Model::forward(std::size_t layer, ParamViews params) { state_->forward(layer, params); }
 
-void Gpt2Model::recompute(std::size_t layer, ParamViews params) { gpt2_recompute(*state_, layer, params); }
+void Gpt2Model::recompute(std::size_t layer, ParamViews params) { state_->recompute(layer, params); }
 
 void Gpt2Model::backward(std::size_t layer, ParamViews params, GradViews grads, float scale) {
-  gpt2_backward(*state_, layer, params, grads, scale);
+  state_->backward(layer, params, grads, scale);
 }
 
 double Gpt2Model::loss() const { return state_->loss; }

@@ -10,8 +10,9 @@
 // output, the residual after attention, the MLP's GELU input and output, and the block output.
 // Each layer allocates its output in forward and frees its input in backward. The training data is
 // synthetic and learnable (see synthetic_sequence), a pure function of the seed and sample id.
-// Options, architecture check, initial weights and corpus are exec/gpt2_shape.hpp's (shared with
-// the CUDA model, exec/cuda/gpt2_cuda_model.hpp).
+// The layer steps are exec/gpt2_layers.hpp's, run here on the CPU kernels; options, architecture
+// check, initial weights and corpus are exec/gpt2_shape.hpp's (both shared with the CUDA model,
+// exec/cuda/gpt2_cuda_model.hpp).
 #include <cstdint>
 #include <memory>
 

@@ -1,15 +1,14 @@
 #pragma once
 // What the executor's GPT-2 models share, whatever they compute on (Gpt2Model on the CPU kernels,
 // CudaGpt2Model in exec/cuda/ on the GPU's): the options, the architecture check, the dimensions
-// and parameter order, the initial weights and the synthetic corpus. One definition, so both
-// models refuse the same descriptions and start from the same numbers on the same data.
+// and parameter order, the initial weights and the synthetic corpus (their layer steps:
+// exec/gpt2_layers.hpp). One definition, so both models refuse the same descriptions and start from
+// the same numbers on the same data.
 #include <cstddef>
 #include <cstdint>
 #include <span>
-#include <stdexcept>
 #include <vector>
 
-#include "exec/layer_model.hpp"
 #include "sim/model/model.hpp"
 
 namespace zerolens::exec {
@@ -75,64 +74,5 @@ class Gpt2Corpus {
 // model can learn, with an entropy floor so the loss cannot reach zero.
 std::vector<std::int32_t> synthetic_sequence(std::uint64_t seed, std::int64_t vocab, std::int64_t sample,
                                              std::int64_t length);
-
-// What a block keeps for backward besides its input (the previous layer's output), in either
-// model's buffer type: one list and one allocation, so both models charge the ledger alike.
-template <typename Buffer>
-struct Gpt2BlockBuffers {
-  Buffer ln1, ln1_mean, ln1_rstd, qkv, att, atty, mid, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
-
-  // make(count): a buffer held at the activation dtype; fp32(count): 4 bytes per element (LayerNorm
-  // statistics stay fp32 in any precision, as in mixed-precision LayerNorm kernels).
-  template <typename Make, typename Fp32>
-  void allocate(const Gpt2Dims& d, Make make, Fp32 fp32) {
-    const std::size_t rows = d.rows(), C = d.channels, F = d.ffn;
-    ln1 = make(rows * C);
-    ln1_mean = fp32(rows);
-    ln1_rstd = fp32(rows);
-    qkv = make(rows * 3 * C);
-    att = make(d.scores());
-    atty = make(rows * C);
-    mid = make(rows * C);
-    ln2 = make(rows * C);
-    ln2_mean = fp32(rows);
-    ln2_rstd = fp32(rows);
-    fch = make(rows * F);
-    fch_gelu = make(rows * F);
-  }
-  void release() {
-    for (Buffer* buffer : {&ln1, &ln1_mean, &ln1_rstd, &qkv, &att, &atty, &mid, &ln2, &ln2_mean, &ln2_rstd, &fch,
-                           &fch_gelu}) {
-      buffer->reset();
-    }
-  }
-};
-
-// The layer dispatch both models share: State has the *_forward and *_backward of each role.
-template <typename State>
-void gpt2_forward(State& s, std::size_t layer, ParamViews params) {
-  switch (s.roles[layer]) {
-    case Gpt2Role::Embedding: return s.embedding_forward(params);
-    case Gpt2Role::Block: return s.block_forward(layer, params, false);
-    case Gpt2Role::FinalNorm: return s.final_norm_forward(layer, params);
-    case Gpt2Role::Head: return s.head_forward(params);
-  }
-}
-
-template <typename State>
-void gpt2_recompute(State& s, std::size_t layer, ParamViews params) {
-  if (s.roles[layer] != Gpt2Role::Block) throw std::logic_error("GPT-2: only blocks are checkpointed");
-  s.block_forward(layer, params, true);
-}
-
-template <typename State>
-void gpt2_backward(State& s, std::size_t layer, ParamViews params, GradViews grads, float scale) {
-  switch (s.roles[layer]) {
-    case Gpt2Role::Embedding: return s.embedding_backward(grads);
-    case Gpt2Role::Block: return s.block_backward(layer, params, grads);
-    case Gpt2Role::FinalNorm: return s.final_norm_backward(layer, params, grads);
-    case Gpt2Role::Head: return s.head_backward(layer, params, grads, scale);
-  }
-}
 
 }  // namespace zerolens::exec

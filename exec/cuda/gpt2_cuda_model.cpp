@@ -1,12 +1,14 @@
-// CudaGpt2Model: its device buffers, construction (the shared GPT-2 check, then the cuBLAS handles),
-// the batch and the per-layer dispatch.
+// CudaGpt2Model: its device buffers, its backend (the cuBLAS handles, the copies) and the layer
+// steps of exec/gpt2_layers.hpp over them.
 #include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
 #include "exec/cuda/cuda_status.hpp"
-#include "exec/cuda/gpt2_cuda_state.hpp"
+#include "exec/cuda/gpt2_cuda_backend.hpp"
+#include "exec/cuda/gpt2_cuda_model.hpp"
+#include "exec/gpt2_layers.hpp"
 #include "exec/memory_space.hpp"
 
 namespace zerolens::exec {
@@ -73,41 +75,41 @@ void copy_rows(float* to, std::size_t to_stride, const float* from, std::size_t 
              "cudaMemcpy2DAsync");
 }
 
-// The driver memory creating the handles took (at least their workspace), charged as LibraryWorkspace.
-Bytes create_handles(CudaGpt2Model::State& s) {
-  const DriverMemorySnapshot before = DriverMemorySnapshot::take(s.ledger);
-  s.blas = std::make_unique<kernels::cuda::BlasHandles>();
-  const DriverMemorySnapshot after = DriverMemorySnapshot::take(s.ledger);
-  const Bytes bytes = std::max(unaccounted_growth(before, after), Bytes(s.blas->workspace_bytes()));
-  s.workspace_charge = cuda_memory_detail::LedgerCharge(s.ledger, Device::Gpu, Component::LibraryWorkspace, bytes);
-  return bytes;
-}
-
 }  // namespace
 
-void copy_to_fused(float* fused, const float* part, std::size_t block, std::size_t rows, std::size_t width,
-                   cudaStream_t stream) {
-  copy_rows(fused + block * width, 3 * width, part, width, rows, width, stream);
+CudaGpt2Backend::CudaGpt2Backend(MemoryLedger& ledger) : ledger_(&ledger) {
+  const DriverMemorySnapshot before = DriverMemorySnapshot::take(ledger);
+  blas_ = std::make_unique<kernels::cuda::BlasHandles>();
+  const DriverMemorySnapshot after = DriverMemorySnapshot::take(ledger);
+  workspace_bytes_ = std::max(unaccounted_growth(before, after), Bytes(blas_->workspace_bytes()));
+  workspace_charge_ =
+      cuda_memory_detail::LedgerCharge(ledger, Device::Gpu, Component::LibraryWorkspace, workspace_bytes_);
 }
 
-void copy_from_fused(float* part, const float* fused, std::size_t block, std::size_t rows, std::size_t width,
-                     cudaStream_t stream) {
-  copy_rows(part, width, fused + block * width, 3 * width, rows, width, stream);
+std::vector<float> CudaGpt2Backend::to_host(const Buffer& buffer) {
+  std::vector<float> host(buffer.size());
+  buffer.copy_to_host(host);
+  return host;
 }
 
-void copy_device(float* to, const float* from, std::size_t count, cudaStream_t stream) {
+void CudaGpt2Backend::copy(float* to, const float* from, std::size_t count) const {
   if (count == 0) return;
-  check_cuda(cudaMemcpyAsync(to, from, count * sizeof(float), cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
+  check_cuda(cudaMemcpyAsync(to, from, count * sizeof(float), cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync");
 }
 
-CudaGpt2Model::State::State(const Model& model_, const Gpt2Options& options_, MemoryLedger& ledger_,
-                            Gpt2Layout layout)
-    : model(model_), options(options_), ledger(ledger_), dims(layout.dims), roles(std::move(layout.roles)),
-      corpus(options_.seed, std::int64_t(dims.vocab)) {
-  workspace_bytes = create_handles(*this);
-  outputs.resize(model.layers.size());
-  blocks.resize(model.layers.size());
+void CudaGpt2Backend::copy_to_fused(float* fused, const float* part, std::size_t block, std::size_t rows,
+                                    std::size_t width) const {
+  copy_rows(fused + block * width, 3 * width, part, width, rows, width, stream_);
 }
+
+void CudaGpt2Backend::copy_from_fused(float* part, const float* fused, std::size_t block, std::size_t rows,
+                                      std::size_t width) const {
+  copy_rows(part, width, fused + block * width, 3 * width, rows, width, stream_);
+}
+
+struct CudaGpt2Model::State : Gpt2Layers<CudaGpt2Backend> {
+  using Gpt2Layers::Gpt2Layers;
+};
 
 // The shape check comes first, so a refused description never touches CUDA.
 CudaGpt2Model::CudaGpt2Model(const Model& model, const Gpt2Options& options, MemoryLedger& ledger)
@@ -115,29 +117,22 @@ CudaGpt2Model::CudaGpt2Model(const Model& model, const Gpt2Options& options, Mem
 
 CudaGpt2Model::~CudaGpt2Model() = default;
 
-Bytes CudaGpt2Model::library_workspace_bytes() const { return state_->workspace_bytes; }
+Bytes CudaGpt2Model::library_workspace_bytes() const { return state_->backend.workspace_bytes(); }
 
 void CudaGpt2Model::init_tensor(std::int32_t tensor, std::span<float> values) const {
   gpt2_init_tensor(state_->model, state_->options.seed, tensor, values);
 }
 
 void CudaGpt2Model::load_batch(std::int64_t first_sample, std::int64_t count) {
-  State& s = *state_;
-  if (std::size_t(count) != s.dims.batch) throw std::logic_error("CudaGpt2Model: micro-batch differs from the plan's");
-  std::vector<std::int32_t> tokens(s.dims.rows()), targets(s.dims.rows());
-  s.corpus.fill_batch(first_sample, s.dims.batch, s.dims.seq_len, tokens, targets);
-  s.tokens = DeviceBuffer<std::int32_t>(s.ledger, Component::ActivationsStored, s.dims.rows());
-  s.targets = DeviceBuffer<std::int32_t>(s.ledger, Component::ActivationsStored, s.dims.rows());
-  s.tokens.copy_from_host(tokens);
-  s.targets.copy_from_host(targets);
+  state_->load_batch(first_sample, count);
 }
 
-void CudaGpt2Model::forward(std::size_t layer, ParamViews params) { gpt2_forward(*state_, layer, params); }
+void CudaGpt2Model::forward(std::size_t layer, ParamViews params) { state_->forward(layer, params); }
 
-void CudaGpt2Model::recompute(std::size_t layer, ParamViews params) { gpt2_recompute(*state_, layer, params); }
+void CudaGpt2Model::recompute(std::size_t layer, ParamViews params) { state_->recompute(layer, params); }
 
 void CudaGpt2Model::backward(std::size_t layer, ParamViews params, GradViews grads, float scale) {
-  gpt2_backward(*state_, layer, params, grads, scale);
+  state_->backward(layer, params, grads, scale);
 }
 
 double CudaGpt2Model::loss() const { return state_->loss; }

@@ -1,7 +1,7 @@
 #pragma once
-// GPT-2 on the GPU: Gpt2Model's maths (exec/gpt2_model.hpp) on kernels/cuda's kernels, for a ZeRO
-// engine whose device buffers live in a CudaMemorySpace, so the ParamViews and GradViews it is
-// handed hold DEVICE pointers (fp32). Same architecture check, initial weights and synthetic corpus
+// GPT-2 on the GPU: Gpt2Model's layer steps (exec/gpt2_layers.hpp) on kernels/cuda's kernels, for
+// a ZeRO engine whose device buffers live in a CudaMemorySpace, so the ParamViews and GradViews it
+// is handed hold DEVICE pointers (fp32). Same architecture check, initial weights and synthetic corpus
 // (exec/gpt2_shape.hpp), and the same activation bookkeeping: every activation is a device buffer
 // charged to the ledger under the component, element count and bytes per element (HeldAs) that
 // Gpt2Model charges for it, allocated and freed in the same order, so the ledger's activation
