@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
-#include "exec/checkpoint.hpp"
-#include "exec/nvme_io.hpp"
+#include "exec/io/checkpoint.hpp"
+#include "exec/io/nvme_io.hpp"
 #include "sim/core/error.hpp"
 
 namespace zerolens::cli {

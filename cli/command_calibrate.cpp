@@ -1,5 +1,5 @@
-// `zerolens calibrate`: measures this machine (exec/calibrate.hpp) and writes a cluster JSON that
-// `zerolens plan --cluster FILE` reads. Under mpirun every rank measures; rank 0 writes.
+// `zerolens calibrate`: measures this machine (exec/calibrate/calibrate.hpp) and writes a cluster
+// JSON that `zerolens plan --cluster FILE` reads. Under mpirun every rank measures; rank 0 writes.
 #include <cctype>
 #include <cmath>
 #include <iomanip>
@@ -13,10 +13,10 @@
 #include "cli/app.hpp"
 #include "cli/commands.hpp"
 #include "cli/table.hpp"
-#include "exec/backend.hpp"
-#include "exec/calibrate.hpp"
-#include "sim/hardware/hardware.hpp"
+#include "exec/backends.hpp"
+#include "exec/calibrate/calibrate.hpp"
 #include "sim/hardware/cluster_json.hpp"
+#include "sim/hardware/hardware.hpp"
 
 namespace zerolens::cli {
 namespace {
@@ -153,7 +153,8 @@ int run_calibrate(const CalibrateCommand& command) {
   const std::unique_ptr<exec::DeviceCalibrator> device =
       exec::make_device_calibrator(command.device);
   // A GPU's GEMMs reach their peak only at larger sizes than the host's.
-  if (device && command.gemm_sizes.empty()) options.gemm_sizes = exec::gpu_gemm_sizes(command.quick);
+  if (device && command.gemm_sizes.empty())
+    options.gemm_sizes = exec::gpu_gemm_sizes(command.quick);
   const bool writer = comm->rank() == 0;
   std::unique_ptr<Output> output = writer ? std::make_unique<Output>(command.output) : nullptr;
   std::unique_ptr<Output> report =

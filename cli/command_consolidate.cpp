@@ -5,7 +5,7 @@
 
 #include "cli/app.hpp"
 #include "cli/commands.hpp"
-#include "exec/checkpoint.hpp"
+#include "exec/io/checkpoint.hpp"
 
 namespace zerolens::cli {
 namespace {

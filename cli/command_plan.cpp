@@ -9,8 +9,8 @@
 #include "cli/commands.hpp"
 #include "cli/plan_options.hpp"
 #include "cli/reports.hpp"
-#include "sim/report/plan_json.hpp"
 #include "sim/predict/prediction.hpp"
+#include "sim/report/plan_json.hpp"
 
 namespace zerolens::cli {
 namespace {

@@ -5,11 +5,11 @@
 #include "cli/app.hpp"
 #include "cli/commands.hpp"
 #include "cli/table.hpp"
+#include "sim/hardware/cluster_json.hpp"
 #include "sim/hardware/hardware.hpp"
+#include "sim/model/layers_json.hpp"
 #include "sim/model/model.hpp"
 #include "sim/model/model_io.hpp"
-#include "sim/hardware/cluster_json.hpp"
-#include "sim/model/layers_json.hpp"
 #include "sim/model/presets.hpp"
 
 #include <nlohmann/json.hpp>

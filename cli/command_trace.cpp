@@ -11,8 +11,8 @@
 #include "cli/commands.hpp"
 #include "cli/plan_options.hpp"
 #include "cli/timeline_options.hpp"
-#include "sim/predict/prediction.hpp"
 #include "sim/plan/walkthrough.hpp"
+#include "sim/predict/prediction.hpp"
 #include "sim/trace/chrome_trace.hpp"
 
 namespace zerolens::cli {
@@ -26,8 +26,8 @@ struct TraceCommand {
   bool walkthrough = false;
 };
 
-// The walkthrough of the seed document (sim/plan/walkthrough.hpp, shared with the GUI); flags given on
-// the command line win over its values.
+// The walkthrough of the seed document (sim/plan/walkthrough.hpp, shared with the GUI); flags given
+// on the command line win over its values.
 void walkthrough_defaults(PlanOptions& o) {
   const WalkthroughSetup w;
   o.model = w.model;

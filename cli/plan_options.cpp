@@ -4,10 +4,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sim/core/json_read.hpp"
-#include "sim/model/model_io.hpp"
 #include "sim/config/overrides.hpp"
+#include "sim/core/json_read.hpp"
 #include "sim/hardware/cluster_json.hpp"
+#include "sim/model/model_io.hpp"
 
 namespace zerolens::cli {
 namespace {

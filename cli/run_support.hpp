@@ -8,8 +8,8 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/plan_options.hpp"
-#include "exec/backend.hpp"
-#include "exec/training_run.hpp"
+#include "exec/backends.hpp"
+#include "exec/run/training_run.hpp"
 
 namespace zerolens::cli {
 

@@ -1,7 +1,8 @@
 #pragma once
-// DP, ZeRO-1/2/3 and the offload variants for the current model and cluster (sim/plan/variants.hpp):
-// GPU memory per rank at the peak stacked by category with the GPU's capacity, host memory and NVMe
-// per node, and the traffic per rank. Planned when the page is shown, again after each change.
+// DP, ZeRO-1/2/3 and the offload variants for the current model and cluster
+// (sim/plan/variants.hpp): GPU memory per rank at the peak stacked by category with the GPU's
+// capacity, host memory and NVMe per node, and the traffic per rank. Planned when the page is
+// shown, again after each change.
 #include <QChartView>
 #include <QLabel>
 #include <QWidget>

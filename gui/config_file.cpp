@@ -2,12 +2,12 @@
 
 #include <fstream>
 
-#include "sim/core/json_read.hpp"
-#include "sim/model/model_io.hpp"
 #include "sim/config/deepspeed_json.hpp"
 #include "sim/config/overrides.hpp"
+#include "sim/core/json_read.hpp"
 #include "sim/hardware/cluster_json.hpp"
 #include "sim/model/layers_json.hpp"
+#include "sim/model/model_io.hpp"
 
 namespace zerolens::gui {
 namespace {

@@ -2,13 +2,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sim/core/json_read.hpp"
-#include "sim/model/model_io.hpp"
-#include "sim/trace/trace_replan.hpp"
-#include "sim/plan/walkthrough.hpp"
 #include "sim/config/overrides.hpp"
+#include "sim/core/json_read.hpp"
 #include "sim/hardware/cluster_json.hpp"
+#include "sim/model/model_io.hpp"
 #include "sim/model/presets.hpp"
+#include "sim/plan/walkthrough.hpp"
+#include "sim/trace/trace_replan.hpp"
 
 namespace zerolens::gui {
 namespace {

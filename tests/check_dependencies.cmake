@@ -3,7 +3,7 @@
 # nothing imports cli or gui; no C++ includes traces/ (traces are files: read through sim/trace/).
 # Inside sim/ and exec/, each sub-folder is a layer that includes only itself and the layers
 # listed before it (files directly in exec/ sit above all of exec's layers).
-# CUDA is assembled in exec (exec/backend.cpp): outside exec/ and kernels/ no file includes
+# CUDA is assembled in exec (exec/backends.cpp): outside exec/ and kernels/ no file includes
 # exec/cuda/ or kernels/ headers or asks whether the build has CUDA (#if... ZEROLENS_WITH_CUDA).
 set(allowed_sim "sim")
 set(allowed_kernels "kernels")
@@ -12,7 +12,7 @@ set(allowed_gui "gui;sim")
 set(allowed_cli "cli;sim;exec")
 set(project_folders sim kernels exec gui cli traces)
 set(layers_sim core config model hardware schedule timeline plan trace predict report)
-set(layers_exec memory comm io calibrate model engine cuda .)
+set(layers_exec comm memory io calibrate model engine run cuda .)
 set(cuda_free_folders sim gui cli)
 set(cuda_condition "^[ \t]*#[ \t]*(if|ifdef|ifndef|elif)[ \t].*ZEROLENS_(WITH|HAVE)_CUDA")
 set(violations "")
@@ -53,7 +53,7 @@ foreach(folder sim kernels exec gui cli)
       if(is_project GREATER -1 AND is_allowed EQUAL -1)
         list(APPEND violations "${source}: ${line}")
       elseif(is_cuda_free GREATER -1 AND line MATCHES "^#include \"exec/cuda/")
-        list(APPEND violations "${source}: ${line} (exec/cuda/ is reached through exec/backend.hpp)")
+        list(APPEND violations "${source}: ${line} (exec/cuda/ is reached through exec/backends.hpp)")
       elseif(target STREQUAL folder AND DEFINED layers_${folder})
         zerolens_check_layer("${folder}" "${source}" "${line}")
       endif()
@@ -61,7 +61,7 @@ foreach(folder sim kernels exec gui cli)
     if(is_cuda_free GREATER -1)
       file(STRINGS "${source}" conditions REGEX "${cuda_condition}")
       foreach(line ${conditions})
-        list(APPEND violations "${source}: ${line} (only exec/ and kernels/ ask whether CUDA is built; see exec/backend.hpp)")
+        list(APPEND violations "${source}: ${line} (only exec/ and kernels/ ask whether CUDA is built; see exec/backends.hpp)")
       endforeach()
     endif()
   endforeach()

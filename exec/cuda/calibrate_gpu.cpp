@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "exec/calibrate_support.hpp"
+#include "exec/calibrate/calibrate_support.hpp"
 #include "exec/cuda/cuda_memory.hpp"
 #include "exec/cuda/cuda_status.hpp"
 #include "exec/cuda/nccl_communicator.hpp"

@@ -5,7 +5,7 @@
 // docs/calibrate.md, "--device cuda", gives the conventions. Plain C++: the CLI includes it.
 #include <memory>
 
-#include "exec/calibrate.hpp"
+#include "exec/calibrate/calibrate.hpp"
 
 namespace zerolens::exec {
 

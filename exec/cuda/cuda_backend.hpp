@@ -1,11 +1,11 @@
 #pragma once
-// The CUDA device backend (exec/backend.hpp, "cuda"): each rank's GPU through
-// make_gpu_communicator (NCCL, or MPI on host-staged copies where ranks share a GPU), the engine's
-// buffers in its caching allocator over the GPU's memory, GPT-2 as CudaGpt2Model. Built only in
-// CUDA builds; callers reach it through exec::make_backend("cuda").
+// The CUDA device backend (exec/run/backend.hpp; built by name in exec/backends.hpp as "cuda"):
+// each rank's GPU through make_gpu_communicator (NCCL, or MPI on host-staged copies where ranks
+// share a GPU), the engine's buffers in its caching allocator over the GPU's memory, GPT-2 as
+// CudaGpt2Model. Built only in CUDA builds; callers reach it through exec::make_backend("cuda").
 #include <memory>
 
-#include "exec/backend.hpp"
+#include "exec/run/backend.hpp"
 
 namespace zerolens::exec {
 

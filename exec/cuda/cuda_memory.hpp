@@ -8,7 +8,7 @@
 #include <span>
 #include <utility>
 
-#include "exec/memory_ledger.hpp"
+#include "exec/memory/memory_ledger.hpp"
 
 namespace zerolens::exec {
 

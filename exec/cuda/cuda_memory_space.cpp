@@ -6,7 +6,7 @@
 #include <string>
 
 #include "exec/cuda/cuda_status.hpp"
-#include "exec/optimizer.hpp"
+#include "exec/engine/optimizer.hpp"
 #include "kernels/cuda/elementwise.hpp"
 #include "kernels/cuda/optimizer.hpp"
 

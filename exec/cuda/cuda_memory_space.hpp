@@ -1,14 +1,15 @@
 #pragma once
-// The memory space of one CUDA device (exec/memory_space.hpp): model-state buffers in its global
-// memory, the element operations as kernels/cuda's kernels. Every call selects the device first and
-// has completed when it returns (the engine is sequential). Work goes on the legacy default stream,
-// which the device communicators' blocking streams wait for. Plain C++: g++ code includes it.
+// The memory space of one CUDA device (exec/memory/memory_space.hpp): model-state buffers in its
+// global memory, the element operations as kernels/cuda's kernels. Every call selects the device
+// first and has completed when it returns (the engine is sequential). Work goes on the legacy
+// default stream, which the device communicators' blocking streams wait for. Plain C++: g++ code
+// includes it.
 #include <cstddef>
 #include <initializer_list>
 #include <string>
 
-#include "exec/memory_space.hpp"
-#include "exec/numbers.hpp"
+#include "exec/memory/memory_space.hpp"
+#include "exec/memory/numbers.hpp"
 
 namespace zerolens::exec {
 

@@ -5,9 +5,9 @@
 #include <memory>
 #include <string>
 
-#include "exec/caching_memory_space.hpp"
 #include "exec/cuda/cuda_memory_space.hpp"
 #include "exec/cuda/nccl_communicator.hpp"
+#include "exec/memory/caching_memory_space.hpp"
 
 namespace zerolens::exec {
 

@@ -1,6 +1,6 @@
 #pragma once
 // CudaGpt2Model's internals (exec/cuda/gpt2_cuda_model.cpp only): the backend the layer steps of
-// exec/gpt2_layers.hpp run on, with its device buffers.
+// exec/model/gpt2_layers.hpp run on, with its device buffers.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "exec/cuda/cuda_memory.hpp"
-#include "exec/memory_ledger.hpp"
+#include "exec/memory/memory_ledger.hpp"
 #include "kernels/cuda/kernels.hpp"
 
 namespace zerolens::exec {
@@ -68,35 +68,68 @@ class CudaGpt2Backend {
   }
   Tokens tokens(std::size_t count) const { return {*ledger_, Component::ActivationsStored, count}; }
   static void upload(Tokens& to, std::span<const std::int32_t> host) { to.copy_from_host(host); }
-  static void fill(Buffer& buffer, float value) { buffer.copy_from_host(std::vector<float>(buffer.size(), value)); }
+  static void fill(Buffer& buffer, float value) {
+    buffer.copy_from_host(std::vector<float>(buffer.size(), value));
+  }
   static std::vector<float> to_host(const Buffer& buffer);  // synchronous: waits for the kernels
   // count floats from device to device, and the fused q/k/v copies (strided 2D copies).
   void copy(float* to, const float* from, std::size_t count) const;
-  void copy_to_fused(float* fused, const float* part, std::size_t block, std::size_t rows, std::size_t width) const;
-  void copy_from_fused(float* part, const float* fused, std::size_t block, std::size_t rows, std::size_t width) const;
+  void copy_to_fused(float* fused, const float* part, std::size_t block, std::size_t rows,
+                     std::size_t width) const;
+  void copy_from_fused(float* part, const float* fused, std::size_t block, std::size_t rows,
+                       std::size_t width) const;
 
   // kernels/cpu.hpp's kernels by name and CPU arguments, run by kernels/cuda on the stream.
-  template <typename... A> void encoder_forward(A... a) const { kernels::cuda::encoder_forward(a..., stream_); }
-  template <typename... A> void encoder_backward(A... a) const { kernels::cuda::encoder_backward(a..., stream_); }
-  template <typename... A> void layernorm_forward(A... a) const { kernels::cuda::layernorm_forward(a..., stream_); }
-  template <typename... A> void layernorm_backward(A... a) const { kernels::cuda::layernorm_backward(a..., stream_); }
-  template <typename... A> void matmul_forward(A... a) const { kernels::cuda::matmul_forward(a..., *blas_, stream_); }
-  template <typename... A> void matmul_backward(A... a) const { kernels::cuda::matmul_backward(a..., *blas_, stream_); }
-  template <typename... A> void attention_forward(A... a) const {
+  template <typename... A>
+  void encoder_forward(A... a) const {
+    kernels::cuda::encoder_forward(a..., stream_);
+  }
+  template <typename... A>
+  void encoder_backward(A... a) const {
+    kernels::cuda::encoder_backward(a..., stream_);
+  }
+  template <typename... A>
+  void layernorm_forward(A... a) const {
+    kernels::cuda::layernorm_forward(a..., stream_);
+  }
+  template <typename... A>
+  void layernorm_backward(A... a) const {
+    kernels::cuda::layernorm_backward(a..., stream_);
+  }
+  template <typename... A>
+  void matmul_forward(A... a) const {
+    kernels::cuda::matmul_forward(a..., *blas_, stream_);
+  }
+  template <typename... A>
+  void matmul_backward(A... a) const {
+    kernels::cuda::matmul_backward(a..., *blas_, stream_);
+  }
+  template <typename... A>
+  void attention_forward(A... a) const {
     kernels::cuda::attention_forward(a..., *blas_, stream_);
   }
-  template <typename... A> void attention_backward(A... a) const {
+  template <typename... A>
+  void attention_backward(A... a) const {
     kernels::cuda::attention_backward(a..., *blas_, stream_);
   }
-  template <typename... A> void residual_forward(A... a) const { kernels::cuda::residual_forward(a..., stream_); }
-  template <typename... A> void gelu_forward(A... a) const { kernels::cuda::gelu_forward(a..., stream_); }
-  template <typename... A> void gelu_backward_inplace(A... a) const {
+  template <typename... A>
+  void residual_forward(A... a) const {
+    kernels::cuda::residual_forward(a..., stream_);
+  }
+  template <typename... A>
+  void gelu_forward(A... a) const {
+    kernels::cuda::gelu_forward(a..., stream_);
+  }
+  template <typename... A>
+  void gelu_backward_inplace(A... a) const {
     kernels::cuda::gelu_backward_inplace(a..., stream_);
   }
-  template <typename... A> void crossentropy_softmax_forward(A... a) const {
+  template <typename... A>
+  void crossentropy_softmax_forward(A... a) const {
     kernels::cuda::crossentropy_softmax_forward(a..., stream_);
   }
-  template <typename... A> void crossentropy_softmax_backward(A... a) const {
+  template <typename... A>
+  void crossentropy_softmax_backward(A... a) const {
     kernels::cuda::crossentropy_softmax_backward(a..., stream_);
   }
 

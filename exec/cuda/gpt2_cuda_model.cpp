@@ -1,5 +1,5 @@
 // CudaGpt2Model: its device buffers, its backend (the cuBLAS handles, the copies) and the layer
-// steps of exec/gpt2_layers.hpp over them.
+// steps of exec/model/gpt2_layers.hpp over them.
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -8,8 +8,8 @@
 #include "exec/cuda/cuda_status.hpp"
 #include "exec/cuda/gpt2_cuda_backend.hpp"
 #include "exec/cuda/gpt2_cuda_model.hpp"
-#include "exec/gpt2_layers.hpp"
-#include "exec/memory_space.hpp"
+#include "exec/memory/memory_space.hpp"
+#include "exec/model/gpt2_layers.hpp"
 
 namespace zerolens::exec {
 
@@ -82,8 +82,8 @@ CudaGpt2Backend::CudaGpt2Backend(MemoryLedger& ledger) : ledger_(&ledger) {
   blas_ = std::make_unique<kernels::cuda::BlasHandles>();
   const DriverMemorySnapshot after = DriverMemorySnapshot::take(ledger);
   workspace_bytes_ = std::max(unaccounted_growth(before, after), Bytes(blas_->workspace_bytes()));
-  workspace_charge_ =
-      cuda_memory_detail::LedgerCharge(ledger, Device::Gpu, Component::LibraryWorkspace, workspace_bytes_);
+  workspace_charge_ = cuda_memory_detail::LedgerCharge(
+      ledger, Device::Gpu, Component::LibraryWorkspace, workspace_bytes_);
 }
 
 std::vector<float> CudaGpt2Backend::to_host(const Buffer& buffer) {
@@ -94,16 +94,17 @@ std::vector<float> CudaGpt2Backend::to_host(const Buffer& buffer) {
 
 void CudaGpt2Backend::copy(float* to, const float* from, std::size_t count) const {
   if (count == 0) return;
-  check_cuda(cudaMemcpyAsync(to, from, count * sizeof(float), cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync");
+  check_cuda(cudaMemcpyAsync(to, from, count * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
+             "cudaMemcpyAsync");
 }
 
-void CudaGpt2Backend::copy_to_fused(float* fused, const float* part, std::size_t block, std::size_t rows,
-                                    std::size_t width) const {
+void CudaGpt2Backend::copy_to_fused(float* fused, const float* part, std::size_t block,
+                                    std::size_t rows, std::size_t width) const {
   copy_rows(fused + block * width, 3 * width, part, width, rows, width, stream_);
 }
 
-void CudaGpt2Backend::copy_from_fused(float* part, const float* fused, std::size_t block, std::size_t rows,
-                                      std::size_t width) const {
+void CudaGpt2Backend::copy_from_fused(float* part, const float* fused, std::size_t block,
+                                      std::size_t rows, std::size_t width) const {
   copy_rows(part, width, fused + block * width, 3 * width, rows, width, stream_);
 }
 
@@ -117,7 +118,9 @@ CudaGpt2Model::CudaGpt2Model(const Model& model, const Gpt2Options& options, Mem
 
 CudaGpt2Model::~CudaGpt2Model() = default;
 
-Bytes CudaGpt2Model::library_workspace_bytes() const { return state_->backend.workspace_bytes(); }
+Bytes CudaGpt2Model::library_workspace_bytes() const {
+  return state_->backend.workspace_bytes();
+}
 
 void CudaGpt2Model::init_tensor(std::int32_t tensor, std::span<float> values) const {
   gpt2_init_tensor(state_->model, state_->options.seed, tensor, values);
@@ -127,9 +130,13 @@ void CudaGpt2Model::load_batch(std::int64_t first_sample, std::int64_t count) {
   state_->load_batch(first_sample, count);
 }
 
-void CudaGpt2Model::forward(std::size_t layer, ParamViews params) { state_->forward(layer, params); }
+void CudaGpt2Model::forward(std::size_t layer, ParamViews params) {
+  state_->forward(layer, params);
+}
 
-void CudaGpt2Model::recompute(std::size_t layer, ParamViews params) { state_->recompute(layer, params); }
+void CudaGpt2Model::recompute(std::size_t layer, ParamViews params) {
+  state_->recompute(layer, params);
+}
 
 void CudaGpt2Model::backward(std::size_t layer, ParamViews params, GradViews grads, float scale) {
   state_->backward(layer, params, grads, scale);

@@ -1,11 +1,11 @@
 #pragma once
-// GPT-2 on the GPU: Gpt2Model's layer steps (exec/gpt2_layers.hpp) on kernels/cuda's kernels, for
-// a ZeRO engine whose device buffers live in a CudaMemorySpace, so the ParamViews and GradViews it
-// is handed hold DEVICE pointers (fp32). Same architecture check, initial weights and synthetic corpus
-// (exec/gpt2_shape.hpp), and the same activation bookkeeping: every activation is a device buffer
-// charged to the ledger under the component, element count and bytes per element (HeldAs) that
-// Gpt2Model charges for it, allocated and freed in the same order, so the ledger's activation
-// figures are the CPU model's and compare with sim's plan the same way.
+// GPT-2 on the GPU: Gpt2Model's layer steps (exec/model/gpt2_layers.hpp) on kernels/cuda's kernels,
+// for a ZeRO engine whose device buffers live in a CudaMemorySpace, so the ParamViews and GradViews
+// it is handed hold DEVICE pointers (fp32). Same architecture check, initial weights and synthetic
+// corpus (exec/model/gpt2_shape.hpp), and the same activation bookkeeping: every activation is a
+// device buffer charged to the ledger under the component, element count and bytes per element
+// (HeldAs) that Gpt2Model charges for it, allocated and freed in the same order, so the ledger's
+// activation figures are the CPU model's and compare with sim's plan the same way.
 //
 // Everything runs on the legacy default stream, the stream CudaMemorySpace's copies and kernels
 // use, so no call needs a synchronisation to see the engine's buffers or to hand it gradients;
@@ -21,9 +21,9 @@
 #include <cstdint>
 #include <memory>
 
-#include "exec/gpt2_shape.hpp"
-#include "exec/layer_model.hpp"
-#include "exec/memory_ledger.hpp"
+#include "exec/memory/memory_ledger.hpp"
+#include "exec/model/gpt2_shape.hpp"
+#include "exec/model/layer_model.hpp"
 #include "sim/model/model.hpp"
 
 namespace zerolens::exec {

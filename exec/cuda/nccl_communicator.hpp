@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "exec/communicator.hpp"
+#include "exec/comm/communicator.hpp"
 
 namespace zerolens::exec {
 

@@ -1,8 +1,8 @@
 #pragma once
 // Element-wise operations on arrays of fp32 or 16-bit (bf16/fp16 bit patterns) numbers on the GPU,
-// the arithmetic of exec/numbers.cpp's host loops bit for bit: 16-bit values are widened exactly,
-// each fp32 operation rounds on its own (no FMA contraction), results round to the output format
-// to nearest even. Arithmetic on a NaN gives some NaN, not necessarily the CPU's payload.
+// the arithmetic of exec/memory/numbers.cpp's host loops bit for bit: 16-bit values are widened
+// exactly, each fp32 operation rounds on its own (no FMA contraction), results round to the output
+// format to nearest even. Arithmetic on a NaN gives some NaN, not necessarily the CPU's payload.
 // Asynchronous on `stream` like every kernel of this folder; pointers are device pointers.
 #include <cuda_runtime_api.h>
 

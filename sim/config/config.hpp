@@ -10,9 +10,9 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "sim/config/zero_stage.hpp"
 #include "sim/core/error.hpp"
 #include "sim/core/units.hpp"
-#include "sim/config/zero_stage.hpp"
 
 namespace zerolens {
 

@@ -6,8 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sim/hardware/cluster_json.hpp"
 #include "sim/core/json_read.hpp"
+#include "sim/hardware/cluster_json.hpp"
 
 namespace zerolens {
 namespace {

@@ -11,7 +11,8 @@
 namespace zerolens {
 
 // `name` is used for the model name and in error messages (usually the file path).
-Model model_from_hf_config(const nlohmann::json& config, Diagnostics& diagnostics, const std::string& name);
+Model model_from_hf_config(const nlohmann::json& config, Diagnostics& diagnostics,
+                           const std::string& name);
 
 // A preset name, dense:<N>, or a path to a JSON file (HF config or layer list).
 Model load_model(const std::string& spec, Diagnostics& diagnostics);

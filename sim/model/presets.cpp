@@ -3,8 +3,8 @@
 #include <cstdio>
 #include <map>
 
-#include "sim/model/presets.hpp"
 #include "sim/core/error.hpp"
+#include "sim/model/presets.hpp"
 
 namespace zerolens {
 namespace {

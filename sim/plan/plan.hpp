@@ -4,12 +4,12 @@
 #include <string>
 #include <vector>
 
-#include "sim/schedule/comm.hpp"
 #include "sim/config/config.hpp"
 #include "sim/hardware/hardware.hpp"
 #include "sim/model/model.hpp"
-#include "sim/schedule/schedule.hpp"
+#include "sim/schedule/comm.hpp"
 #include "sim/schedule/memory_replay.hpp"
+#include "sim/schedule/schedule.hpp"
 
 namespace zerolens {
 

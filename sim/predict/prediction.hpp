@@ -3,9 +3,9 @@
 // the memory after every op, the simulated timeline and the predicted trace, all from one schedule
 // and one replay of its memory. What the CLI commands and the GUI show.
 #include "sim/plan/plan.hpp"
+#include "sim/schedule/memory_replay.hpp"
 #include "sim/timeline/timeline.hpp"
 #include "sim/trace/trace.hpp"
-#include "sim/schedule/memory_replay.hpp"
 
 namespace zerolens {
 

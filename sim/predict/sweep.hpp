@@ -68,5 +68,4 @@ using SweepProgress = std::function<void(std::int64_t done, std::int64_t total)>
 SweepReport run_sweep(const PlanRequest& base, const SweepSpace& space, const TimelineOptions& options,
                       const SweepProgress& progress = {});
 
-
 }  // namespace zerolens

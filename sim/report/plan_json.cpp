@@ -1,7 +1,7 @@
 #include "sim/report/plan_json.hpp"
 
-#include "sim/core/error.hpp"
 #include "sim/config/deepspeed_json.hpp"
+#include "sim/core/error.hpp"
 #include "sim/hardware/cluster_json.hpp"
 #include "sim/schedule/memory_replay.hpp"
 

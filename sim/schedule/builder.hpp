@@ -9,8 +9,8 @@
 namespace zerolens {
 
 // Builds the schedule. `config` must be validated and `batch` resolved for `cluster`'s dp size.
-Schedule build_schedule(const Model& model, const TrainingConfig& config, const ResolvedBatch& batch,
-                        std::int64_t seq_len, int dp_size, int gpus_per_node,
-                        const ScheduleOptions& options);
+Schedule build_schedule(const Model& model, const TrainingConfig& config,
+                        const ResolvedBatch& batch, std::int64_t seq_len, int dp_size,
+                        int gpus_per_node, const ScheduleOptions& options);
 
 }  // namespace zerolens

@@ -15,11 +15,11 @@ using CategoryBytes = std::array<Bytes, kCategoryCount>;
 using ComponentBytes = std::array<Bytes, kComponentCount>;
 
 struct DevicePeak {
-  Bytes peak = 0;                  // highest total reached during the step (incl. fragmentation)
-  std::int64_t peak_op = -1;       // op during which it was reached (-1: at initialisation)
-  CategoryBytes categories{};      // breakdown at the peak
-  ComponentBytes components{};     // finer breakdown at the peak
-  Bytes resident = 0;              // allocated before the step
+  Bytes peak = 0;               // highest total reached during the step (incl. fragmentation)
+  std::int64_t peak_op = -1;    // op during which it was reached (-1: at initialisation)
+  CategoryBytes categories{};   // breakdown at the peak
+  ComponentBytes components{};  // finer breakdown at the peak
+  Bytes resident = 0;           // allocated before the step
 };
 
 using DeviceComponentBytes = std::array<ComponentBytes, kDeviceCount>;

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "sim/config/config.hpp"
+#include "sim/core/units.hpp"
 #include "sim/hardware/hardware.hpp"
 #include "sim/model/model.hpp"
 #include "sim/schedule/param_layout.hpp"
-#include "sim/core/units.hpp"
 
 namespace zerolens {
 

@@ -4,8 +4,10 @@
 //
 // Pricing:
 //   compute (forward, backward, recompute, GPU optimizer): roofline,
-//       max(flops / (peak(precision) x compute_efficiency), bytes touched / (HBM x memory_efficiency))
-//   collectives: latency + bytes / bandwidth over the links the ring (or tree) crosses; a group that
+//       max(flops / (peak(precision) x compute_efficiency), bytes touched / (HBM x
+//       memory_efficiency))
+//   collectives: latency + bytes / bandwidth over the links the ring (or tree) crosses; a group
+//   that
 //       spans nodes runs hierarchically: intra-node phases on NVLink, the inter-node phase on the
 //       network, with nccl-tests' bus-bandwidth factors 2(n-1)/n (all-reduce) and (n-1)/n
 //       (reduce-scatter, all-gather, broadcast) applied per level (sim/schedule/comm.hpp)
@@ -16,8 +18,8 @@
 #include <vector>
 
 #include "sim/hardware/hardware.hpp"
-#include "sim/schedule/schedule.hpp"
 #include "sim/schedule/memory_replay.hpp"
+#include "sim/schedule/schedule.hpp"
 
 namespace zerolens {
 

@@ -2,14 +2,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sim/core/json_read.hpp"
-#include "sim/model/model_io.hpp"
-#include "sim/trace/trace_counts.hpp"
 #include "sim/config/deepspeed_json.hpp"
 #include "sim/config/overrides.hpp"
+#include "sim/core/json_read.hpp"
 #include "sim/hardware/cluster_json.hpp"
 #include "sim/model/layers_json.hpp"
+#include "sim/model/model_io.hpp"
 #include "sim/schedule/memory_replay.hpp"
+#include "sim/trace/trace_counts.hpp"
 
 namespace zerolens {
 namespace {

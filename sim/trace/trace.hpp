@@ -11,8 +11,8 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "sim/plan/plan.hpp"
-#include "sim/timeline/timeline.hpp"
 #include "sim/schedule/memory_replay.hpp"
+#include "sim/timeline/timeline.hpp"
 
 namespace zerolens {
 

@@ -1,5 +1,6 @@
 // The CPU executor's speed as ratios measured in one run, whatever the machine:
-// - the engine's host element operations (exec/numbers.hpp: casts, accumulation, gradient norm)
+// - the engine's host element operations (exec/memory/numbers.hpp: casts, accumulation, gradient
+// norm)
 //   over a memcpy of the same bytes (`per_memcpy`);
 // - a whole ZeRO step of gpt2-tiny over the model's own forward and backward of the same layers
 //   (`per_model_compute`: what the engine adds, gathers, reductions, casts and the update), so a
@@ -14,9 +15,9 @@
 #include <vector>
 
 #include "../exec/gpt2_setup.hpp"
-#include "exec/gpt2_model.hpp"
-#include "exec/numbers.hpp"
-#include "exec/zero_engine.hpp"
+#include "exec/engine/zero_engine.hpp"
+#include "exec/memory/numbers.hpp"
+#include "exec/model/gpt2_model.hpp"
 
 namespace zerolens::exec {
 namespace {

@@ -3,9 +3,9 @@
 #include <benchmark/benchmark.h>
 
 #include "sim/hardware/hardware.hpp"
+#include "sim/model/presets.hpp"
 #include "sim/plan/plan.hpp"
 #include "sim/timeline/timeline.hpp"
-#include "sim/model/presets.hpp"
 
 namespace zerolens {
 namespace {

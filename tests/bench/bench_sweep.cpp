@@ -3,8 +3,8 @@
 #include <benchmark/benchmark.h>
 
 #include "sim/hardware/hardware.hpp"
-#include "sim/predict/sweep.hpp"
 #include "sim/model/presets.hpp"
+#include "sim/predict/sweep.hpp"
 
 namespace zerolens {
 namespace {

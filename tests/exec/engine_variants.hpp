@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "exec/zero_engine.hpp"
+#include "exec/engine/zero_engine.hpp"
 #include "toy_model.hpp"
 
 namespace zerolens::testing {

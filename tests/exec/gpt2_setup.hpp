@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <string>
 
-#include "sim/plan/plan.hpp"
 #include "sim/model/presets.hpp"
+#include "sim/plan/plan.hpp"
 
 namespace zerolens::testing {
 

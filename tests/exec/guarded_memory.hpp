@@ -17,10 +17,10 @@
 #include <stdexcept>
 #include <vector>
 
-#include "exec/layer_model.hpp"
-#include "exec/memory_space.hpp"
-#include "exec/numbers.hpp"
-#include "exec/optimizer.hpp"
+#include "exec/engine/optimizer.hpp"
+#include "exec/memory/memory_space.hpp"
+#include "exec/memory/numbers.hpp"
+#include "exec/model/layer_model.hpp"
 
 namespace zerolens::testing {
 

@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "exec/calibrate.hpp"
+#include "exec/calibrate/calibrate.hpp"
 #include "sim/schedule/comm.hpp"
 
 namespace zerolens::exec {

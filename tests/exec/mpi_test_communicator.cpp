@@ -5,7 +5,7 @@
 #include <numeric>
 #include <vector>
 
-#include "exec/communicator.hpp"
+#include "exec/comm/communicator.hpp"
 
 namespace zerolens::exec {
 namespace {

@@ -2,15 +2,15 @@
 // guarded_memory.hpp), under mpirun (1, 2, 4 ranks), against the same run in host memory: every
 // stage, precision and offload gives the same bits (losses, norms, parameters, checkpoint shards),
 // the same ledger figures and the same counted traffic. The host faults on the space's addresses,
-// so finishing at all shows the engine reaches device numbers only through exec/numbers.hpp; that
-// is the seam a CUDA memory space plugs into.
+// so finishing at all shows the engine reaches device numbers only through exec/memory/numbers.hpp;
+// that is the seam a CUDA memory space plugs into.
 #include <gtest/gtest.h>
 
 #include <bit>
 #include <vector>
 
 #include "engine_variants.hpp"
-#include "exec/caching_memory_space.hpp"
+#include "exec/memory/caching_memory_space.hpp"
 #include "guarded_memory.hpp"
 #include "sim/schedule/memory_replay.hpp"
 

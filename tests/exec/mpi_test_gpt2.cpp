@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <memory>
 
-#include "exec/gpt2_model.hpp"
+#include "exec/engine/zero_engine.hpp"
+#include "exec/model/gpt2_model.hpp"
 #include "gpt2_setup.hpp"
-#include "exec/zero_engine.hpp"
 #include "sim/core/error.hpp"
 #include "sim/model/presets.hpp"
 #include "sim/schedule/memory_replay.hpp"

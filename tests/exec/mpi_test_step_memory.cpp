@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "exec/gpt2_model.hpp"
-#include "exec/zero_engine.hpp"
+#include "exec/engine/zero_engine.hpp"
+#include "exec/model/gpt2_model.hpp"
 #include "gpt2_setup.hpp"
 #include "sim/schedule/memory_replay.hpp"
 

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <memory>
 
-#include "exec/zero_engine.hpp"
+#include "exec/engine/zero_engine.hpp"
 #include "toy_model.hpp"
 
 namespace zerolens::exec {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "engine_variants.hpp"
-#include "exec/loss_scaler.hpp"
+#include "exec/engine/loss_scaler.hpp"
 
 namespace zerolens::exec {
 namespace {

@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <span>
 
-#include "exec/communicator.hpp"
+#include "exec/comm/communicator.hpp"
 
 namespace zerolens::testing {
 

@@ -1,4 +1,4 @@
-// The backend factory (exec/backend.hpp): its names; the refusals, each naming --device and why
+// The backend factory (exec/backends.hpp): its names; the refusals, each naming --device and why
 // (an unknown name; cuda without a GPU, or in a build without CUDA); the CPU backend's pieces; and
 // the CUDA backend's library workspace, which is the kernels' own constant, not a copy of it.
 #include <gtest/gtest.h>
@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "exec/backend.hpp"
-#include "exec/gpt2_model.hpp"
+#include "exec/backends.hpp"
+#include "exec/model/gpt2_model.hpp"
 #include "sim/core/error.hpp"
 #include "sim/model/model.hpp"
 #include "sim/model/presets.hpp"

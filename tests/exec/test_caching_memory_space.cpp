@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "exec/caching_memory_space.hpp"
+#include "exec/memory/caching_memory_space.hpp"
 #include "guarded_memory.hpp"
 
 namespace zerolens::exec {

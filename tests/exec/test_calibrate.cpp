@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "exec/calibrate.hpp"
+#include "exec/calibrate/calibrate.hpp"
 #include "sim/core/error.hpp"
 #include "sim/hardware/cluster_json.hpp"
 

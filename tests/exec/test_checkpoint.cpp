@@ -15,9 +15,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "exec/checkpoint.hpp"
-#include "exec/checkpoint_file.hpp"
-#include "exec/communicator.hpp"
+#include "exec/comm/communicator.hpp"
+#include "exec/io/checkpoint.hpp"
+#include "exec/io/checkpoint_file.hpp"
 #include "solo_communicator.hpp"
 
 namespace zerolens::exec {

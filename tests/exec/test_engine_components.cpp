@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "engine_variants.hpp"
-#include "exec/engine_checkpoint.hpp"
+#include "exec/engine/checkpoint_io.hpp"
 #include "solo_communicator.hpp"
 
 namespace zerolens::exec {

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "exec/loss_scaler.hpp"
+#include "exec/engine/loss_scaler.hpp"
 
 namespace zerolens::exec {
 namespace {

@@ -2,7 +2,7 @@
 // buffers that record their own life.
 #include <gtest/gtest.h>
 
-#include "exec/memory_ledger.hpp"
+#include "exec/memory/memory_ledger.hpp"
 #include "sim/schedule/memory_replay.hpp"
 
 namespace zerolens::exec {

@@ -1,7 +1,7 @@
 // Numbers in a memory space the host cannot address (the engine's device seam,
-// exec/memory_space.hpp) against the same numbers in host memory: every operation and every copy
-// between places gives the same bits, the host never touches the space's addresses (they fault),
-// buffers are charged to the ledger as host ones are, and collectives reach a host-only
+// exec/memory/memory_space.hpp) against the same numbers in host memory: every operation and every
+// copy between places gives the same bits, the host never touches the space's addresses (they
+// fault), buffers are charged to the ledger as host ones are, and collectives reach a host-only
 // communicator through host copies.
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <limits>
 #include <vector>
 
-#include "exec/numbers.hpp"
+#include "exec/memory/numbers.hpp"
 #include "guarded_memory.hpp"
 #include "kernels/precision.hpp"
 #include "solo_communicator.hpp"

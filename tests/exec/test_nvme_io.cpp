@@ -24,8 +24,8 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
-#include "exec/memory_ledger.hpp"
-#include "exec/nvme_io.hpp"
+#include "exec/io/nvme_io.hpp"
+#include "exec/memory/memory_ledger.hpp"
 
 namespace zerolens::exec {
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "exec/layer_model.hpp"
+#include "exec/model/layer_model.hpp"
 #include "sim/model/model.hpp"
 
 namespace zerolens::testing {

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "exec/checkpoint_file.hpp"
+#include "exec/io/checkpoint_file.hpp"
 
 namespace {
 

@@ -5,8 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sim/hardware/hardware.hpp"
 #include "sim/hardware/cluster_json.hpp"
+#include "sim/hardware/hardware.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const auto document = nlohmann::json::parse(data, data + size, nullptr, false);

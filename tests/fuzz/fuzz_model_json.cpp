@@ -5,8 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sim/model/model_io.hpp"
 #include "sim/model/layers_json.hpp"
+#include "sim/model/model_io.hpp"
 
 namespace {
 

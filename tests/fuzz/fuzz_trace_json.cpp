@@ -6,8 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sim/trace/trace.hpp"
 #include "sim/trace/chrome_trace.hpp"
+#include "sim/trace/trace.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const auto document = nlohmann::json::parse(data, data + size, nullptr, false);

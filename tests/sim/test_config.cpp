@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "sim/config/config.hpp"
 #include "sim/config/colossalai.hpp"
+#include "sim/config/config.hpp"
 #include "sim/config/deepspeed.hpp"
 #include "sim/config/deepspeed_json.hpp"
 #include "sim/config/overrides.hpp"

@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "sim/config/overrides.hpp"
 #include "sim/config/deepspeed_json.hpp"
+#include "sim/config/overrides.hpp"
 
 namespace zerolens {
 namespace {

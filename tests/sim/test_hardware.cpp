@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "sim/hardware/hardware.hpp"
 #include "sim/hardware/cluster_json.hpp"
+#include "sim/hardware/hardware.hpp"
 
 namespace zerolens {
 namespace {

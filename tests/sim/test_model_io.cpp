@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "sim/model/model_io.hpp"
 #include "sim/model/layers_json.hpp"
+#include "sim/model/model_io.hpp"
 #include "sim/model/presets.hpp"
 
 namespace zerolens {

@@ -6,9 +6,9 @@
 
 #include "sim/hardware/hardware.hpp"
 #include "sim/predict/prediction.hpp"
+#include "sim/schedule/memory_replay.hpp"
 #include "sim/trace/trace_replan.hpp"
 #include "test_helpers.hpp"
-#include "sim/schedule/memory_replay.hpp"
 
 namespace zerolens {
 namespace {

@@ -5,8 +5,8 @@
 #include <map>
 
 #include "sim/schedule/comm.hpp"
-#include "test_helpers.hpp"
 #include "sim/schedule/memory_replay.hpp"
+#include "test_helpers.hpp"
 
 namespace zerolens {
 namespace {

@@ -8,8 +8,8 @@
 
 #include "sim/plan/variants.hpp"
 #include "sim/predict/sweep.hpp"
-#include "test_helpers.hpp"
 #include "sim/report/sweep_json.hpp"
+#include "test_helpers.hpp"
 
 namespace zerolens {
 namespace {

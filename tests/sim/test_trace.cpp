@@ -4,9 +4,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "sim/trace/chrome_trace.hpp"
 #include "sim/trace/trace.hpp"
 #include "test_helpers.hpp"
-#include "sim/trace/chrome_trace.hpp"
 
 namespace zerolens {
 namespace {

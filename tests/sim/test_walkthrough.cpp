@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 
 #include "sim/plan/walkthrough.hpp"
-#include "test_helpers.hpp"
 #include "sim/schedule/memory_replay.hpp"
+#include "test_helpers.hpp"
 
 namespace zerolens {
 namespace {

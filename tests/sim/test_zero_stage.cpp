@@ -1,5 +1,5 @@
-// What each ZeRO stage means (sim/config/zero_stage.hpp), against a table worked out by hand from the
-// ZeRO paper and DeepSpeed's stage_1_and_2.py / stage3.py; the labels built from it; and whose
+// What each ZeRO stage means (sim/config/zero_stage.hpp), against a table worked out by hand from
+// the ZeRO paper and DeepSpeed's stage_1_and_2.py / stage3.py; the labels built from it; and whose
 // bytes each memory component holds.
 #include <gtest/gtest.h>
 

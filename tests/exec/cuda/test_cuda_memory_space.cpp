@@ -1,6 +1,6 @@
 // CudaMemorySpace: every element operation on GPU numbers gives the host's result bit for bit
-// (exec/numbers.cpp defines them), for every format and pair of formats; NumberBuffers in the space
-// are charged to the ledger; the optimizer step equals Optimizer::update's host kernels.
+// (exec/memory/numbers.cpp defines them), for every format and pair of formats; NumberBuffers in
+// the space are charged to the ledger; the optimizer step equals Optimizer::update's host kernels.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>
@@ -15,8 +15,8 @@
 
 #include "cuda_exec_test_support.hpp"
 #include "exec/cuda/cuda_memory_space.hpp"
-#include "exec/numbers.hpp"
-#include "exec/optimizer.hpp"
+#include "exec/engine/optimizer.hpp"
+#include "exec/memory/numbers.hpp"
 
 namespace zerolens::exec {
 namespace {

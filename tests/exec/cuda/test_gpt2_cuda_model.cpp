@@ -15,7 +15,7 @@
 #include "cuda_exec_test_support.hpp"
 #include "exec/cuda/cuda_memory.hpp"
 #include "exec/cuda/gpt2_cuda_model.hpp"
-#include "exec/gpt2_model.hpp"
+#include "exec/model/gpt2_model.hpp"
 #include "sim/core/error.hpp"
 #include "sim/model/presets.hpp"
 #include "sim/schedule/memory_replay.hpp"

@@ -1,0 +1,137 @@
+#pragma once
+// `zerolens calibrate`: measures this machine as the executor uses it (every MPI rank is one
+// "GPU" of the CPU device backend) and turns the figures into a cluster description the simulator
+// reads. Every rank measures at the same time (barriers around each timed region), so per-rank
+// figures are what a rank gets while the others work too; node figures are their sum.
+//
+//   GEMM: kernels::matmul_forward on n x n x n, 2 n^3 FLOP per call, fp32.
+//   Memory: STREAM copy and triad over float32 (kernels/stream.hpp), bytes as STREAM counts them
+//     (copy 2 x 4, triad 3 x 4 bytes per element; no write-allocate traffic).
+//   Host Adam: kernels::adam_step (AdamW), 28 bytes touched per parameter (reads parameter,
+//     gradient, both moments; writes parameter and both moments).
+//   Collectives: all-reduce, all-gather, reduce-scatter through the MPI communicator; algbw = S/t,
+//     busbw = bytes each rank sends per the ring algorithm / t (nccl-tests' definitions).
+//   NVMe: NvmeStore writes then reads one object per rank under --nvme-path.
+// With a DeviceCalibrator (exec/cuda/calibrate_gpu.hpp: `--device cuda`) each rank also measures
+// its GPU, which replaces the host GEMM, and the collectives run through the GPU communicator.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "exec/comm/communicator.hpp"
+#include "exec/io/nvme_io.hpp"
+#include "sim/hardware/hardware.hpp"
+
+namespace zerolens::exec {
+
+inline constexpr double kAdamBytesPerParameter = 28;  // 4 x 4 read + 3 x 4 written
+
+struct CalibrateOptions {
+  std::vector<std::size_t> gemm_sizes = {256, 512, 1024};
+  std::size_t stream_elements = std::size_t{1} << 25;  // per array (128 MiB of float)
+  std::size_t adam_parameters = std::size_t{1} << 24;  // 64 MiB per array, 4 arrays
+  std::vector<Bytes> message_sizes = {Bytes{4} << 10, Bytes{64} << 10, Bytes{1} << 20,
+                                      Bytes{16} << 20};
+  std::optional<std::string> nvme_path;  // no NVMe measurement without it
+  Bytes nvme_bytes = Bytes{256} << 20;   // per rank
+  NvmeOptions nvme;
+  Bytes gpu_copy_bytes = Bytes{1} << 30;        // device-to-device copy (--device cuda)
+  Bytes gpu_transfer_bytes = Bytes{256} << 20;  // each pinned host <-> device copy
+  int repeats = 5;  // timed runs of each measurement (best for compute and memory, median for I/O)
+  int threads = 0;  // OpenMP threads of the STREAM and Adam kernels (0: the OpenMP default)
+};
+// Smaller arrays and fewer sizes: seconds instead of a minute.
+CalibrateOptions quick_calibrate_options();
+// Throws InputError naming the option for empty size lists, zero sizes, repeats < 1.
+void validate(const CalibrateOptions& options);
+
+struct GemmRate {
+  std::size_t n = 0;
+  double seconds = 0;           // best call
+  double flops_per_second = 0;  // per rank
+};
+
+struct CollectiveRate {
+  OpKind kind = OpKind::AllReduce;
+  Bytes bytes = 0;     // message size S as nccl-tests counts it
+  double seconds = 0;  // mean per call, slowest rank
+  double algbw = 0;    // bytes/s
+  double busbw = 0;    // bytes/s
+};
+
+struct NvmeRate {
+  std::string path;
+  NvmeMode mode = NvmeMode::Direct;
+  std::string mode_reason;
+  Bytes bytes_per_rank = 0;
+  std::size_t block_size = 0;
+  int queue_depth = 0;
+  double write_bytes_per_second = 0;  // whole node: every rank writing a new file at once
+  // Writing over an existing object, as the engine does every step: the write also pays for
+  // replacing the previous version (NvmeStore renames a new file over it, freeing its blocks).
+  double overwrite_bytes_per_second = 0;
+  double read_bytes_per_second = 0;
+  Bytes available_bytes = 0;  // free space of the filesystem
+};
+
+// One rank's GPU (docs/calibrate.md, "--device cuda").
+struct GpuCalibration {
+  std::string name;           // cudaDeviceProp::name
+  Bytes memory_bytes = 0;     // the device's total memory (cudaMemGetInfo)
+  Bytes free_bytes = 0;       // free when calibration started
+  std::vector<GemmRate> gemm_fp32, gemm_bf16;  // cuBLASLt, 2 n^3 FLOP per call
+  Bytes copy_bytes = 0;       // size of the device-to-device copy
+  double hbm_bytes_per_second = 0;  // device-to-device copy, read + write: 2 x size / t
+  Bytes transfer_bytes = 0;         // size of each pinned host <-> device copy
+  double h2d_bytes_per_second = 0;  // size / t, one direction
+  double d2h_bytes_per_second = 0;
+  std::string collective_backend, backend_reason;  // "nccl" or "mpi-staged", and why
+};
+
+struct Calibration {
+  std::string host, cpu_model;
+  int ranks = 1;
+  int cpu_cores = 1;
+  int threads = 1;  // OpenMP threads per rank
+  Bytes host_memory = 0;
+  std::vector<GemmRate> gemm;  // host GEMM (empty when a GPU was measured)
+  double copy_bytes_per_second = 0;         // per rank
+  double triad_bytes_per_second = 0;        // per rank
+  double adam_parameters_per_second = 0;    // per rank
+  double adam_bytes_per_second = 0;         // per rank
+  std::vector<CollectiveRate> collectives;  // empty with one rank
+  std::optional<NvmeRate> nvme;
+  std::optional<GpuCalibration> gpu;  // `--device cuda`
+
+  double adam_over_triad() const { return adam_bytes_per_second / triad_bytes_per_second; }
+};
+
+// The device side of calibrate(): its figures replace the host GEMM, its communicator runs the
+// collectives. Each call is collective over the same ranks as calibrate's communicator.
+class DeviceCalibrator {
+ public:
+  virtual ~DeviceCalibrator() = default;
+  virtual GpuCalibration measure(const CalibrateOptions& options) = 0;
+  virtual std::vector<CollectiveRate> measure_collectives(const std::vector<Bytes>& sizes) = 0;
+};
+
+// GEMM sizes n for a GPU when --gemm-sizes is not given: large enough to approach peak.
+std::vector<std::size_t> gpu_gemm_sizes(bool quick);
+
+// Every rank calls it (collective); every rank gets the same result. With `device`, each rank
+// measures its GPU as well (and the host GEMM is not run).
+Calibration calibrate(Communicator& comm, const CalibrateOptions& options,
+                      DeviceCalibrator* device = nullptr);
+
+// nccl-tests' bus bandwidth of a collective of S bytes over `ranks` ranks taking `seconds`.
+double bus_bandwidth(OpKind kind, Bytes bytes, int ranks, double seconds);
+
+// The cluster description (docs/calibrate.md lists which measurement fills which field). An empty
+// name gives "calibrated-<host>".
+Cluster calibrated_cluster(const Calibration& calibration, const std::string& name = "");
+// Every measurement, for reports and scripts (schema "zerolens.calibration").
+nlohmann::json calibration_to_json(const Calibration& calibration);
+
+}  // namespace zerolens::exec

@@ -1,0 +1,75 @@
+// Collective bandwidth by message size, as nccl-tests measures it: the mean time per call on the
+// slowest rank, algbw = S / t, busbw = the bytes each rank sends in the ring algorithm / t.
+#include <algorithm>
+#include <chrono>
+
+#include "exec/calibrate/calibrate_support.hpp"
+#include "sim/schedule/comm.hpp"
+
+namespace zerolens::exec {
+namespace {
+
+// Calls per timed batch: enough that small messages are not all latency noise.
+int calls_for(Bytes bytes) {
+  return int(std::clamp<Bytes>((Bytes{64} << 20) / bytes, 5, 200));
+}
+
+CollectiveRate measure(Communicator& comm, OpKind kind, Bytes requested,
+                       const FloatArrayAllocator& allocate) {
+  const auto ranks = std::size_t(comm.size());
+  // All-gather and reduce-scatter need S divisible into equal blocks of whole floats.
+  const std::size_t block =
+      std::max<std::size_t>(1, std::size_t(requested) / sizeof(float) / ranks);
+  const std::size_t whole = kind == OpKind::AllReduce
+                                ? std::max<std::size_t>(1, std::size_t(requested) / sizeof(float))
+                                : block * ranks;
+  // Zeros: repeated sums stay finite.
+  const std::shared_ptr<float> input_array = allocate(whole), output_array = allocate(whole);
+  const std::span<float> input(input_array.get(), whole), output(output_array.get(), whole);
+  auto call = [&] {
+    switch (kind) {
+      case OpKind::AllReduce:
+        comm.all_reduce_sum(input);
+        break;
+      case OpKind::AllGather:
+        comm.all_gather(input.first(block), output);
+        break;
+      default:
+        comm.reduce_scatter_sum(input, output.first(block));
+        break;
+    }
+  };
+  const int calls = calls_for(requested);
+  call();  // warm-up
+  const double batch = timed_runs(comm, 1, [&] {
+    for (int i = 0; i < calls; ++i) call();
+  })[0];
+  const Bytes bytes = Bytes(whole * sizeof(float));
+  const double seconds = batch / calls;
+  return {kind, bytes, seconds, double(bytes) / seconds,
+          bus_bandwidth(kind, bytes, comm.size(), seconds)};
+}
+
+}  // namespace
+
+std::shared_ptr<float> host_float_array(std::size_t count) {
+  return std::shared_ptr<float>(new float[count](), std::default_delete<float[]>());
+}
+
+double bus_bandwidth(OpKind kind, Bytes bytes, int ranks, double seconds) {
+  const LinkTraffic traffic = collective_traffic(kind, bytes, GroupShape{ranks, 1});
+  return double(traffic.intra_node + traffic.inter_node) / seconds;
+}
+
+std::vector<CollectiveRate> measure_collectives(Communicator& comm,
+                                                const std::vector<Bytes>& message_sizes,
+                                                const FloatArrayAllocator& allocate) {
+  std::vector<CollectiveRate> rates;
+  if (comm.size() < 2) return rates;
+  for (const OpKind kind : {OpKind::AllReduce, OpKind::AllGather, OpKind::ReduceScatter}) {
+    for (const Bytes bytes : message_sizes) rates.push_back(measure(comm, kind, bytes, allocate));
+  }
+  return rates;
+}
+
+}  // namespace zerolens::exec

@@ -1,0 +1,202 @@
+// The MPI communicator: each collective is one MPI call on MPI_COMM_WORLD.
+#include <mpi.h>
+
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+#include "exec/comm/communicator.hpp"
+#include "kernels/precision.hpp"
+
+namespace zerolens::exec {
+namespace {
+
+void check(int status, const char* call) {
+  if (status == MPI_SUCCESS) return;
+  char message[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(status, message, &length);
+  throw std::runtime_error(std::string(call) + " failed: " + std::string(message, std::size_t(length)));
+}
+
+// MPI counts are int: larger buffers would need MPI-4's large-count calls.
+int mpi_count(std::size_t elements) {
+  if (elements > std::size_t(2147483647)) throw std::length_error("MPI message over 2^31 elements");
+  return int(elements);
+}
+
+Bytes float_bytes(std::size_t elements) { return Bytes(elements * sizeof(float)); }
+
+// MPI has no fp16/bf16 sum: user-defined ops add two 16-bit numbers in fp32 and round back, as
+// NCCL's half-type reductions do at every step, so the wire carries 2-byte elements.
+template <float (*Widen)(std::uint16_t), std::uint16_t (*Narrow)(float)>
+void sum_16bit(void* in, void* inout, int* length, MPI_Datatype*) {
+  const auto* a = static_cast<const std::uint16_t*>(in);
+  auto* b = static_cast<std::uint16_t*>(inout);
+  for (int i = 0; i < *length; ++i) b[i] = Narrow(Widen(a[i]) + Widen(b[i]));
+}
+
+Bytes half_bytes(std::size_t elements) { return Bytes(elements * sizeof(std::uint16_t)); }
+
+void finalize_mpi() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator() {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      int provided = 0;
+      check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+      std::atexit(finalize_mpi);
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    // Commutative; freed by MPI_Finalize.
+    check(MPI_Op_create(&sum_16bit<kernels::fp16_to_fp32, kernels::fp32_to_fp16>, 1, &sum_fp16_), "MPI_Op_create");
+    check(MPI_Op_create(&sum_16bit<kernels::bf16_to_fp32, kernels::fp32_to_bf16>, 1, &sum_bf16_), "MPI_Op_create");
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void all_reduce_sum(std::span<float> buffer) override {
+    check(MPI_Allreduce(MPI_IN_PLACE, buffer.data(), mpi_count(buffer.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+          "MPI_Allreduce");
+    record(OpKind::AllReduce, float_bytes(buffer.size()));
+  }
+
+  void reduce_scatter_sum(std::span<const float> input, std::span<float> output) override {
+    require_blocks(input.size(), output.size(), "reduce_scatter_sum");
+    check(MPI_Reduce_scatter_block(input.data(), output.data(), mpi_count(output.size()), MPI_FLOAT, MPI_SUM,
+                                   MPI_COMM_WORLD),
+          "MPI_Reduce_scatter_block");
+    record(OpKind::ReduceScatter, float_bytes(input.size()));
+  }
+
+  void reduce_scatter_sum(std::span<const float> input, std::span<const int> counts,
+                          std::span<float> output) override {
+    require_counts(input.size(), counts, output.size());
+    check(MPI_Reduce_scatter(input.data(), output.data(), counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+          "MPI_Reduce_scatter");
+    record(OpKind::ReduceScatter, float_bytes(input.size()));
+  }
+
+  // In place (NCCL's convention): the input is this rank's block of the output already.
+  template <typename T>
+  const void* send_buffer(std::span<const T> input, std::span<T> output) const {
+    const bool in_place = input.data() == output.data() + std::size_t(rank()) * input.size();
+    return in_place ? MPI_IN_PLACE : static_cast<const void*>(input.data());
+  }
+
+  void all_gather(std::span<const float> input, std::span<float> output) override {
+    require_blocks(output.size(), input.size(), "all_gather");
+    check(MPI_Allgather(send_buffer(input, output), mpi_count(input.size()), MPI_FLOAT, output.data(),
+                        mpi_count(input.size()), MPI_FLOAT, MPI_COMM_WORLD),
+          "MPI_Allgather");
+    record(OpKind::AllGather, float_bytes(output.size()));
+  }
+
+  void broadcast(std::span<float> buffer, int root) override {
+    check(MPI_Bcast(buffer.data(), mpi_count(buffer.size()), MPI_FLOAT, root, MPI_COMM_WORLD), "MPI_Bcast");
+    record(OpKind::Broadcast, float_bytes(buffer.size()));
+  }
+
+  void all_reduce_sum(std::span<std::uint16_t> buffer, Precision format) override {
+    check(MPI_Allreduce(MPI_IN_PLACE, buffer.data(), mpi_count(buffer.size()), MPI_UINT16_T, sum_op(format),
+                        MPI_COMM_WORLD),
+          "MPI_Allreduce");
+    record(OpKind::AllReduce, half_bytes(buffer.size()));
+  }
+
+  void reduce_scatter_sum(std::span<const std::uint16_t> input, std::span<std::uint16_t> output,
+                          Precision format) override {
+    require_blocks(input.size(), output.size(), "reduce_scatter_sum");
+    check(MPI_Reduce_scatter_block(input.data(), output.data(), mpi_count(output.size()), MPI_UINT16_T,
+                                   sum_op(format), MPI_COMM_WORLD),
+          "MPI_Reduce_scatter_block");
+    record(OpKind::ReduceScatter, half_bytes(input.size()));
+  }
+
+  void reduce_scatter_sum(std::span<const std::uint16_t> input, std::span<const int> counts,
+                          std::span<std::uint16_t> output, Precision format) override {
+    require_counts(input.size(), counts, output.size());
+    check(MPI_Reduce_scatter(input.data(), output.data(), counts.data(), MPI_UINT16_T, sum_op(format),
+                             MPI_COMM_WORLD),
+          "MPI_Reduce_scatter");
+    record(OpKind::ReduceScatter, half_bytes(input.size()));
+  }
+
+  void all_gather(std::span<const std::uint16_t> input, std::span<std::uint16_t> output) override {
+    require_blocks(output.size(), input.size(), "all_gather");
+    check(MPI_Allgather(send_buffer(input, output), mpi_count(input.size()), MPI_UINT16_T, output.data(),
+                        mpi_count(input.size()), MPI_UINT16_T, MPI_COMM_WORLD),
+          "MPI_Allgather");
+    record(OpKind::AllGather, half_bytes(output.size()));
+  }
+
+  bool all_reduce_flag(bool flag, OpKind counted_as) override {
+    std::uint8_t value = flag ? 1 : 0, result = 0;
+    check(MPI_Allreduce(&value, &result, 1, MPI_UINT8_T, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
+    record(counted_as, Bytes(1));
+    return result != 0;
+  }
+
+  double all_reduce_max(double value, OpKind counted_as) override {
+    record(counted_as, Bytes(sizeof(double)));
+    return scalar(value, MPI_MAX);
+  }
+  double all_reduce_sum(double value, OpKind counted_as) override {
+    record(counted_as, Bytes(sizeof(double)));
+    return scalar(value, MPI_SUM);
+  }
+  float all_reduce_sum_float(float value, OpKind counted_as) override {
+    float result = 0;
+    check(MPI_Allreduce(&value, &result, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+    record(counted_as, Bytes(sizeof(float)));
+    return result;
+  }
+  double report_sum(double value) override { return scalar(value, MPI_SUM); }
+  void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
+
+ private:
+  void require_blocks(std::size_t whole, std::size_t block, const char* call) const {
+    if (whole != block * std::size_t(size_)) {
+      throw std::invalid_argument(std::string(call) + ": the whole buffer must be ranks x the block");
+    }
+  }
+
+  void require_counts(std::size_t input, std::span<const int> counts, std::size_t output) const {
+    if (counts.size() != std::size_t(size_)) throw std::invalid_argument("reduce_scatter_sum: one count per rank");
+    std::size_t total = 0;
+    for (const int count : counts) total += std::size_t(count);
+    if (total != input || output != std::size_t(counts[std::size_t(rank_)])) {
+      throw std::invalid_argument("reduce_scatter_sum: counts must sum to the input, this rank's count to the output");
+    }
+  }
+
+  MPI_Op sum_op(Precision format) const {
+    if (format == Precision::Fp32) throw std::invalid_argument("16-bit collective with fp32 format");
+    return format == Precision::Fp16 ? sum_fp16_ : sum_bf16_;
+  }
+
+  double scalar(double value, MPI_Op op) {
+    double result = 0;
+    check(MPI_Allreduce(&value, &result, 1, MPI_DOUBLE, op, MPI_COMM_WORLD), "MPI_Allreduce");
+    return result;
+  }
+
+  int rank_ = 0;
+  int size_ = 1;
+  MPI_Op sum_fp16_ = MPI_OP_NULL, sum_bf16_ = MPI_OP_NULL;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_communicator() { return std::make_unique<MpiCommunicator>(); }
+
+}  // namespace zerolens::exec

@@ -1,0 +1,73 @@
+#pragma once
+// The engine's gradient reducer (internal to exec/): per-tensor gradients filled by backward,
+// bucket reductions as the schedule orders them, and where the reduced gradients this rank owns are
+// kept until the update (the device partition, stage 1's per-bucket chunks, or the fp32 host
+// partition with optimizer offload).
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "exec/engine/context.hpp"
+
+namespace zerolens::exec {
+
+// One layer's gradients as fp32 views for the model: the storage itself (fp32) or a scratch copy
+// of 16-bit storage, which commit() casts back.
+struct LayerGrads {
+  std::optional<ScratchFloats> scratch;
+  std::vector<std::span<float>> views;
+  std::vector<Numbers> storage;  // 16-bit: where commit() writes the views back
+  void commit();
+};
+
+class GradientReducer {
+ public:
+  explicit GradientReducer(EngineContext& context);
+
+  // The resident buffers (after the optimizer's states, in the plan's order): the owned partition
+  // (fp32 on the host with a host optimizer; on the device in stage 3) and the persistent reduce
+  // buffer where the schedule has one from the start.
+  void allocate_resident();
+
+  LayerGrads layer_grads(std::size_t owner);
+  // The hook of GradientFault: +inf into one element of a complete gradient.
+  void inject_inf(std::int32_t tensor, Elements element);
+  // The persistent reduce buffer (DeepSpeed's ipg buffer) follows the schedule's effects of `op`:
+  // its allocations before the op's work, its releases after.
+  void follow_reduce_buffer(const Op& op, bool allocations);
+  void reduce_bucket(const Op& op);  // AllReduce or ReduceScatter
+  void copy_to_host(const Op& op);   // CopyD2H of a reduced bucket (optimizer offload)
+
+  // The reduced gradients of an owned segment, wherever this stage and device keep them.
+  Numbers owned_grads(const OwnedSegment& segment);
+  std::span<float> host_partition() { return host_grads_.span(); }
+  // After the update (or a skipped one): gradients are dropped (set_to_none); stage 3's device
+  // partition and the host partition are reused.
+  void free_step_gradients();
+
+ private:
+  void reduce_bucket_stage3(std::span<const std::int32_t> tensors);
+  void reduce_bucket_flat(const Op& op, std::vector<std::int32_t> tensors);
+  Numbers reduce_flat(const Op& op, Numbers bucket, Elements first, Elements last);
+  void keep_reduced(Numbers reduced, std::vector<OwnedRun> runs);
+  Numbers new_grad_chunk(Elements owned_begin, Elements length);
+  Numbers staging(std::size_t elements, NumberBuffer& transient);
+  void ensure_grad_partition();
+
+  EngineContext& ctx_;
+  std::vector<NumberBuffer> grads_;  // per tensor: whole gradient before reduction
+  NumberBuffer
+      grad_part_;  // stages 2-3 without optimizer offload: the reduced gradients this rank owns
+  TrackedBuffer<float> host_grads_;  // optimizer offload: the fp32 gradient partition on the host
+  struct GradChunk {
+    Elements begin = 0;  // position in the owned partition
+    NumberBuffer values;
+  };
+  std::vector<GradChunk> grad_chunks_;  // stage 1: the reduced part of each bucket
+  NumberBuffer scatter_output_;         // a reduce-scatter's share, while it is added in
+  NumberBuffer reduce_buffer_;          // the schedule's persistent ReduceBucket (ipg buffer)
+  NumberBuffer reduced_;  // optimizer offload: a bucket's owned gradients until its CopyD2H
+  std::vector<OwnedRun> reduced_runs_;  // where they go in the host partition
+};
+
+}  // namespace zerolens::exec

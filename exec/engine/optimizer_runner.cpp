@@ -1,0 +1,191 @@
+#include "exec/engine/optimizer_runner.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace zerolens::exec {
+
+std::span<float> host_floats(const NumberBuffer& buffer) {
+  const Numbers view = buffer.view();
+  if (!view.on_host())
+    throw std::logic_error("the host optimizer's numbers are not in host memory");
+  return view.wide();
+}
+
+OptimizerRunner::OptimizerRunner(EngineContext& context, GradientReducer& grads,
+                                 ParameterStore& params, NvmeSwapper& nvme)
+    : ctx_(context),
+      grads_(grads),
+      params_(params),
+      nvme_(nvme),
+      optimizer_(context.config().optimizer),
+      scaler_(context.config().precision) {}
+
+void OptimizerRunner::allocate_master() {
+  if (ctx_.has_master && !nvme_.optimizer_in_files()) {
+    master_ = {ctx_.ledger, ctx_.optimizer_device, Component::MasterPartition, NumberFormat::Fp32,
+               std::size_t(ctx_.layout.owned)};
+  }
+}
+
+// On the optimizer's device (NVMe: in files, see NvmeSwapper).
+void OptimizerRunner::allocate_states() {
+  const std::size_t states =
+      ctx_.optimizer_device == Device::Nvme ? 0 : optimizer_.state_per_element();
+  const auto state = [&] {
+    return NumberBuffer(ctx_.ledger, ctx_.optimizer_device, Component::OptimizerStatePartition,
+                        NumberFormat::Fp32, std::size_t(ctx_.layout.owned));
+  };
+  if (states >= 1) first_state_ = state();
+  if (states >= 2) second_state_ = state();
+}
+
+void OptimizerRunner::begin_step() {
+  norm_ = 0;
+  overflow_ = false;
+  step_scale_ = scaler_.scale();
+}
+
+// inf or NaN in the gradients this rank owns (stage 0: all of them, identical on every rank).
+bool OptimizerRunner::local_overflow() {
+  for (const OwnedSegment& segment : ctx_.segments) {
+    if (grads_.owned_grads(segment).has_inf_or_nan()) return true;
+  }
+  return false;
+}
+
+// A one-byte MAX all-reduce of the local flags.
+void OptimizerRunner::check_overflow() {
+  overflow_ = ctx_.comm.all_reduce_flag(local_overflow(), OpKind::OverflowCheck);
+}
+
+// The global norm of the averaged gradients (partial sums all-reduced), unscaled. A skipped step
+// computes none (DeepSpeed returns before it).
+void OptimizerRunner::compute_grad_norm() {
+  if (overflow_) return;
+  double squares = 0;
+  for (const OwnedSegment& segment : ctx_.segments)
+    squares += grads_.owned_grads(segment).sum_of_squares();
+  norm_ = std::sqrt(double(ctx_.comm.all_reduce_sum_float(float(squares), OpKind::GradNorm))) /
+          step_scale_;
+}
+
+// Unscaling and clipping in one factor (DeepSpeed's combined scale). DeepSpeed's ZeRO 1-2 divides
+// by the scale already updated for the next step, which on a growth step halves that step's
+// gradients; the engine divides by the scale this step's backward used.
+float OptimizerRunner::update_factor() const {
+  const double clip = ctx_.config().gradient_clipping;
+  const double clipping = clip > 0 && norm_ > clip ? clip / (norm_ + 1e-6) : 1.0;
+  return float(clipping / step_scale_);
+}
+
+void OptimizerRunner::step() {
+  if (!ctx_.stage.partitions_optimizer_states()) {  // whole gradients, identical on every rank: no
+                                                    // collective for either check
+    if (ctx_.config().precision.precision == Precision::Fp16) overflow_ = local_overflow();
+    double squares = 0;
+    for (const OwnedSegment& segment : ctx_.segments)
+      squares += grads_.owned_grads(segment).sum_of_squares();
+    norm_ = overflow_ ? 0 : std::sqrt(squares) / step_scale_;
+  }
+  if (!overflow_) {
+    optimizer_.begin_step();
+    const float factor = update_factor();
+    if (ctx_.optimizer_device == Device::Cpu) {
+      host_update(factor);
+    } else {
+      device_update(factor);
+    }
+  }
+  grads_.free_step_gradients();
+}
+
+// The host optimizer on one sub-group as soon as its read is complete; the new parameters go
+// where parameters live (on the device they are counted by the schedule's CopyH2D after).
+void OptimizerRunner::group_step(std::int32_t group) {
+  if (!overflow_) {
+    if (group == 0) optimizer_.begin_step();
+    nvme_.wait_group(group);
+    const OptimizerRange range = nvme_.swapped_group(group);
+    update_range(range, update_factor());
+    params_.store_updated(range);
+  }
+  if (nvme_.last_group(group)) grads_.free_step_gradients();
+}
+
+// The master rounded to the training dtype, into the parameters. With the optimizer on NVMe each
+// sub-group's update wrote its part already (its master is not kept): this op completes the copy
+// and counts it. Nothing after a skipped step: nothing changed.
+void OptimizerRunner::write_back_params() {
+  if (overflow_) return;
+  if (!ctx_.has_master) {
+    throw std::logic_error(
+        "schedule error: parameters copied back from a host optimizer without a master");
+  }
+  params_.write_back(master_.view(), ctx_.optimizer_device == Device::Nvme);
+}
+
+// On the device: fp32 trains its parameters in place; mixed precision casts the owned gradients
+// to fp32 (the schedule's Fp32GradCast), updates the master and writes the parameters back.
+void OptimizerRunner::device_update(float factor) {
+  NumberBuffer cast;
+  const bool mixed = ctx_.mixed;
+  if (mixed)
+    cast = {ctx_.ledger, Device::Gpu, Component::Fp32GradCast, NumberFormat::Fp32,
+            std::size_t(ctx_.layout.owned)};
+  for (const OwnedSegment& segment : ctx_.segments) {
+    const auto length = std::size_t(segment.length), offset = std::size_t(segment.owned_offset);
+    const Numbers grads = grads_.owned_grads(segment);
+    const Numbers params = mixed ? master_.view(offset, length) : params_.device_params(segment);
+    const Numbers fp32_grads = mixed ? cast.view(offset, length) : grads;
+    if (mixed) fp32_grads.copy_from(grads);
+    if (factor != 1.0f) fp32_grads.scale(factor);
+    const auto state = [&](const NumberBuffer& buffer) {
+      return buffer.size() == 0 ? Numbers() : buffer.view(offset, length);
+    };
+    optimizer_.update(params, fp32_grads, state(first_state_), state(second_state_));
+    if (mixed) params_.device_params(segment).copy_from(params);
+  }
+}
+
+// The fp32 gradient partition is on the host already; the multi-threaded host Adam updates the
+// master (fp32 with parameter offload: the host partition itself). Parameters on the host or NVMe
+// are written back now; those on the device wait for the schedule's CopyH2D.
+void OptimizerRunner::host_update(float factor) {
+  const OptimizerRange range = in_memory();
+  update_range(range, factor);
+  if (ctx_.has_master && ctx_.param_device != Device::Gpu) params_.store_updated(range);
+}
+
+OptimizerRange OptimizerRunner::in_memory() {
+  return {.begin = 0,
+          .master = host_floats(master_),
+          .first_state = host_floats(first_state_),
+          .second_state = host_floats(second_state_)};
+}
+
+void OptimizerRunner::update_range(const OptimizerRange& range, float factor) {
+  const Elements end =
+      range.begin + (range.master.empty() ? ctx_.layout.owned : Elements(range.master.size()));
+  const std::span<float> host_grads = grads_.host_partition();
+  for (const OwnedSegment& whole : ctx_.segments) {
+    const OwnedSegment segment = clip(whole, range.begin, end);
+    if (segment.length == 0) continue;
+    const auto length = std::size_t(segment.length);
+    const std::span<float> grads = host_grads.subspan(std::size_t(segment.owned_offset), length);
+    const auto local = [&](std::span<float> values) {
+      return values.empty()
+                 ? values
+                 : values.subspan(std::size_t(segment.owned_offset - range.begin), length);
+    };
+    const std::span<float> params =
+        ctx_.has_master ? local(range.master) : params_.device_params(segment).wide();
+    if (factor != 1.0f) {
+      for (float& g : grads) g *= factor;
+    }
+    optimizer_.update(params, grads, local(range.first_state), local(range.second_state));
+  }
+}
+
+}  // namespace zerolens::exec

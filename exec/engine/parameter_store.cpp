@@ -1,0 +1,318 @@
+#include "exec/engine/parameter_store.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace zerolens::exec {
+
+ParameterStore::ParameterStore(EngineContext& context, NvmeSwapper& nvme)
+    : ctx_(context),
+      nvme_(nvme),
+      full_(context.layout.tensor_numel.size()),
+      part_(context.layout.tensor_numel.size()) {}
+
+// 16-bit training starts from the rounded initial values, and the master from those (a model
+// initialised, then cast to half, then copied to fp32 as DeepSpeed does).
+void ParameterStore::initialize(LayerModel& net, Numbers master) {
+  const ParamLayout& layout = ctx_.layout;
+  for (std::size_t t = 0; t < layout.tensor_numel.size(); ++t) {
+    const auto numel = std::size_t(layout.tensor_numel[t]);
+    std::vector<float> whole(numel);
+    net.init_tensor(std::int32_t(t), whole);
+    if (!ctx_.stage.partitions_parameters()) {
+      full_[t] = {ctx_.ledger, Device::Gpu, Component::ParamsFull, ctx_.param_format, numel};
+      full_[t].view().write(whole);
+    } else {
+      const auto partition = std::size_t(layout.tensor_partition[t]);
+      if (ctx_.param_device != Device::Nvme) {
+        part_[t] = {ctx_.ledger, ctx_.param_device, Component::ParamsPartition, ctx_.param_format,
+                    partition};
+      }
+      const std::size_t first = std::min(numel, std::size_t(ctx_.rank) * partition);
+      const std::size_t count = std::min(numel, first + partition) - first;
+      set_partition(t, std::span<const float>(whole).subspan(first, count));
+      if (ctx_.has_master &&
+          nvme_.params_in_files()) {  // the partition is in the swap buffer still
+        master.sub(std::size_t(ctx_.offsets.partition[t]), count)
+            .copy_from(nvme_.param_buffer(count));
+      }
+      if (layout.tensor_persistent[t]) {
+        full_[t] = {ctx_.ledger, Device::Gpu, Component::ParamsPersistent, ctx_.param_format,
+                    partition * std::size_t(ctx_.dp)};
+        full_[t].view(0, numel).write(whole);
+      }
+    }
+  }
+  if (!ctx_.has_master || nvme_.params_in_files()) return;
+  for (const OwnedSegment& segment : ctx_.segments) {
+    master.sub(std::size_t(segment.owned_offset), std::size_t(segment.length))
+        .copy_from(device_params(segment));
+  }
+}
+
+// A tensor's stage-3 partition (values beyond the tensor are padding, zero), wherever it lives.
+void ParameterStore::set_partition(std::size_t tensor, std::span<const float> values) {
+  const auto partition = std::size_t(ctx_.layout.tensor_partition[tensor]);
+  const Numbers target =
+      nvme_.params_in_files() ? nvme_.param_buffer(partition) : part_[tensor].view();
+  target.fill_zero();
+  target.sub(0, values.size()).write(values);
+  if (nvme_.params_in_files()) nvme_.write_param_partition(tensor, target);
+}
+
+Numbers ParameterStore::device_params(const OwnedSegment& segment) {
+  const auto t = std::size_t(segment.tensor);
+  if (!ctx_.stage.partitions_parameters())
+    return full_[t].view(std::size_t(segment.begin), std::size_t(segment.length));
+  const Elements first = segment.begin - ctx_.rank * ctx_.layout.tensor_partition[t];
+  return part_[t].view(std::size_t(first), std::size_t(segment.length));
+}
+
+// fp32 parameters are handed over in place; 16-bit ones as one fp32 scratch copy of the layer.
+LayerParams ParameterStore::layer_params(std::size_t owner) {
+  const ParamLayout& layout = ctx_.layout;
+  LayerParams params;
+  const auto [first, last] = ctx_.tensors_of_layer(owner);
+  Elements total = 0;
+  for (auto t = first; t < last; ++t) {
+    if (full_[std::size_t(t)].size() == 0 && layout.tensor_numel[std::size_t(t)] > 0) {
+      throw std::logic_error("schedule error: layer " + ctx_.model.layers[owner].name +
+                             " used before its gather");
+    }
+    total += layout.tensor_numel[std::size_t(t)];
+  }
+  if (ctx_.param_format != NumberFormat::Fp32)
+    params.scratch.emplace(ctx_.ledger, Device::Gpu, std::size_t(total));
+  MemorySpace* const space = ctx_.ledger.space(Device::Gpu);
+  std::size_t position = 0;
+  for (auto t = first; t < last; ++t) {
+    const auto numel = std::size_t(layout.tensor_numel[std::size_t(t)]);
+    const Numbers stored = full_[std::size_t(t)].view(0, numel);
+    if (!params.scratch) {
+      params.views.emplace_back(stored.wide());
+      continue;
+    }
+    const std::span<float> copy = params.scratch->span().subspan(position, numel);
+    Numbers(copy, space).copy_from(stored);
+    params.views.emplace_back(copy);
+    position += numel;
+  }
+  return params;
+}
+
+// With parameter offload the layer's partitions were staged on the device by its CopyH2D.
+void ParameterStore::gather_layer(std::size_t owner) {
+  const auto [first, last] = ctx_.tensors_of_layer(owner);
+  std::size_t staged = 0;
+  for (auto t = first; t < last; ++t) {
+    const auto index = std::size_t(t);
+    if (ctx_.layout.tensor_persistent[index]) continue;
+    const auto partition = std::size_t(ctx_.layout.tensor_partition[index]);
+    full_[index] = {ctx_.ledger, Device::Gpu, Component::GatheredParams, ctx_.param_format,
+                    partition * std::size_t(ctx_.dp)};
+    const Numbers source =
+        h2d_staging_.size() > 0 ? h2d_staging_.view(staged, partition) : part_[index].view();
+    all_gather(ctx_.comm, source, full_[index].view());
+    staged += partition;
+  }
+  h2d_staging_.reset();
+}
+
+void ParameterStore::release_layer(std::size_t owner) {
+  const auto [first, last] = ctx_.tensors_of_layer(owner);
+  for (auto t = first; t < last; ++t) {
+    if (!ctx_.layout.tensor_persistent[std::size_t(t)]) full_[std::size_t(t)].reset();
+  }
+}
+
+// The updated partitions of persistent tensors are gathered whole again.
+void ParameterStore::gather_persistent() {
+  for (std::size_t t = 0; t < full_.size(); ++t) {
+    if (!ctx_.layout.tensor_persistent[t]) continue;
+    // NVMe parameters: the update put this rank's partition in its block already (in place)
+    const Numbers mine = nvme_.params_in_files() ? persistent_block(t) : part_[t].view();
+    all_gather(ctx_.comm, mine, full_[t].view());
+  }
+}
+
+Numbers ParameterStore::persistent_block(std::size_t tensor) {
+  if (!ctx_.layout.tensor_persistent[tensor]) return {};
+  const auto partition = std::size_t(ctx_.layout.tensor_partition[tensor]);
+  return full_[tensor].view(std::size_t(ctx_.rank) * partition, partition);
+}
+
+// One shard of the updated partitions, `elements` per rank at the same offset of every rank's
+// partition, in the order the schedule lists the shards. DeepSpeed gathers in place into its flat
+// parameter buffer, so the plan's gather allocates nothing; this store keeps every tensor apart and
+// must gather through staging, which it does in slices so that the staging stays small beside the
+// model (an H200 run of GPT-2 124M in fp32 showed a whole-shard staging of 1.5x the parameters
+// raising the peak 9.9 % above DeepSpeed's).
+void ParameterStore::gather_updated_shard(const Op& op) {
+  const Elements elements =
+      op.bytes / (Elements(ctx_.dp) * Elements(element_bytes(ctx_.param_format)));
+  for (Elements done = 0; done < elements; done += kGatherSliceElements) {
+    gather_updated_slice(shard_offset_ + done, std::min(kGatherSliceElements, elements - done));
+  }
+  shard_offset_ += elements;
+}
+
+// `elements` per rank from position `offset` of every rank's partition.
+void ParameterStore::gather_updated_slice(Elements offset, Elements elements) {
+  const Elements partition = ctx_.layout.flat_partition;
+  const int dp = ctx_.dp;
+  NumberBuffer mine(ctx_.ledger, Device::Gpu, Component::GatheredParams, ctx_.param_format,
+                    std::size_t(elements));
+  NumberBuffer all(ctx_.ledger, Device::Gpu, Component::GatheredParams, ctx_.param_format,
+                   std::size_t(elements) * std::size_t(dp));
+  read_flat(ctx_.rank * partition + offset, mine.view());
+  all_gather(ctx_.comm, mine.view(), all.view());
+  for (int r = 0; r < dp; ++r) {
+    write_flat(r * partition + offset,
+               all.view(std::size_t(r) * std::size_t(elements), std::size_t(elements)));
+  }
+}
+
+// Copies `values` to flat positions first.. of the whole parameters (positions past the last
+// parameter are padding and dropped).
+void ParameterStore::write_flat(Elements first, Numbers values) {
+  const std::vector<Elements>& offset = ctx_.offsets.flat;
+  for (std::size_t t = 0; t < full_.size(); ++t) {
+    const Elements begin = std::max(first, offset[t]);
+    const Elements end =
+        std::min(first + Elements(values.size()), offset[t] + ctx_.layout.tensor_numel[t]);
+    if (end <= begin) continue;
+    full_[t]
+        .view(std::size_t(begin - offset[t]), std::size_t(end - begin))
+        .copy_from(values.sub(std::size_t(begin - first), std::size_t(end - begin)));
+  }
+}
+
+void ParameterStore::read_flat(Elements first, Numbers values) {
+  const std::vector<Elements>& offset = ctx_.offsets.flat;
+  values.fill_zero();
+  for (std::size_t t = 0; t < full_.size(); ++t) {
+    const Elements begin = std::max(first, offset[t]);
+    const Elements end =
+        std::min(first + Elements(values.size()), offset[t] + ctx_.layout.tensor_numel[t]);
+    if (end <= begin) continue;
+    values.sub(std::size_t(begin - first), std::size_t(end - begin))
+        .copy_from(full_[t].view(std::size_t(begin - offset[t]), std::size_t(end - begin)));
+  }
+}
+
+// The staging buffer the schedule allocates (OffloadStaging) and its gather frees.
+void ParameterStore::stage_layer_partition(std::size_t owner) {
+  if (h2d_staging_.size() > 0)
+    throw std::logic_error("schedule error: two parameter copies before one gather");
+  const auto [first, last] = ctx_.tensors_of_layer(owner);
+  std::size_t elements = 0;
+  for (auto t = first; t < last; ++t) {
+    if (!ctx_.layout.tensor_persistent[std::size_t(t)])
+      elements += std::size_t(ctx_.layout.tensor_partition[std::size_t(t)]);
+  }
+  h2d_staging_ = {ctx_.ledger, Device::Gpu, Component::OffloadStaging, ctx_.param_format, elements};
+  if (nvme_.params_in_files()) {  // the layer's NvmeRead put its partitions in the swap buffer, in
+                                  // this order
+    nvme_.finish_param_io();
+    h2d_staging_.view().copy_from(nvme_.param_buffer(elements));
+    ctx_.copied.pcie_h2d += h2d_staging_.bytes();
+    return;
+  }
+  std::size_t position = 0;
+  for (auto t = first; t < last; ++t) {
+    if (ctx_.layout.tensor_persistent[std::size_t(t)]) continue;
+    const Numbers partition = part_[std::size_t(t)].view();
+    h2d_staging_.view(position, partition.size()).copy_from(partition);
+    position += partition.size();
+  }
+  ctx_.copied.pcie_h2d += h2d_staging_.bytes();
+}
+
+// The bytes crossing are the training dtype's, as DeepSpeed's host Adam writes them: stage 3 copies
+// whole partitions, padding included; stages 1-2 the owned segments (the last rank's padding is
+// not stored).
+void ParameterStore::write_back(Numbers master, bool written) {
+  if (ctx_.stage.partitions_parameters()) {
+    for (std::size_t t = 0; t < part_.size(); ++t) {
+      if (!written)
+        part_[t].view().copy_from(
+            master.sub(std::size_t(ctx_.offsets.partition[t]), part_[t].size()));
+      ctx_.copied.pcie_h2d += part_[t].bytes();
+    }
+    return;
+  }
+  for (const OwnedSegment& segment : ctx_.segments) {
+    const Numbers params = device_params(segment);
+    if (!written)
+      params.copy_from(master.sub(std::size_t(segment.owned_offset), std::size_t(segment.length)));
+    ctx_.copied.pcie_h2d += params.bytes();
+  }
+}
+
+// In place on the host (or device, counted by the CopyH2D after), or streamed to NVMe by tensor.
+void ParameterStore::store_updated(const OptimizerRange& range) {
+  const Elements end = range.begin + Elements(range.master.size());
+  if (nvme_.params_in_files()) {
+    const std::vector<Elements>& offset = ctx_.offsets.partition;
+    for (std::size_t t = 0; t < ctx_.layout.tensor_partition.size(); ++t) {
+      const Elements first = std::max(range.begin, offset[t]);
+      const Elements last = std::min(end, offset[t] + ctx_.layout.tensor_partition[t]);
+      if (last <= first) continue;
+      nvme_.stream_param_partition(
+          t, first - offset[t],
+          range.master.subspan(std::size_t(first - range.begin), std::size_t(last - first)),
+          persistent_block(t));
+    }
+    return;
+  }
+  for (const OwnedSegment& whole : ctx_.segments) {
+    const OwnedSegment segment = clip(whole, range.begin, end);
+    if (segment.length == 0) continue;
+    device_params(segment).write(range.master.subspan(
+        std::size_t(segment.owned_offset - range.begin), std::size_t(segment.length)));
+  }
+}
+
+std::vector<float> ParameterStore::full_parameters() {
+  const ParamLayout& layout = ctx_.layout;
+  std::vector<float> values;
+  for (std::size_t t = 0; t < layout.tensor_numel.size(); ++t) {
+    const auto numel = std::size_t(layout.tensor_numel[t]);
+    std::vector<float> whole(numel);
+    if (!ctx_.stage.partitions_parameters() || layout.tensor_persistent[t]) {
+      full_[t].read(0, whole);
+    } else {
+      const auto partition = std::size_t(layout.tensor_partition[t]);
+      std::vector<float> padded(partition * std::size_t(ctx_.dp));
+      std::vector<std::uint16_t> bits(ctx_.param_format == NumberFormat::Fp32 ? 0 : padded.size());
+      const Numbers gathered = bits.empty() ? Numbers(std::span<float>(padded))
+                                            : Numbers(std::span(bits), ctx_.param_format);
+      const Numbers mine = gathered.sub(std::size_t(ctx_.rank) * partition, partition);
+      if (nvme_.params_in_files()) {
+        nvme_.read_param_partition(t, mine);
+      } else {
+        mine.copy_from(part_[t].view());
+      }
+      all_gather(ctx_.comm, mine, gathered);  // in place
+      gathered.sub(0, numel).read(whole);
+    }
+    values.insert(values.end(), whole.begin(), whole.end());
+  }
+  return values;
+}
+
+// The training-dtype parameters are the master weights rounded (16-bit) or themselves (fp32).
+void ParameterStore::restore(const FullState& state) {
+  for (std::size_t t = 0; t < ctx_.layout.tensor_numel.size(); ++t) {
+    const std::vector<float>& whole = state.master[t];
+    if (!ctx_.stage.partitions_parameters() || ctx_.layout.tensor_persistent[t])
+      full_[t].view(0, whole.size()).write(whole);
+    if (!ctx_.stage.partitions_parameters()) continue;
+    const auto partition = std::size_t(ctx_.layout.tensor_partition[t]);
+    const std::size_t first = std::min(whole.size(), std::size_t(ctx_.rank) * partition);
+    const std::size_t count = std::min(whole.size(), first + partition) - first;
+    set_partition(t, std::span(whole).subspan(first, count));
+  }
+}
+
+}  // namespace zerolens::exec

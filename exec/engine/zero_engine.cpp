@@ -1,0 +1,286 @@
+#include "exec/engine/zero_engine.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "exec/engine/zero_state.hpp"
+#include "sim/core/error.hpp"
+
+namespace zerolens::exec {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void require_offload_supported(const TrainingConfig& config) {
+  const ZeroConfig& zero = config.zero;
+  const OffloadDevice optimizer = zero.offload_optimizer.device, params = zero.offload_param.device;
+  if (!config.precision.mixed() && params != OffloadDevice::None &&
+      (optimizer == OffloadDevice::Nvme || params == OffloadDevice::Nvme)) {
+    throw InputError("zero_optimization.offload_param.device",
+                     "fp32 training with the parameters offloaded and NVMe in use is not run: the "
+                     "host optimizer "
+                     "updates the fp32 parameters themselves, which the executor keeps in memory "
+                     "only (use bf16 or "
+                     "fp16, or keep the parameters on the device)");
+  }
+  if (params != OffloadDevice::None && optimizer == OffloadDevice::None) {
+    throw InputError("zero_optimization.offload_param.device",
+                     "parameter offload needs offload_optimizer.device = cpu or nvme in the CPU "
+                     "executor (the plan "
+                     "has no copy of the updated parameters back to the host)");
+  }
+}
+
+void require_supported(const Plan& plan, const Communicator& comm) {
+  const TrainingConfig& config = plan.request.config;
+  if (plan.request.dp_size != comm.size()) {
+    throw InputError("--gpus", "the plan is for " + std::to_string(plan.request.dp_size) +
+                                   " ranks but " + std::to_string(comm.size()) +
+                                   " processes are running (start with mpirun -np " +
+                                   std::to_string(plan.request.dp_size) + ")");
+  }
+  const LossScaleConfig& scaling = config.precision.loss_scale;
+  if (config.precision.precision == Precision::Fp16 && scaling.static_loss_scale < 0) {
+    throw InputError("fp16.loss_scale", "must be 0 (dynamic) or a positive static scale");
+  }
+  if (config.precision.precision == Precision::Fp16 && scaling.dynamic() &&
+      !(scaling.min_loss_scale > 0)) {
+    throw InputError("fp16.min_loss_scale", "must be positive");
+  }
+  require_offload_supported(config);
+  if (config.activation_checkpointing.cpu_checkpointing) {
+    throw InputError("activation_checkpointing.cpu_checkpointing",
+                     "not run by the CPU executor yet");
+  }
+}
+
+}  // namespace
+
+ZeroEngine::ZeroEngine(const Plan& plan, Communicator& comm, LayerModel& model,
+                       MemoryLedger& ledger, const EngineOptions& options) {
+  require_supported(plan, comm);
+  state_ = std::make_unique<State>(plan, comm, model, ledger, options);
+}
+
+ZeroEngine::~ZeroEngine() = default;
+
+StepReport ZeroEngine::step(std::int64_t step_index, const OpCallback& on_op) {
+  State& s = *state_;
+  s.begin_step(step_index);
+  const auto start = Clock::now();
+  const auto seconds = [&start] {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  const std::vector<Op>& ops = s.context.schedule.ops;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const double begin = seconds();
+    s.run(ops[i]);
+    if (on_op) on_op(i, begin, seconds());
+  }
+  return s.finish_step();
+}
+
+std::vector<float> ZeroEngine::full_parameters() {
+  return state_->params.full_parameters();
+}
+
+LinkBytes ZeroEngine::link_bytes() const {
+  return state_->context.copied;
+}
+
+double ZeroEngine::loss_scale() const {
+  return state_->optimizer.scaler().scale();
+}
+
+CheckpointMeta ZeroEngine::checkpoint_meta() const {
+  return state_->checkpoint.meta();
+}
+
+RankShard ZeroEngine::checkpoint_shard() const {
+  return state_->checkpoint.shard();
+}
+
+void ZeroEngine::restore(const FullState& state) {
+  state_->checkpoint.restore(state);
+}
+
+// The resident buffers come in the plan's order: NVMe stores and swap buffers, the master, the
+// parameters, the optimizer's states, the gradient partition, the reduce buffer. With NVMe offload
+// the master is assembled in memory once, then written to the sub-groups' files.
+ZeroEngine::State::State(const Plan& plan, Communicator& comm, LayerModel& net_,
+                         MemoryLedger& ledger, const EngineOptions& options_)
+    : context(plan, comm, ledger),
+      net(net_),
+      options(options_),
+      nvme(context, Optimizer(plan.request.config.optimizer).state_per_element()),
+      params(context, nvme),
+      grads(context),
+      optimizer(context, grads, params, nvme),
+      checkpoint(context, params, optimizer, nvme) {
+  optimizer.allocate_master();
+  const bool master_in_files = context.has_master && nvme.optimizer_in_files();
+  std::vector<float> initial_master(master_in_files ? std::size_t(context.layout.owned) : 0);
+  const Numbers master =
+      master_in_files ? Numbers(std::span<float>(initial_master)) : optimizer.master();
+  params.initialize(net, master);
+  if (master_in_files) nvme.init_optimizer(initial_master);
+  optimizer.allocate_states();
+  grads.allocate_resident();
+}
+
+void ZeroEngine::State::begin_step(std::int64_t step_index) {
+  step_index_ = step_index;
+  loaded_micro_ = -1;
+  loss_sum_ = 0;
+  losses_ = 0;
+  optimizer.begin_step();
+  params.begin_step();
+}
+
+// The reduce buffer appears before the op's work and goes after it, in the order of the schedule's
+// effects (a backward allocates it before its working set comes and goes).
+void ZeroEngine::State::run(const Op& op) {
+  grads.follow_reduce_buffer(op, /*allocations=*/true);
+  run_op(op);
+  grads.follow_reduce_buffer(op, /*allocations=*/false);
+}
+
+void ZeroEngine::State::run_op(const Op& op) {
+  switch (op.kind) {
+    case OpKind::Forward:
+      return forward(op);
+    case OpKind::Recompute:
+      return net.recompute(std::size_t(op.layer),
+                           params.layer_params(context.owner_of(std::size_t(op.layer))).views);
+    case OpKind::Backward:
+      return backward(op);
+    case OpKind::AllGather:
+      return gather_parameters(op);
+    case OpKind::Release:
+      return params.release_layer(std::size_t(op.layer));
+    case OpKind::ReduceScatter:
+    case OpKind::AllReduce:
+      return grads.reduce_bucket(op);
+    case OpKind::CopyH2D:
+      return copy_to_device(op);
+    case OpKind::CopyD2H:
+      return grads.copy_to_host(op);
+    case OpKind::OverflowCheck:
+      return optimizer.check_overflow();
+    case OpKind::GradNorm:
+      return optimizer.compute_grad_norm();
+    case OpKind::NvmeRead:
+      return nvme_read(op);
+    case OpKind::NvmeWrite:
+      return nvme_write(op);
+    case OpKind::OptimizerStep:
+      return optimizer_step(op);
+    case OpKind::LossScaleUpdate:
+      return optimizer.update_loss_scale();
+    default:
+      throw std::logic_error(std::string("the CPU executor cannot run a ") + to_string(op.kind) +
+                             " op yet");
+  }
+}
+
+// Stage 3 gathers a layer before use, and the persistent tensors after the update; stages 1-2 the
+// updated partitions. After a skipped step (fp16 overflow) nothing changed: no gather of updates.
+void ZeroEngine::State::gather_parameters(const Op& op) {
+  if (context.stage.partitions_parameters() && op.layer >= 0)
+    return params.gather_layer(std::size_t(op.layer));
+  if (optimizer.skipped()) return;
+  if (context.stage.partitions_parameters()) return params.gather_persistent();
+  params.gather_updated_shard(op);
+}
+
+// Before a stage-3 gather (parameter offload) the layer's partitions go to the device; after a
+// host update the new parameters do.
+void ZeroEngine::State::copy_to_device(const Op& op) {
+  if (op.layer >= 0) return params.stage_layer_partition(std::size_t(op.layer));
+  optimizer.write_back_params();
+}
+
+// A skipped step moves no sub-group: nothing changes.
+void ZeroEngine::State::nvme_read(const Op& op) {
+  if (op.sub_group >= 0) {
+    if (!optimizer.skipped()) nvme.read_group(op.sub_group);
+    return;
+  }
+  if (op.layer < 0)
+    throw std::logic_error("schedule error: an NVMe read of neither a sub-group nor a layer");
+  nvme.read_layer_partitions(std::size_t(op.layer));
+}
+
+void ZeroEngine::State::nvme_write(const Op& op) {
+  if (op.sub_group >= 0) {
+    if (!optimizer.skipped()) nvme.write_group(op.sub_group);
+    return;
+  }
+  nvme.finish_param_io();
+}
+
+void ZeroEngine::State::optimizer_step(const Op& op) {
+  if (context.optimizer_device == Device::Nvme) return optimizer.group_step(op.sub_group);
+  optimizer.step();
+}
+
+// Global sample ids: micro-step m of rank r takes samples (m x dp + r) x micro_batch onwards, so
+// any split of the same global batch over ranks and micro-steps sees the same samples.
+void ZeroEngine::State::ensure_batch(std::int32_t micro_step) {
+  if (micro_step == loaded_micro_) return;
+  const ScheduleContext& c = context.schedule.context;
+  const std::int64_t global_batch = c.micro_batch * c.grad_accumulation * c.dp_size;
+  const std::int64_t first = step_index_ * global_batch +
+                             (std::int64_t(micro_step) * context.dp + context.rank) * c.micro_batch;
+  net.load_batch(first, c.micro_batch);
+  loaded_micro_ = micro_step;
+}
+
+void ZeroEngine::State::forward(const Op& op) {
+  ensure_batch(op.micro_step);
+  const auto layer = std::size_t(op.layer);
+  net.forward(layer, params.layer_params(context.owner_of(layer)).views);
+  if (layer + 1 == context.model.layers.size()) {
+    loss_sum_ += net.loss();
+    ++losses_;
+  }
+}
+
+// The loss of a step is the mean over its micro-steps, so each micro-step's gradient counts 1/ga;
+// fp16 scales it by the loss scale too.
+void ZeroEngine::State::backward(const Op& op) {
+  const auto layer = std::size_t(op.layer);
+  const std::size_t owner = context.owner_of(layer);
+  const LayerParams layer_params = params.layer_params(owner);
+  LayerGrads layer_grads = grads.layer_grads(owner);
+  const double scale = optimizer.step_scale();
+  net.backward(layer, layer_params.views, layer_grads.views,
+               float(scale) / float(context.schedule.context.grad_accumulation));
+  layer_grads.commit();
+  inject_faults(op);
+}
+
+// The hook fires once the tensor's gradient is complete on this rank (after the backward of the
+// layer owning it), in the first micro-step of the chosen step.
+void ZeroEngine::State::inject_faults(const Op& op) {
+  for (const GradientFault& fault : options.inject_inf) {
+    if (fault.step != step_index_ || fault.rank != context.rank || op.micro_step != 0) continue;
+    if (op.layer != context.layout.tensor_layer.at(std::size_t(fault.tensor))) continue;
+    grads.inject_inf(fault.tensor, fault.element);
+  }
+}
+
+StepReport ZeroEngine::State::finish_step() {
+  nvme.finish_io();
+  StepReport report;
+  const double mean_here = losses_ > 0 ? loss_sum_ / losses_ : 0;
+  report.loss = context.comm.report_sum(mean_here) / context.dp;
+  report.grad_norm = optimizer.grad_norm();
+  report.loss_scale = optimizer.step_scale();
+  report.skipped = optimizer.skipped();
+  return report;
+}
+
+}  // namespace zerolens::exec

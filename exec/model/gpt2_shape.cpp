@@ -1,0 +1,171 @@
+// GPT-2's shared pieces: the architecture check, initial weights and the synthetic corpus.
+#include "exec/model/gpt2_shape.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+#include "sim/core/error.hpp"
+
+namespace zerolens::exec {
+namespace {
+
+std::uint64_t mix(std::uint64_t key) {  // splitmix64
+  std::uint64_t z = key + 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+double uniform01(std::uint64_t key) { return (double(mix(key) >> 11) + 0.5) / double(1ULL << 53); }
+
+// Box-Muller on two independent uniforms.
+double normal(std::uint64_t key) {
+  const double u1 = uniform01(key), u2 = uniform01(key ^ 0x5bd1e9955bd1e995ULL);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
+std::vector<std::int32_t> permutation_of(std::uint64_t seed, std::int64_t vocab) {
+  std::vector<std::int32_t> order(static_cast<std::size_t>(vocab));
+  std::iota(order.begin(), order.end(), 0);
+  for (std::size_t i = order.size(); i > 1; --i) {
+    std::swap(order[i - 1], order[mix(seed * 31 + i) % i]);
+  }
+  return order;
+}
+
+void fill_sequence(std::uint64_t seed, const std::vector<std::int32_t>& permutation, std::int64_t sample,
+                   std::span<std::int32_t> out) {
+  const std::uint64_t vocab = permutation.size();
+  const std::uint64_t base = mix(seed ^ (std::uint64_t(sample) * 0x9e3779b97f4a7c15ULL));
+  std::int32_t token = std::int32_t(mix(base) % vocab);
+  for (std::size_t t = 0; t < out.size(); ++t) {
+    out[t] = token;
+    const std::uint64_t roll = mix(base + 2 * t + 1);
+    token = roll % 8 == 0 ? std::int32_t(mix(base + 2 * t + 2) % vocab) : permutation[std::size_t(token)];
+  }
+}
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+const char* const kBlockSuffixes[kBlockParams] = {
+    "ln_1.weight", "ln_1.bias", "attn.q_proj.weight", "attn.q_proj.bias", "attn.k_proj.weight",
+    "attn.k_proj.bias", "attn.v_proj.weight", "attn.v_proj.bias", "attn.o_proj.weight", "attn.o_proj.bias",
+    "ln_2.weight", "ln_2.bias", "mlp.fc_in.weight", "mlp.fc_in.bias", "mlp.fc_out.weight", "mlp.fc_out.bias"};
+
+void require(bool condition, const std::string& where, const std::string& why) {
+  if (!condition) throw InputError(where, why);
+}
+
+// The executor implements GPT-2 exactly; anything else in the description is refused by name.
+void check_shape(const Model& model, const Gpt2Options& options) {
+  require(model.shape.has_value(), "--model", "the executor trains GPT-2 transformers; '" + model.name +
+                                                   "' is a " + model.source + " model without a transformer shape");
+  const TransformerShape& s = *model.shape;
+  const std::string why = " (the executor trains the GPT-2 architecture)";
+  require(s.norm == NormKind::LayerNorm, "model.norm", "RMSNorm is not supported" + why);
+  require(s.mlp == MlpKind::Gelu, "model.mlp", "SwiGLU is not supported" + why);
+  require(s.kv_heads == s.heads, "model.kv_heads", "grouped-query attention is not supported" + why);
+  require(s.effective_head_dim() * s.heads == s.hidden, "model.head_dim", "heads x head_dim must equal hidden" + why);
+  require(s.attention == AttentionImpl::Eager, "model.attention", "flash attention is not implemented; use eager");
+  require(s.learned_positions && s.tied_embeddings && s.qkv_bias && s.out_proj_bias && s.mlp_bias,
+          "model", "needs learned positions, a tied LM head and biases" + why);
+  require(s.dropout == 0, "model.dropout", "the executor trains without dropout; plan with dropout 0");
+  require(s.extra_params == 0, "model", "dense:N models are not GPT-2 checkpoints" + why);
+  require(options.seq_len >= 1 && options.seq_len <= s.max_positions, "--seq-len",
+          std::to_string(options.seq_len) + " is outside 1.." + std::to_string(s.max_positions) + " (the position table)");
+  require(options.micro_batch >= 1, "--micro-batch", "must be at least 1");
+}
+
+void check_block_params(const Layer& layer, std::size_t i) {
+  for (std::size_t p = 0; p < kBlockParams; ++p) {
+    require(ends_with(layer.params[p].name, kBlockSuffixes[p]), "model.layers[" + std::to_string(i) + "]",
+            "parameter " + std::to_string(p) + " is '" + layer.params[p].name + "', expected *" + kBlockSuffixes[p]);
+  }
+}
+
+std::vector<Gpt2Role> roles_of(const Model& model) {
+  std::vector<Gpt2Role> roles;
+  const std::size_t count = model.layers.size();
+  for (std::size_t i = 0; i < count; ++i) {
+    const Layer& layer = model.layers[i];
+    Gpt2Role role = Gpt2Role::Block;
+    if (layer.kind == LayerKind::Embedding && i == 0 && layer.params.size() == 2) role = Gpt2Role::Embedding;
+    else if (layer.kind == LayerKind::FinalNorm && i + 2 == count) role = Gpt2Role::FinalNorm;
+    else if (layer.kind == LayerKind::LmHead && i + 1 == count && layer.shares_params_of == 0) role = Gpt2Role::Head;
+    else require(layer.kind == LayerKind::TransformerBlock && layer.params.size() == kBlockParams && i > 0 && i + 2 < count,
+                 "model.layers[" + std::to_string(i) + "]", "'" + layer.name + "' is not where GPT-2 has it");
+    if (role == Gpt2Role::Block) check_block_params(layer, i);
+    roles.push_back(role);
+  }
+  return roles;
+}
+
+const TensorSpec* find_tensor(const Model& model, std::int32_t tensor) {
+  std::int32_t id = 0;
+  for (const Layer& layer : model.layers) {
+    if (layer.shares_params_of >= 0) continue;
+    for (const TensorSpec& t : layer.params) {
+      if (id++ == tensor) return &t;
+    }
+  }
+  throw std::out_of_range("GPT-2 init_tensor: no tensor " + std::to_string(tensor));
+}
+
+}  // namespace
+
+Gpt2Layout gpt2_layout(const Model& model, const Gpt2Options& options) {
+  check_shape(model, options);
+  Gpt2Layout layout;
+  layout.roles = roles_of(model);
+  const TransformerShape& s = *model.shape;
+  layout.dims = {.batch = std::size_t(options.micro_batch), .seq_len = std::size_t(options.seq_len),
+                 .channels = std::size_t(s.hidden), .heads = std::size_t(s.heads), .ffn = std::size_t(s.ffn_hidden),
+                 .vocab = std::size_t(s.vocab), .blocks = std::size_t(s.layers)};
+  return layout;
+}
+
+// GPT-2's initialisation: N(0, 0.02) weights, residual projections scaled by 1/sqrt(2 L), N(0, 0.01)
+// positions, zero biases, unit norm gains.
+void gpt2_init_tensor(const Model& model, std::uint64_t seed, std::int32_t tensor, std::span<float> values) {
+  const TensorSpec& spec = *find_tensor(model, tensor);
+  const bool norm = spec.name.find("ln_") != std::string::npos;
+  double std_dev = 0.02;
+  if (ends_with(spec.name, ".bias")) std_dev = 0;
+  if (ends_with(spec.name, "o_proj.weight") || ends_with(spec.name, "fc_out.weight"))
+    std_dev = 0.02 / std::sqrt(2.0 * double(model.shape->layers));
+  if (ends_with(spec.name, "wpe.weight")) std_dev = 0.01;
+  const std::uint64_t key = mix(seed ^ (std::uint64_t(tensor + 1) << 40));
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (norm) values[i] = ends_with(spec.name, ".weight") ? 1.0f : 0.0f;
+    else values[i] = std_dev == 0 ? 0.0f : float(std_dev * normal(key + i));
+  }
+}
+
+Gpt2Corpus::Gpt2Corpus(std::uint64_t seed, std::int64_t vocab) : seed_(seed), permutation_(permutation_of(seed, vocab)) {}
+
+void Gpt2Corpus::fill_batch(std::int64_t first_sample, std::size_t batch, std::size_t seq_len,
+                            std::span<std::int32_t> tokens, std::span<std::int32_t> targets) const {
+  if (tokens.size() != batch * seq_len || targets.size() != batch * seq_len) {
+    throw std::logic_error("Gpt2Corpus::fill_batch: buffers are not [batch, seq_len]");
+  }
+  std::vector<std::int32_t> sequence(seq_len + 1);
+  for (std::size_t b = 0; b < batch; ++b) {
+    fill_sequence(seed_, permutation_, first_sample + std::int64_t(b), sequence);
+    std::copy(sequence.begin(), sequence.end() - 1, tokens.begin() + std::ptrdiff_t(b * seq_len));
+    std::copy(sequence.begin() + 1, sequence.end(), targets.begin() + std::ptrdiff_t(b * seq_len));
+  }
+}
+
+std::vector<std::int32_t> synthetic_sequence(std::uint64_t seed, std::int64_t vocab, std::int64_t sample,
+                                             std::int64_t length) {
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(length));
+  fill_sequence(seed, permutation_of(seed, vocab), sample, tokens);
+  return tokens;
+}
+
+}  // namespace zerolens::exec

@@ -1,0 +1,78 @@
+#pragma once
+// What the executor's GPT-2 models share, whatever they compute on (Gpt2Model on the CPU kernels,
+// CudaGpt2Model in exec/cuda/ on the GPU's): the options, the architecture check, the dimensions
+// and parameter order, the initial weights and the synthetic corpus (their layer steps:
+// exec/model/gpt2_layers.hpp). One definition, so both models refuse the same descriptions and
+// start from the same numbers on the same data.
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "sim/model/model.hpp"
+
+namespace zerolens::exec {
+
+struct Gpt2Options {
+  std::int64_t micro_batch = 1;
+  std::int64_t seq_len = 64;
+  bool checkpointing = false;  // keep only block outputs; rebuild the rest in recompute()
+  std::uint64_t seed = 1234;   // data and initial weights
+  // Bytes per activation element in the plan (2 with fp16/bf16 training). The fp32 kernels keep
+  // every activation in fp32; the ledger counts this many bytes per element and the rest as
+  // scratch, and the head casts as a 16-bit implementation does (an fp32 copy of the logits for the
+  // loss, a 16-bit copy of their gradient).
+  std::int64_t activation_element_bytes = 4;
+};
+
+struct Gpt2Dims {
+  std::size_t batch = 0, seq_len = 0, channels = 0, heads = 0, ffn = 0, vocab = 0, blocks = 0;
+  std::size_t rows() const { return batch * seq_len; }
+  std::size_t scores() const { return batch * heads * seq_len * seq_len; }
+};
+
+// Parameter positions within a block's views, in sim's tensor order (checked by gpt2_layout).
+enum BlockParam : std::size_t {
+  kLn1Weight, kLn1Bias, kQWeight, kQBias, kKWeight, kKBias, kVWeight, kVBias, kOWeight, kOBias,
+  kLn2Weight, kLn2Bias, kFcInWeight, kFcInBias, kFcOutWeight, kFcOutBias, kBlockParams
+};
+
+enum class Gpt2Role { Embedding, Block, FinalNorm, Head };
+
+struct Gpt2Layout {
+  Gpt2Dims dims;
+  std::vector<Gpt2Role> roles;  // one per layer of the model
+};
+
+// The dimensions and layer roles of `model` trained at `options`. Throws InputError naming what
+// does not fit: a non-GPT-2 architecture (RMSNorm, SwiGLU, grouped or flash attention, untied or
+// bias-free projections), dropout (the executor trains without it), a sequence longer than the
+// position table, a layer or parameter not where GPT-2 has it.
+Gpt2Layout gpt2_layout(const Model& model, const Gpt2Options& options);
+
+// GPT-2's initialisation of parameter tensor `tensor` (sim's numbering of unshared tensors): a
+// function of the seed and the tensor id only. Throws std::out_of_range when there is no such tensor.
+void gpt2_init_tensor(const Model& model, std::uint64_t seed, std::int32_t tensor, std::span<float> values);
+
+// The synthetic corpus of `seed` over `vocab` tokens (see synthetic_sequence).
+class Gpt2Corpus {
+ public:
+  Gpt2Corpus(std::uint64_t seed, std::int64_t vocab);
+  // Inputs and targets (the inputs shifted by one) of samples first_sample .. first_sample +
+  // batch - 1, row-major [batch, seq_len] each.
+  void fill_batch(std::int64_t first_sample, std::size_t batch, std::size_t seq_len,
+                  std::span<std::int32_t> tokens, std::span<std::int32_t> targets) const;
+
+ private:
+  std::uint64_t seed_;
+  std::vector<std::int32_t> permutation_;  // the next-token rule
+};
+
+// The synthetic corpus: the first `length` tokens of sample `sample` (the inputs and, shifted by
+// one, the targets). Each sample starts at a random token and follows a fixed random permutation
+// of the vocabulary, except that 1 token in 8 is replaced by a random one: a next-token rule a
+// model can learn, with an entropy floor so the loss cannot reach zero.
+std::vector<std::int32_t> synthetic_sequence(std::uint64_t seed, std::int64_t vocab, std::int64_t sample,
+                                             std::int64_t length);
+
+}  // namespace zerolens::exec

@@ -1,0 +1,130 @@
+#include "exec/run/training_run.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include "exec/engine/zero_engine.hpp"
+#include "exec/io/checkpoint.hpp"
+#include "exec/model/gpt2_model.hpp"
+#include "sim/core/error.hpp"
+#include "sim/schedule/memory_replay.hpp"
+#include "sim/timeline/timeline.hpp"
+
+namespace zerolens::exec {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::array<CollectiveCount, kOpKindCount> counts_of(const Communicator& comm) {
+  std::array<CollectiveCount, kOpKindCount> counts{};
+  for (int kind = 0; kind < kOpKindCount; ++kind) counts[std::size_t(kind)] = comm.count(OpKind(kind));
+  return counts;
+}
+
+std::array<CollectiveCount, kOpKindCount> difference(const std::array<CollectiveCount, kOpKindCount>& after,
+                                                     const std::array<CollectiveCount, kOpKindCount>& before) {
+  std::array<CollectiveCount, kOpKindCount> delta{};
+  for (std::size_t k = 0; k < delta.size(); ++k) {
+    delta[k] = {after[k].calls - before[k].calls, after[k].bytes - before[k].bytes};
+  }
+  return delta;
+}
+
+void record_peaks(const MemoryLedger& ledger, TrainingResult& result) {
+  for (int d = 0; d < kDeviceCount; ++d) {
+    const Device device = Device(d);
+    const CategoryBytes highs = ledger.category_highs(device);
+    for (int c = 0; c < kCategoryCount; ++c) {
+      Bytes& high = result.category_high[std::size_t(d)][std::size_t(c)];
+      high = std::max(high, highs[std::size_t(c)]);
+    }
+    if (ledger.peak(device) < result.peak[std::size_t(d)]) continue;
+    result.peak[std::size_t(d)] = ledger.peak(device);
+    result.at_peak[std::size_t(d)] = ledger.categories_at_peak(device);
+  }
+}
+
+// What `zerolens check-measured` holds a recorded run to, in the trace's optional summary keys.
+void record_counts(const TrainingResult& result, TraceSummary& summary) {
+  summary.category_highs = result.category_high;
+  std::array<TraceCollective, kOpKindCount> collectives{};
+  for (std::size_t k = 0; k < collectives.size(); ++k) {
+    collectives[k] = {result.collectives[k].calls, result.collectives[k].bytes};
+  }
+  summary.collectives = collectives;
+  summary.link_bytes = TraceLinkBytes{result.links.pcie_h2d, result.links.pcie_d2h, result.links.nvme_read,
+                                      result.links.nvme_write};
+}
+
+}  // namespace
+
+TrainingResult train_gpt2(const Plan& plan, Communicator& comm, const TrainingOptions& options,
+                          const std::function<void(const StepRecord&)>& on_step) {
+  const ScheduleContext& context = plan.schedule.context;
+  MemoryLedger ledger;
+  ledger.place(Device::Gpu, comm.memory_space());
+  const Gpt2Options gpt2{.micro_batch = context.micro_batch, .seq_len = context.seq_len,
+                         .checkpointing = context.activation_checkpointing, .seed = options.seed,
+                         .activation_element_bytes = plan.request.config.precision.param_bytes()};
+  const std::unique_ptr<LayerModel> model = options.make_model
+                                                ? options.make_model(plan.request.model, gpt2, ledger)
+                                                : std::make_unique<Gpt2Model>(plan.request.model, gpt2, ledger);
+  ZeroEngine engine(plan, comm, *model, ledger);
+  TrainingResult result;
+  if (!options.resume_from.empty()) {
+    const FullState state = load_checkpoint(resolve_checkpoint(options.resume_from));
+    engine.restore(state);
+    result.first_step = state.meta.step;
+    if (result.first_step >= options.steps) {
+      throw InputError("--steps", "the checkpoint has taken " + std::to_string(result.first_step) +
+                                      " steps already; ask for more than that");
+    }
+  }
+  std::vector<OpRecord> ops(plan.schedule.ops.size());
+  for (std::int64_t step = result.first_step; step < options.steps; ++step) {
+    ledger.reset_peaks();
+    const auto counts_before = counts_of(comm);
+    const LinkBytes links_before = engine.link_bytes();
+    const auto start = Clock::now();
+    const StepReport report = engine.step(step, [&](std::size_t op, double begin, double end) {
+      ops[op].start = begin;
+      ops[op].duration = end - begin;
+      for (int d = 0; d < kDeviceCount; ++d) ops[op].memory_after[std::size_t(d)] = ledger.current(Device(d));
+    });
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    result.collectives = difference(counts_of(comm), counts_before);
+    const LinkBytes links = engine.link_bytes();
+    result.links = {links.pcie_h2d - links_before.pcie_h2d, links.pcie_d2h - links_before.pcie_d2h,
+                    links.nvme_read - links_before.nvme_read, links.nvme_write - links_before.nvme_write};
+    record_peaks(ledger, result);
+    result.steps.push_back({step, report.loss, report.grad_norm, seconds, report.loss_scale, report.skipped});
+    if (on_step) on_step(result.steps.back());
+    const bool last = step + 1 == options.steps;
+    if (!options.save_directory.empty() && (last || (options.save_every > 0 && (step + 1) % options.save_every == 0))) {
+      result.checkpoints.push_back(
+          save_checkpoint(options.save_directory, engine.checkpoint_meta(), engine.checkpoint_shard(), comm).string());
+    }
+  }
+  result.last_step_ops = std::move(ops);
+  return result;
+}
+
+Trace measured_trace(const Plan& plan, const TrainingResult& result) {
+  Timeline timeline;
+  for (const OpRecord& op : result.last_step_ops) timeline.ops.push_back({.start = op.start, .duration = op.duration});
+  Trace trace = make_trace(plan, timeline, 1);
+  trace.source = "exec";
+  const double step_time = result.steps.empty() ? 0 : result.steps.back().seconds;
+  const StepRates rates = step_rates(plan.schedule, step_time);  // as the timeline counts them
+  trace.summary = {.step_time = step_time,
+                   .tokens_per_second = rates.tokens_per_second,
+                   .model_flops_per_gpu = rates.model_flops_per_gpu,
+                   .mfu = 0,  // no peak FLOP/s is known for the CPU device backend
+                   .exposed_communication = 0,
+                   .peak = result.peak};
+  for (std::size_t i = 0; i < trace.ops.size(); ++i) trace.ops[i].memory_after = result.last_step_ops[i].memory_after;
+  record_counts(result, trace.summary);
+  return trace;
+}
+
+}  // namespace zerolens::exec

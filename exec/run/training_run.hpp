@@ -1,0 +1,71 @@
+#pragma once
+// A training run as `zerolens run` and `zerolens validate` do it: GPT-2 on the synthetic corpus,
+// trained by the ZeRO engine for N steps on this rank, with every op timed and the memory after
+// every op recorded; the result is what this rank measured (ranks are symmetric: partitions are
+// padded to equal sizes, so rank 0 stands for all, as in the schedule).
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "exec/comm/communicator.hpp"
+#include "exec/engine/zero_engine.hpp"
+#include "exec/model/gpt2_model.hpp"
+#include "sim/plan/plan.hpp"
+#include "sim/schedule/memory_replay.hpp"
+#include "sim/trace/trace.hpp"
+
+namespace zerolens::exec {
+
+// Builds the GPT-2 the engine trains, its activations charged to the ledger: the CPU Gpt2Model
+// by default, a CUDA one (exec/cuda) where the communicator's memory space is a GPU's.
+using Gpt2Factory = std::function<std::unique_ptr<LayerModel>(const Model&, const Gpt2Options&, MemoryLedger&)>;
+
+struct TrainingOptions {
+  int steps = 20;             // train until this many optimizer steps have been taken in all
+  std::uint64_t seed = 1234;  // data and initial weights
+  std::string save_directory;  // checkpoints (exec/io/checkpoint.hpp), none when empty
+  int save_every = 0;          // steps between checkpoints (0: only after the last step)
+  std::string resume_from;     // a checkpoint directory to start from (any number of ranks saved it)
+  Gpt2Factory make_model;      // empty: the CPU Gpt2Model
+};
+
+struct StepRecord {
+  std::int64_t step = 0;
+  double loss = 0, grad_norm = 0, seconds = 0;
+  double loss_scale = 1;  // the fp16 loss scale this step used (1 otherwise)
+  bool skipped = false;   // fp16 overflow: no update
+};
+
+struct OpRecord {
+  double start = 0, duration = 0;                  // seconds from the step's start
+  std::array<Bytes, kDeviceCount> memory_after{};  // this rank's ledger after the op
+};
+
+struct TrainingResult {
+  std::int64_t first_step = 0;  // 0, or the step a checkpoint resumed from
+  std::vector<StepRecord> steps;
+  std::vector<std::string> checkpoints;  // step directories written
+  std::vector<OpRecord> last_step_ops;                   // parallel to the schedule's ops
+  std::array<Bytes, kDeviceCount> peak{};                // highest over all steps, per device
+  std::array<CategoryBytes, kDeviceCount> at_peak{};     // categories when that peak was reached
+  std::array<CategoryBytes, kDeviceCount> category_high{};  // the highest each category reached
+  std::array<CollectiveCount, kOpKindCount> collectives{};  // of one step (the last)
+  LinkBytes links;  // host-device copies and NVMe transfers of one step (the last)
+};
+
+// The engine's device buffers go where the communicator reads them (Communicator::memory_space:
+// host memory for MPI, the GPU's memory for NCCL).
+// Runs the steps of `plan` up to `options.steps`, from the start or from a checkpoint (whose model must be a GPT-2 the executor runs and whose
+// dp size must equal comm.size()). `on_step` sees each step as it ends. Throws InputError, and
+// CheckpointError for a checkpoint that cannot be written or read.
+TrainingResult train_gpt2(const Plan& plan, Communicator& comm, const TrainingOptions& options,
+                          const std::function<void(const StepRecord&)>& on_step = {});
+
+// The measured step in the shared trace schema (source "exec", rank 0): the plan's ops with the
+// measured times and memory, the measured step time, throughput and peaks.
+Trace measured_trace(const Plan& plan, const TrainingResult& result);
+
+}  // namespace zerolens::exec
