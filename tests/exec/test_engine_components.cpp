@@ -1,7 +1,8 @@
 // The ZeRO engine's components alone, on one rank (SoloCommunicator), each against a reference
 // worked out independently of the engine: the owned layout by hand, the host Adam against float64,
-// NVMe traffic against a hand count, reduced gradients against the values written, checkpoint
-// shards against the whole tensors restored.
+// NVMe traffic against a hand count, reduced gradients against the values written, gathered
+// parameters against the model's initial values, checkpoint shards against the whole tensors
+// restored.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -220,6 +221,43 @@ TEST(EngineNvme, SubGroupTrafficMatchesAHandCountAndRoundTrips) {
     EXPECT_EQ(objects[std::size_t(2 * owned + i)], 1.0f + float(i % group_size));
   }
   EXPECT_EQ(ledger.current(Device::Nvme), owned * 4 * Bytes(1 + states));
+}
+
+// Stage 3 on one rank: a layer's gather holds exactly the model's own initial values (asked of the
+// model directly, not through the store), charged to GatheredParams until its release; with the
+// parameters offloaded to the host, staged to the device first (CopyH2D).
+TEST(EngineParameters, AGatheredLayerHoldsTheModelsInitialValuesUntilReleased) {
+  for (const Offload offload : {Offload::None, Offload::OptimizerAndParams}) {
+    SCOPED_TRACE(offload == Offload::None ? "on the device" : "offloaded to the host");
+    SoloEngineParts parts({.stage = 3, .offload = offload});
+    const ParamLayout& layout = parts.context.layout;
+    std::int64_t tensors_checked = 0;
+    for (std::size_t owner = 0; owner + 1 < layout.layer_first_tensor.size(); ++owner) {
+      if (parts.context.owner_of(owner) != owner) continue;
+      const auto [first, last] = parts.context.tensors_of_layer(owner);
+      Bytes gathered = 0;
+      for (auto t = first; t < last; ++t) {
+        if (!layout.tensor_persistent[std::size_t(t)])
+          gathered += layout.tensor_partition[std::size_t(t)] * 4;  // fp32, dp = 1
+      }
+      const Bytes before = parts.ledger.current(Device::Gpu, Component::GatheredParams);
+      if (offload != Offload::None) parts.params.stage_layer_partition(owner);
+      parts.params.gather_layer(owner);
+      EXPECT_EQ(parts.ledger.current(Device::Gpu, Component::GatheredParams), before + gathered);
+      const LayerParams views = parts.params.layer_params(owner);
+      ASSERT_EQ(views.views.size(), std::size_t(last - first));
+      for (auto t = first; t < last; ++t) {
+        std::vector<float> expected(std::size_t(layout.tensor_numel[std::size_t(t)]));
+        parts.net.init_tensor(t, expected);
+        const std::span<const float> view = views.views[std::size_t(t - first)];
+        EXPECT_EQ(std::vector<float>(view.begin(), view.end()), expected) << "tensor " << t;
+        ++tensors_checked;
+      }
+      parts.params.release_layer(owner);
+      EXPECT_EQ(parts.ledger.current(Device::Gpu, Component::GatheredParams), before);
+    }
+    EXPECT_EQ(tensors_checked, std::int64_t(layout.tensor_numel.size()));
+  }
 }
 
 TEST(EngineCheckpoint, ShardCutsTheRestoredWholeTensors) {
