@@ -106,29 +106,9 @@ void ZeroEngine::restore(const FullState& state) {
   state_->checkpoint.restore(state);
 }
 
-// The resident buffers come in the plan's order: NVMe stores and swap buffers, the master, the
-// parameters, the optimizer's states, the gradient partition, the reduce buffer. With NVMe offload
-// the master is assembled in memory once, then written to the sub-groups' files.
 ZeroEngine::State::State(const Plan& plan, Communicator& comm, LayerModel& net_,
                          MemoryLedger& ledger, const EngineOptions& options_)
-    : context(plan, comm, ledger),
-      net(net_),
-      options(options_),
-      nvme(context, Optimizer(plan.request.config.optimizer).state_per_element()),
-      params(context, nvme),
-      grads(context),
-      optimizer(context, grads, params, nvme),
-      checkpoint(context, params, optimizer, nvme) {
-  optimizer.allocate_master();
-  const bool master_in_files = context.has_master && nvme.optimizer_in_files();
-  std::vector<float> initial_master(master_in_files ? std::size_t(context.layout.owned) : 0);
-  const Numbers master =
-      master_in_files ? Numbers(std::span<float>(initial_master)) : optimizer.master();
-  params.initialize(net, master);
-  if (master_in_files) nvme.init_optimizer(initial_master);
-  optimizer.allocate_states();
-  grads.allocate_resident();
-}
+    : EngineComponents(plan, comm, net_, ledger), net(net_), options(options_) {}
 
 void ZeroEngine::State::begin_step(std::int64_t step_index) {
   step_index_ = step_index;

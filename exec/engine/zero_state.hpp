@@ -1,19 +1,14 @@
 #pragma once
-// The ZeRO engine's per-rank state (internal to exec/): its components, wired together, and the
+// The ZeRO engine's per-rank state (internal to exec/): its components (components.hpp) and the
 // dispatch of each op kind of the schedule to the component that runs it.
 #include <cstdint>
 
-#include "exec/engine/checkpoint_io.hpp"
-#include "exec/engine/context.hpp"
-#include "exec/engine/gradient_reducer.hpp"
-#include "exec/engine/nvme_swapper.hpp"
-#include "exec/engine/optimizer_runner.hpp"
-#include "exec/engine/parameter_store.hpp"
+#include "exec/engine/components.hpp"
 #include "exec/engine/zero_engine.hpp"
 
 namespace zerolens::exec {
 
-struct ZeroEngine::State {
+struct ZeroEngine::State : EngineComponents {
   State(const Plan& plan, Communicator& comm, LayerModel& net, MemoryLedger& ledger,
         const EngineOptions& options);
 
@@ -21,15 +16,8 @@ struct ZeroEngine::State {
   void run(const Op& op);
   StepReport finish_step();
 
-  // Declared in the order they are built (each uses those above it).
-  EngineContext context;
   LayerModel& net;
   EngineOptions options;
-  NvmeSwapper nvme;
-  ParameterStore params;
-  GradientReducer grads;
-  OptimizerRunner optimizer;
-  CheckpointIo checkpoint;
 
  private:
   void run_op(const Op& op);

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "engine_variants.hpp"
-#include "exec/engine/checkpoint_io.hpp"
+#include "exec/engine/components.hpp"
 #include "solo_communicator.hpp"
 
 namespace zerolens::exec {
@@ -59,38 +59,20 @@ TEST(EngineLayout, OwnedSegmentsOfEachStageByHand) {
   EXPECT_EQ(clip({0, 0, 5, 0}, 5, 9).length, 0);
 }
 
-// The components wired as the engine wires them, for one rank.
-struct SoloEngineParts {
-  explicit SoloEngineParts(const Variant& variant)
-      : plan(testing::variant_plan(variant, 1)),
-        net(testing::kVariantShape),
-        context(plan, comm, ledger),
-        nvme(context, Optimizer(plan.request.config.optimizer).state_per_element()),
-        params(context, nvme),
-        grads(context),
-        optimizer(context, grads, params, nvme),
-        checkpoint(context, params, optimizer, nvme) {
-    optimizer.allocate_master();
-    const bool master_in_files = context.has_master && nvme.optimizer_in_files();
-    initial_master.resize(master_in_files ? std::size_t(context.layout.owned) : 0);
-    params.initialize(
-        net, master_in_files ? Numbers(std::span<float>(initial_master)) : optimizer.master());
-    if (master_in_files) nvme.init_optimizer(initial_master);
-    optimizer.allocate_states();
-    grads.allocate_resident();
-  }
-
+// What the components need, for one rank.
+struct SoloSetup {
+  explicit SoloSetup(const Variant& variant)
+      : plan(testing::variant_plan(variant, 1)), net(testing::kVariantShape) {}
   Plan plan;
   testing::SoloCommunicator comm;
   MemoryLedger ledger;
   testing::ToyLayerModel net;
-  EngineContext context;
-  NvmeSwapper nvme;
-  ParameterStore params;
-  GradientReducer grads;
-  OptimizerRunner optimizer;
-  CheckpointIo checkpoint;
-  std::vector<float> initial_master;
+};
+
+// The components wired as the engine wires them (EngineComponents), for one rank.
+struct SoloEngineParts : SoloSetup, EngineComponents {
+  explicit SoloEngineParts(const Variant& variant)
+      : SoloSetup(variant), EngineComponents(plan, comm, net, ledger) {}
 };
 
 // A deterministic gradient value per owned element.
