@@ -1,9 +1,9 @@
 #pragma once
-// Reading DeepSpeed keys onto a training config: the step shared by the parsers of
-// sim/config/config.hpp (a file read onto the defaults) and apply_overrides (--set keys read onto a
-// config). Readers take the keys a document has and leave the config's values for the keys it
-// lacks; validation and the warnings about the whole config come once, at the end
-// (finish_training_config).
+// Reading DeepSpeed keys onto a training config: the step shared by the parsers
+// (parse_deepspeed_config below, parse_training_config in overrides.hpp: a file read onto the
+// defaults) and apply_overrides (--set keys read onto a config). Readers take the keys a document
+// has and leave the config's values for the keys it lacks; validation and the warnings about the
+// whole config come once, at the end (finish_training_config).
 #include <cstdint>
 #include <optional>
 #include <string>
