@@ -58,11 +58,17 @@ ScheduleOptions load_accounting(const PlanOptions& o) {
   };
   if (o.cuda_context_gib) options.cuda_context_bytes = gib(*o.cuda_context_gib, "--cuda-context");
   if (o.workspace_gib) options.library_workspace_bytes = gib(*o.workspace_gib, "--workspace");
+  if (o.allocator) options.allocator.kind = parse_allocator_kind(*o.allocator);
   if (o.fragmentation) {
     if (!(*o.fragmentation >= 0 && *o.fragmentation < 1)) {
       throw InputError("--fragmentation", "must be in [0, 1)");
     }
-    options.fragmentation_fraction = *o.fragmentation;
+    if (o.allocator && options.allocator.kind != AllocatorKind::Flat) {
+      throw InputError("--fragmentation",
+                       "is the flat allowance: it goes with --allocator flat, not " + *o.allocator);
+    }
+    options.allocator =
+        AllocatorSpec{.kind = AllocatorKind::Flat, .fragmentation_fraction = *o.fragmentation};
   }
   return options;
 }
@@ -137,7 +143,17 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
       ->group(accounting);
   app.add_option("--cuda-context", o.cuda_context_gib, "CUDA context per GPU in GiB (default 0.5)")->group(accounting);
   app.add_option("--workspace", o.workspace_gib, "cuBLAS/NCCL workspaces per GPU in GiB (default 0.25)")->group(accounting);
-  app.add_option("--fragmentation", o.fragmentation, "Allocator fragmentation allowance, fraction of the peak (default 0.05)")
+  app.add_option("--allocator", o.allocator,
+                 "GPU allocator, for the reserved bytes: pytorch-caching (PyTorch's caching "
+                 "allocator, simulated; the "
+                 "default), pytorch-expandable (with expandable_segments:True), flat (reserved = "
+                 "allocated x (1 + "
+                 "--fragmentation))")
+      ->check(CLI::IsMember({"pytorch-caching", "pytorch-expandable", "flat"}))
+      ->group(accounting);
+  app.add_option("--fragmentation", o.fragmentation,
+                 "Flat allocator allowance, fraction of the peak allocated bytes (implies "
+                 "--allocator flat)")
       ->group(accounting);
 }
 

@@ -26,6 +26,7 @@ struct PlanOptions : ConfigOverrides {
   // Accounting.
   bool model_states_only = false;
   std::optional<double> cuda_context_gib, workspace_gib, fragmentation;
+  std::optional<std::string> allocator;
 };
 
 void add_plan_options(CLI::App& app, PlanOptions& options);

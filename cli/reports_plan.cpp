@@ -13,6 +13,33 @@ std::string precision_label(const TrainingConfig& config) {
   return to_string(config.precision.precision);
 }
 
+// What PyTorch and nvidia-smi would report for one GPU, each named as they name it.
+void print_gpu_figures(std::ostream& out, const Plan& plan, SizeUnit unit) {
+  if (plan.request.options.model_states_only) return;
+  const GpuMemoryFigures& gpu = plan.gpu;
+  auto size = [&](Bytes bytes) { return format_size_value(bytes, unit) + " " + unit_name(unit); };
+  const bool simulated = plan.schedule.allocator.kind != AllocatorKind::Flat;
+  out << "  GPU/rank: allocated " << size(gpu.allocated) << " (torch.cuda.max_memory_allocated)"
+      << " | reserved " << size(gpu.reserved) << " (max_memory_reserved; "
+      << (simulated ? std::string(to_string(plan.schedule.allocator.kind)) + " allocator, " +
+                          std::to_string(gpu.allocator_segments) + " segments"
+                    : "flat allowance")
+      << ")\n  device used " << size(gpu.device_used) << " (nvidia-smi: reserved + "
+      << size(gpu.outside_allocator) << " CUDA context and library workspaces)"
+      << "\n  initialisation " << size(gpu.initialization_allocated) << " allocated";
+  if (plan.schedule.context.zero_stage().partitions_parameters()) {
+    out << " with the model moved to the GPU whole, "
+        << size(gpu.initialization_allocated_partitioned)
+        << " built partitioned (zero.Init or a meta-device init)";
+  }
+  out << "\n";
+  if (gpu.allocator_out_of_memory) {
+    out << "  the allocator runs out of memory: a request finds no free block and no room for a "
+           "segment, "
+           "even after returning its cached segments\n";
+  }
+}
+
 void print_memory(std::ostream& out, const Plan& plan, SizeUnit unit) {
   out << "Memory at the peak of one step (" << unit_name(unit)
       << (unit == SizeUnit::GB ? " = 1e9 bytes" : " = 2^30 bytes")
@@ -41,6 +68,7 @@ void print_memory(std::ostream& out, const Plan& plan, SizeUnit unit) {
       << (gpu.peak_op >= 0 ? plan.schedule.describe(std::size_t(gpu.peak_op), plan.request.model)
                            : std::string("at initialisation"))
       << "\n";
+  print_gpu_figures(out, plan, unit);
 }
 
 void print_components(std::ostream& out, const Plan& plan, SizeUnit unit) {
@@ -121,6 +149,13 @@ void print_plan_csv(std::ostream& out, const Plan& plan) {
     out << "memory," << name << ",capacity," << device.capacity << '\n';
     out << "memory," << name << ",fits," << (device.fits() ? 1 : 0) << '\n';
   }
+  const GpuMemoryFigures& gpu = plan.gpu;
+  out << "memory,gpu,allocated," << gpu.allocated << '\n';
+  out << "memory,gpu,reserved," << gpu.reserved << '\n';
+  out << "memory,gpu,device_used," << gpu.device_used << '\n';
+  out << "memory,gpu,initialization_allocated," << gpu.initialization_allocated << '\n';
+  out << "memory,gpu,initialization_allocated_partitioned,"
+      << gpu.initialization_allocated_partitioned << '\n';
   for (int k = 0; k < kOpKindCount; ++k) {
     const auto& totals = plan.comm.collectives[std::size_t(k)];
     if (totals.calls == 0) continue;

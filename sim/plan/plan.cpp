@@ -1,5 +1,7 @@
 #include "sim/plan/plan.hpp"
 
+#include <algorithm>
+
 #include "sim/core/error.hpp"
 #include "sim/schedule/builder.hpp"
 #include "sim/schedule/memory_replay.hpp"
@@ -93,14 +95,22 @@ Plan make_plan(PlanRequest request, ReplayDetail detail, MemoryTimeline& replay)
   plan.batch = resolve_batch(request.config.batch, request.dp_size);
   check_activation_total(request.model, plan.batch.micro_batch_per_gpu, plan.seq_len);
   const int gpus_per_node = request.cluster.node.gpus_per_node;
+  ScheduleOptions options = request.options;
+  // The allocator may reserve what the GPU has beyond the memory it does not manage.
+  options.allocator.device_limit =
+      std::max<Bytes>(0, request.cluster.gpu.memory_bytes - options.cuda_context_bytes -
+                             options.library_workspace_bytes);
   plan.schedule = build_schedule(request.model, request.config, plan.batch, plan.seq_len,
-                                 request.dp_size, gpus_per_node, request.options);
+                                 request.dp_size, gpus_per_node, options);
   replay = replay_memory(plan.schedule, detail);
   const int ranks_per_node = group_shape(request.dp_size, gpus_per_node).ranks_per_node;
   for (int d = 0; d < kDeviceCount; ++d) {
     plan.devices[std::size_t(d)] =
         device_report(Device(d), replay.devices[std::size_t(d)], request.cluster, ranks_per_node);
   }
+  plan.gpu = replay.gpu;
+  plan.devices[std::size_t(Device::Gpu)].allocator_out_of_memory =
+      replay.gpu.allocator_out_of_memory;
   plan.comm = summarize_comm(plan.schedule);
   plan.request = std::move(request);
   add_notes(plan);

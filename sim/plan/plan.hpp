@@ -31,8 +31,9 @@ struct DeviceReport {
   CategoryBytes categories{};     // at the peak, same scope as `peak`
   ComponentBytes components{};    // at the peak, same scope as `peak`
   std::int64_t peak_op = -1;
+  bool allocator_out_of_memory = false;  // GPU: the allocator's model ran out of device memory
   Bytes headroom() const { return capacity - peak; }
-  bool fits() const { return peak <= capacity; }
+  bool fits() const { return peak <= capacity && !allocator_out_of_memory; }
 };
 
 struct Plan {
@@ -41,6 +42,7 @@ struct Plan {
   std::int64_t seq_len = 0;
   Schedule schedule;
   std::array<DeviceReport, kDeviceCount> devices;
+  GpuMemoryFigures gpu;  // per rank: allocated, reserved, device used, initialisation
   CommReport comm;
   std::vector<std::string> notes;  // facts worth telling the user (ignored options, assumptions)
 

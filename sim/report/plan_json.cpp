@@ -25,6 +25,20 @@ json component_json(const ComponentBytes& components) {
   return bytes;
 }
 
+// The three figures a user reads off a GPU, named as PyTorch and nvidia-smi name them.
+json gpu_memory_json(const Plan& plan) {
+  const GpuMemoryFigures& gpu = plan.gpu;
+  return {{"allocated", gpu.allocated},
+          {"reserved", gpu.reserved},
+          {"outside_allocator", gpu.outside_allocator},
+          {"device_used", gpu.device_used},
+          {"initialization_allocated", gpu.initialization_allocated},
+          {"initialization_allocated_partitioned", gpu.initialization_allocated_partitioned},
+          {"allocator", to_string(plan.schedule.allocator.kind)},
+          {"allocator_segments", gpu.allocator_segments},
+          {"allocator_out_of_memory", gpu.allocator_out_of_memory}};
+}
+
 json device_json(const Plan& plan, const DeviceReport& device) {
   json out;
   out["scope"] = device.device == Device::Gpu ? "rank" : "node";
@@ -36,6 +50,7 @@ json device_json(const Plan& plan, const DeviceReport& device) {
   out["bytes"] = category_json(device.categories, device.peak);
   out["components"] = component_json(device.components);
   out["peak_op"] = device.peak_op;
+  if (device.device == Device::Gpu) out["memory"] = gpu_memory_json(plan);
   out["peak_during"] = device.peak_op >= 0
                            ? plan.schedule.describe(std::size_t(device.peak_op), plan.request.model)
                            : std::string("initialisation (before the step)");
@@ -75,7 +90,8 @@ json run_json(const Plan& plan) {
           {"model_states_only", options.model_states_only},
           {"cuda_context_bytes", options.cuda_context_bytes},
           {"library_workspace_bytes", options.library_workspace_bytes},
-          {"fragmentation_fraction", options.fragmentation_fraction}};
+          {"allocator", to_string(options.allocator.kind)},
+          {"fragmentation_fraction", options.allocator.fragmentation_fraction}};
 }
 
 Bytes integer_at(const json& object, const std::string& key, const std::string& where) {

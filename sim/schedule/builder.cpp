@@ -56,7 +56,8 @@ class ScheduleBuilder {
     c.activation_checkpointing = config.activation_checkpointing.enabled;
     c.model_states_only = options.model_states_only;
     schedule_.layout = make_param_layout(model, zero_, dp_size, options.model_states_only);
-    schedule_.fragmentation_fraction = options.model_states_only ? 0 : options.fragmentation_fraction;
+    schedule_.allocator = options.allocator;
+    if (options.model_states_only) schedule_.allocator = AllocatorSpec{.kind = AllocatorKind::Flat};
     param_bytes_ = config.precision.param_bytes();
     grad_bytes_ = config.precision.grad_bytes();
     state_bytes_ = config.optimizer.state_bytes_per_param();
@@ -81,6 +82,7 @@ class ScheduleBuilder {
 
   Schedule build() {
     add_resident();
+    add_initialization();
     build_use_order();
     const auto micro_steps = schedule_.context.grad_accumulation;
     for (std::int64_t micro = 0; micro < micro_steps; ++micro) {
@@ -200,6 +202,35 @@ class ScheduleBuilder {
     }
     resident(Device::Gpu, Component::CudaContext, options_.cuda_context_bytes);
     resident(Device::Gpu, Component::LibraryWorkspace, options_.library_workspace_bytes);
+  }
+
+  // From process start to the step. DeepSpeed's engine converts the module to the training dtype
+  // and moves it to the GPU whole (engine.py _configure_distributed_model); stage 3 then partitions
+  // it and frees the rest, unless the model was built inside zero.Init, where each module's
+  // parameters are partitioned as soon as its constructor returns (partition_parameters.py
+  // _post_init_method): only the largest layer is ever whole. Then the optimizer creates its
+  // states by stepping once on a zeroed fp32 gradient of the partition (stage_1_and_2.py and
+  // stage3.py initialize_optimizer_states), which it frees.
+  void add_initialization() {
+    const ParamLayout& p = params();
+    const Bytes whole = p.total * param_bytes_;
+    Bytes largest_layer = 0;
+    for (const Elements numel : layer_numel_)
+      largest_layer = std::max(largest_layer, numel * param_bytes_);
+    for (std::size_t mode = 0; mode < 2; ++mode) {
+      auto& init = schedule_.initialization[mode];
+      const bool whole_first = zero_.partitions_parameters() && mode == Schedule::kInitWholeModel;
+      const Bytes transient = zero_.partitions_parameters() && !whole_first ? largest_layer : 0;
+      if (whole_first) init.push_back({Device::Gpu, Component::ParamsFull, whole});
+      if (transient > 0) init.push_back({Device::Gpu, Component::ParamsFull, transient});
+      for (const auto& effect : schedule_.resident) init.push_back(effect);
+      if (whole_first) init.push_back({Device::Gpu, Component::ParamsFull, -whole});
+      if (transient > 0) init.push_back({Device::Gpu, Component::ParamsFull, -transient});
+      if (!options_.model_states_only && p.owned > 0) {
+        init.push_back({optimizer_device_, Component::Fp32GradCast, p.owned * 4});
+        init.push_back({optimizer_device_, Component::Fp32GradCast, -p.owned * 4});
+      }
+    }
   }
 
   // ---- stage 3: parameter gathering (DeepSpeed's PartitionedParameterCoordinator) ---------

@@ -4,6 +4,8 @@
 
 #include "sim/schedule/memory_replay.hpp"
 
+#include "sim/schedule/allocator_replay.hpp"
+
 namespace zerolens {
 namespace {
 
@@ -15,14 +17,53 @@ CategoryBytes categories_of(const ComponentBytes& components) {
   return categories;
 }
 
-// Fragmentation allowance: a fraction of the peak allocated GPU bytes, excluding the CUDA context
-// and library workspaces (which the caching allocator does not manage).
-void add_fragmentation(DevicePeak& gpu, double fraction) {
-  const Bytes managed = gpu.peak - gpu.components[std::size_t(Component::CudaContext)] -
-                        gpu.components[std::size_t(Component::LibraryWorkspace)];
-  const Bytes allowance = Bytes(std::llround(double(std::max<Bytes>(0, managed)) * fraction));
-  gpu.components[std::size_t(Component::Fragmentation)] += allowance;
-  gpu.peak += allowance;
+Bytes outside_allocator(const ComponentBytes& components) {
+  return components[std::size_t(Component::CudaContext)] +
+         components[std::size_t(Component::LibraryWorkspace)];
+}
+
+// The highest the allocator's bytes on the GPU reach during one initialisation sequence.
+Bytes initialization_peak(const std::vector<MemEffect>& effects) {
+  Bytes total = 0, peak = 0;
+  for (const auto& effect : effects) {
+    if (effect.device != Device::Gpu || effect.component == Component::CudaContext ||
+        effect.component == Component::LibraryWorkspace) {
+      continue;
+    }
+    total += effect.bytes;
+    peak = std::max(peak, total);
+  }
+  return peak;
+}
+
+// The GPU's three figures. Allocated is the replay's peak less what the allocator does not serve;
+// reserved comes from the allocator's model (or the flat allowance), never below allocated; what
+// it reserves beyond allocated is charged to Fragmentation at the peak, so that the peak is what
+// the device holds then.
+GpuMemoryFigures gpu_figures(const Schedule& schedule, DevicePeak& gpu) {
+  GpuMemoryFigures figures;
+  figures.outside_allocator = outside_allocator(gpu.components);
+  figures.allocated = gpu.peak - figures.outside_allocator;
+  const AllocatorSpec& spec = schedule.allocator;
+  if (spec.kind == AllocatorKind::Flat) {
+    figures.reserved =
+        figures.allocated + Bytes(std::llround(double(std::max<Bytes>(0, figures.allocated)) *
+                                               spec.fragmentation_fraction));
+  } else {
+    const AllocatorReplay allocator = replay_allocator(schedule);
+    figures.reserved = std::max(figures.allocated, allocator.peak_reserved);
+    figures.allocator_segments = allocator.segments;
+    figures.allocator_out_of_memory = allocator.out_of_memory;
+  }
+  const Bytes beyond = figures.reserved - figures.allocated;
+  gpu.components[std::size_t(Component::Fragmentation)] += beyond;
+  gpu.peak += beyond;
+  figures.device_used = gpu.peak;
+  figures.initialization_allocated =
+      initialization_peak(schedule.initialization[Schedule::kInitWholeModel]);
+  figures.initialization_allocated_partitioned =
+      initialization_peak(schedule.initialization[Schedule::kInitPartitioned]);
+  return figures;
 }
 
 }  // namespace
@@ -74,7 +115,7 @@ MemoryTimeline replay_memory(const Schedule& schedule, ReplayDetail detail) {
     }
     if (keep_states) timeline.states.push_back(components);
   }
-  add_fragmentation(timeline.devices[std::size_t(Device::Gpu)], schedule.fragmentation_fraction);
+  timeline.gpu = gpu_figures(schedule, timeline.devices[std::size_t(Device::Gpu)]);
   for (auto& device : timeline.devices) device.categories = categories_of(device.components);
   return timeline;
 }

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <string>
 
+#include "sim/core/error.hpp"
+
 namespace zerolens {
 
 Device device_of(OffloadDevice device) {
@@ -167,6 +169,27 @@ const char* to_string(Link link) {
     case Link::NvmeWrite: return "nvme_write";
   }
   return "none";
+}
+
+const char* to_string(AllocatorKind kind) {
+  switch (kind) {
+    case AllocatorKind::PytorchCaching:
+      return "pytorch-caching";
+    case AllocatorKind::PytorchExpandable:
+      return "pytorch-expandable";
+    case AllocatorKind::Flat:
+      return "flat";
+  }
+  return "flat";
+}
+
+AllocatorKind parse_allocator_kind(const std::string& text) {
+  for (const auto kind :
+       {AllocatorKind::PytorchCaching, AllocatorKind::PytorchExpandable, AllocatorKind::Flat}) {
+    if (text == to_string(kind)) return kind;
+  }
+  throw InputError("allocator",
+                   "unknown allocator '" + text + "' (pytorch-caching, pytorch-expandable, flat)");
 }
 
 // Plain-language descriptions of ops, for tables, traces and the GUI.

@@ -132,11 +132,26 @@ struct Bucket {
   Elements elements = 0;
 };
 
+// How the GPU's allocated bytes become reserved bytes (what the allocator holds from the device).
+enum class AllocatorKind : std::uint8_t {
+  PytorchCaching,  // PyTorch's caching allocator, simulated over the step (caching_allocator.hpp)
+  PytorchExpandable,  // the same with expandable_segments:True
+  Flat,  // reserved = allocated x (1 + fragmentation_fraction): one buffer per allocation
+};
+const char* to_string(AllocatorKind kind);
+AllocatorKind parse_allocator_kind(const std::string& text);  // throws InputError
+
+struct AllocatorSpec {
+  AllocatorKind kind = AllocatorKind::PytorchCaching;
+  double fragmentation_fraction = 0;  // Flat only: of the peak allocated GPU bytes
+  Bytes device_limit = 0;  // bytes the allocator may reserve (0: unlimited); set from the GPU
+};
+
 struct ScheduleOptions {
   bool model_states_only = false;  // drop activations, buffers and overhead (ZeRO paper accounting)
   Bytes cuda_context_bytes = Bytes{512} << 20;
   Bytes library_workspace_bytes = Bytes{256} << 20;
-  double fragmentation_fraction = 0.05;  // of the peak allocated GPU bytes
+  AllocatorSpec allocator;
 };
 
 // Everything the schedule was built from that later consumers need.
@@ -160,12 +175,17 @@ struct Schedule {
   ScheduleContext context;
   ParamLayout layout;
   std::vector<MemEffect> resident;  // allocated at initialisation, before the step
+  // Initialisation in order, from process start to the step (what is left is `resident`):
+  // [kInitWholeModel] the model is moved to the GPU whole and then partitioned; [kInitPartitioned]
+  // it is built partitioned (DeepSpeed's zero.Init, a meta-device init). Alike below stage 3.
+  static constexpr std::size_t kInitWholeModel = 0, kInitPartitioned = 1;
+  std::array<std::vector<MemEffect>, 2> initialization;
   std::vector<Op> ops;              // in program order (a valid topological order)
   std::vector<MemEffect> effects;
   std::vector<std::uint32_t> dependencies;
   std::vector<Bucket> buckets;
   std::vector<std::int32_t> bucket_tensors;  // global tensor ids of all buckets, bucket after bucket
-  double fragmentation_fraction = 0;
+  AllocatorSpec allocator;
 
   std::span<const std::int32_t> tensors_of(const Bucket& bucket) const {
     return {bucket_tensors.data() + bucket.tensors_begin, bucket.tensors_count};

@@ -97,7 +97,8 @@ json inputs_json(const TraceInputs& in) {
            {{"model_states_only", in.options.model_states_only},
             {"cuda_context_bytes", in.options.cuda_context_bytes},
             {"library_workspace_bytes", in.options.library_workspace_bytes},
-            {"fragmentation_fraction", in.options.fragmentation_fraction}}}};
+            {"allocator", to_string(in.options.allocator.kind)},
+            {"fragmentation_fraction", in.options.allocator.fragmentation_fraction}}}};
 }
 
 // Errors name the key under run.inputs; warnings (unknown keys) are dropped: the writer is ours.
@@ -121,8 +122,18 @@ TraceInputs read_inputs(const json& object) {
   in.options.cuda_context_bytes = as_int(required(options, "cuda_context_bytes", o), o + ".cuda_context_bytes");
   in.options.library_workspace_bytes =
       as_int(required(options, "library_workspace_bytes", o), o + ".library_workspace_bytes");
-  in.options.fragmentation_fraction =
-      as_double(required(options, "fragmentation_fraction", o), o + ".fragmentation_fraction", 0, 1);
+  in.options.allocator.fragmentation_fraction = as_double(
+      required(options, "fragmentation_fraction", o), o + ".fragmentation_fraction", 0, 1);
+  // Traces written before the allocator model planned a flat allowance.
+  in.options.allocator.kind = AllocatorKind::Flat;
+  if (options.contains("allocator")) {
+    try {
+      in.options.allocator.kind =
+          parse_allocator_kind(as_string(options.at("allocator"), o + ".allocator"));
+    } catch (const InputError& error) {
+      throw InputError(o + ".allocator", error.what());
+    }
+  }
   return in;
 }
 
@@ -201,6 +212,7 @@ Trace make_trace(const Plan& plan, const Timeline& timeline, const MemoryTimelin
   trace.summary.exposed_communication = timeline.exposed_communication;
   for (const auto& device : plan.devices)
     trace.summary.peak[std::size_t(device.device)] = device.peak_per_rank;
+  trace.summary.gpu_memory = replay.gpu;
   const auto& layers = plan.request.model.layers;
   for (int rank = 0; rank < ranks; ++rank) {
     trace.ranks.push_back(rank);

@@ -65,6 +65,8 @@ struct TraceSummary {
   std::optional<std::array<CategoryBytes, kDeviceCount>> category_highs;  // highest per device and category
   std::optional<std::array<TraceCollective, kOpKindCount>> collectives;   // per op kind, one step (the last)
   std::optional<TraceLinkBytes> link_bytes;                               // host-device and NVMe, one step
+  // The simulator writes it in predicted traces: allocated, reserved, device used, initialisation.
+  std::optional<GpuMemoryFigures> gpu_memory;
 };
 
 struct Trace {

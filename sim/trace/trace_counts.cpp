@@ -93,12 +93,49 @@ TraceLinkBytes read_link_bytes(const json& object, const std::string& where) {
   return links;
 }
 
+constexpr const char* kGpuMemoryNames[] = {"allocated",
+                                           "reserved",
+                                           "outside_allocator",
+                                           "device_used",
+                                           "initialization_allocated",
+                                           "initialization_allocated_partitioned"};
+
+Bytes* gpu_memory_field(GpuMemoryFigures& gpu, int i) {
+  Bytes* fields[] = {&gpu.allocated,
+                     &gpu.reserved,
+                     &gpu.outside_allocator,
+                     &gpu.device_used,
+                     &gpu.initialization_allocated,
+                     &gpu.initialization_allocated_partitioned};
+  return fields[i];
+}
+
+json gpu_memory_json(GpuMemoryFigures gpu) {
+  json object = json::object();
+  for (int i = 0; i < 6; ++i) object[kGpuMemoryNames[i]] = *gpu_memory_field(gpu, i);
+  object["allocator_out_of_memory"] = gpu.allocator_out_of_memory;
+  return object;
+}
+
+GpuMemoryFigures read_gpu_memory(const json& object, const std::string& where) {
+  as_object(object, where);
+  GpuMemoryFigures gpu;
+  for (int i = 0; i < 6; ++i) {
+    *gpu_memory_field(gpu, i) =
+        as_int(required(object, kGpuMemoryNames[i], where), join_key(where, kGpuMemoryNames[i]));
+  }
+  const std::string oom = "allocator_out_of_memory";
+  gpu.allocator_out_of_memory = as_bool(required(object, oom, where), join_key(where, oom));
+  return gpu;
+}
+
 }  // namespace
 
 void write_summary_counts(const TraceSummary& summary, json& object) {
   if (summary.category_highs) object["category_highs"] = category_highs_json(*summary.category_highs);
   if (summary.collectives) object["collectives"] = collectives_json(*summary.collectives);
   if (summary.link_bytes) object["link_bytes"] = link_bytes_json(*summary.link_bytes);
+  if (summary.gpu_memory) object["gpu_memory"] = gpu_memory_json(*summary.gpu_memory);
 }
 
 void read_summary_counts(const json& object, TraceSummary& summary) {
@@ -111,6 +148,8 @@ void read_summary_counts(const json& object, TraceSummary& summary) {
   if (const json* links = member(object, "link_bytes")) {
     summary.link_bytes = read_link_bytes(*links, "summary.link_bytes");
   }
+  if (const json* gpu = member(object, "gpu_memory"))
+    summary.gpu_memory = read_gpu_memory(*gpu, "summary.gpu_memory");
 }
 
 }  // namespace zerolens

@@ -72,7 +72,7 @@ inline Plan gpt2_plan(const Gpt2Setup& s, int ranks) {
   request.cluster = with_ranks(cluster_from_preset("dgx-a100-80gb"), ranks, 8);
   request.options.cuda_context_bytes = 0;
   request.options.library_workspace_bytes = 0;
-  request.options.fragmentation_fraction = 0;
+  request.options.allocator = AllocatorSpec{.kind = AllocatorKind::Flat};
   return make_plan(request);
 }
 

@@ -211,7 +211,7 @@ Plan hand_plan(bool checkpointing) {
   request.cluster = testing::test_cluster(1);
   request.options.cuda_context_bytes = 0;
   request.options.library_workspace_bytes = 0;
-  request.options.fragmentation_fraction = 0;
+  request.options.allocator = AllocatorSpec{.kind = AllocatorKind::Flat};
   return make_plan(request);
 }
 

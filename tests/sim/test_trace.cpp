@@ -49,7 +49,7 @@ TEST(Trace, InputsPlanTheSameSchedule) {
   PlanRequest request = testing::plan_of(testing::flat_model(5, 40'000), config, 4, 8).request;
   request.cluster = with_ranks(cluster_from_preset("dgx-a100-80gb"), 4, 2);
   request.options.cuda_context_bytes = 123;
-  request.options.fragmentation_fraction = 0;
+  request.options.allocator = AllocatorSpec{.kind = AllocatorKind::Flat};
   const Plan plan = make_plan(request);
   const Timeline timeline = simulate_timeline(plan.schedule, plan.request.cluster, TimelineOptions{});
   const Trace copy = trace_from_json(json::parse(trace_to_json(make_trace(plan, timeline, 1)).dump()));
