@@ -19,6 +19,7 @@ Model load_plan_model(const PlanOptions& o, Diagnostics& diagnostics) {
                                                    diagnostics, *o.hf_config)
                             : load_model(o.model, diagnostics);
   if (o.attention) model = with_attention(model, parse_attention_impl(*o.attention));
+  if (o.dropout) model = with_dropout(model, *o.dropout);
   return model;
 }
 
@@ -92,6 +93,10 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
       ->check(CLI::Range(1, 1024));
   app.add_option("--attention", o.attention, "Attention implementation for activation memory: eager|flash")
       ->check(CLI::IsMember({"eager", "flash"}));
+  app.add_option("--dropout", o.dropout,
+                 "Dropout probability of a transformer (0: no dropout masks or outputs kept; "
+                 "default: the model's)")
+      ->check(CLI::Range(0.0, 0.999));
   auto* zero = "DeepSpeed fields";
   app.add_option("-s,--stage", o.stage, "zero_optimization.stage (0 = plain data parallelism)")
       ->check(CLI::Range(0, 3))->group(zero);
@@ -104,6 +109,20 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
             {"none", "cpu", "nvme"})
       ->group(zero);
   app.add_option("--nvme-path", o.nvme_path, "nvme_path of both offload blocks")->group(zero);
+  add_named(
+      app, "--framework", "--framework", o.framework, parse_framework,
+      "Framework whose allocations are planned: deepspeed (default), fsdp2 (fully_shard), fsdp1 "
+      "(FullyShardedDataParallel); FSDP plans stage 3 (FULL_SHARD)",
+      {"deepspeed", "fsdp2", "fsdp1"})
+      ->group(zero);
+  app.add_option(
+         "--reshard-after-forward", o.reshard_after_forward,
+         "FSDP: free a unit's gathered parameters after its forward (true; false = SHARD_GRAD_OP)")
+      ->group(zero);
+  add_named(app, "--reduce-dtype", "--reduce-dtype", o.reduce_dtype, parse_precision,
+            "FSDP: MixedPrecisionPolicy.reduce_dtype fp32|bf16|fp16 (default: the parameter dtype)",
+            {"fp32", "fp16", "bf16"})
+      ->group(zero);
   app.add_option("--pin-memory", o.pin_memory, "pin_memory of both offload blocks (true|false)")->group(zero);
   app.add_option("-b,--micro-batch", o.micro_batch,
                  "train_micro_batch_size_per_gpu (keeps gradient_accumulation_steps; train_batch_size follows)")

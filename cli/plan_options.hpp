@@ -23,6 +23,7 @@ struct PlanOptions : ConfigOverrides {
   std::optional<int> gpus;
   std::optional<int> gpus_per_node;
   std::optional<std::string> attention;
+  std::optional<double> dropout;
   // Accounting.
   bool model_states_only = false;
   std::optional<double> cuda_context_gib, workspace_gib, fragmentation;

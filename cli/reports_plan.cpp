@@ -118,8 +118,17 @@ std::string describe_setup(const Plan& plan) {
                      cluster.gpu.name + " (" + std::to_string(cluster.nodes) + " node" +
                      (cluster.nodes > 1 ? "s" : "") + " x " + std::to_string(cluster.node.gpus_per_node) +
                      ")\n";
-  text += r.config.zero.description() + ", " + precision_label(r.config) + ", " +
-          to_string(r.config.optimizer.type) + "; micro-batch " +
+  if (r.config.is_fsdp()) {
+    text += std::string("PyTorch ") + to_string(r.config.framework) +
+            (r.config.fsdp.reshard_after_forward ? " FULL_SHARD" : " SHARD_GRAD_OP") +
+            (r.config.fsdp.reduce_dtype
+                 ? std::string(", reduce in ") + to_string(*r.config.fsdp.reduce_dtype)
+                 : "") +
+            " (as " + r.config.zero.description() + "), ";
+  } else {
+    text += r.config.zero.description() + ", ";
+  }
+  text += precision_label(r.config) + ", " + to_string(r.config.optimizer.type) + "; micro-batch " +
           std::to_string(plan.batch.micro_batch_per_gpu) + " x seq " +
           std::to_string(plan.seq_len) + ", gradient accumulation " +
           std::to_string(plan.batch.gradient_accumulation_steps) + ", global batch " +

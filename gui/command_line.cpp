@@ -27,6 +27,8 @@ const Flag kFlags[] = {
     {"cluster", "SPEC", "Cluster preset or JSON file"},
     {"gpus", "N", "Data-parallel ranks"},
     {"gpus-per-node", "N", "GPUs per node (default: the cluster's)"},
+    {"framework", "NAME", "deepspeed|fsdp2|fsdp1 (FSDP plans stage 3)"},
+    {"reduce-dtype", "P", "FSDP reduce_dtype: fp32|fp16|bf16"},
     {"stage", "N", "ZeRO stage 0-3"},
     {"offload-optimizer", "DEV", "none|cpu|nvme"},
     {"offload-param", "DEV", "none|cpu|nvme (stage 3)"},
@@ -86,6 +88,9 @@ void apply_sources(const QCommandLineParser& p, Settings& s, Diagnostics& d) {
 // it, a stage alone clears the offloads it does not allow).
 ConfigOverrides config_edits(const QCommandLineParser& p) {
   ConfigOverrides edits;
+  if (p.isSet("framework")) edits.framework = parse_framework(text(p, "framework"), "--framework");
+  if (p.isSet("reduce-dtype"))
+    edits.reduce_dtype = parse_precision(text(p, "reduce-dtype"), "--reduce-dtype");
   if (p.isSet("stage")) edits.stage = int(integer(p, "stage", 0, 3));
   if (p.isSet("offload-optimizer"))
     edits.offload_optimizer =

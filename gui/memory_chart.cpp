@@ -206,13 +206,20 @@ QChart* MemoryPage::device_chart(Device device) {
       {QPointF(0, double(capacity)), QPointF(end, double(capacity))}, time.per_second, unit.bytes,
       QPen(QColor(0xd62728), 1.5, Qt::DashLine)));
   const Bytes peak = planned.plan.device(device).peak_per_rank;
-  series.push_back(line_series(QString("plan's peak %1 %2 (highest inside an op%3)")
-                                   .arg(double(peak) / unit.bytes, 0, 'f', 2)
-                                   .arg(unit.name)
-                                   .arg(device == Device::Gpu ? ", with fragmentation" : ""),
-                               {QPointF(0, double(peak)), QPointF(end, double(peak))},
-                               time.per_second, unit.bytes,
-                               QPen(QColor(0x2ca02c), 1.5, Qt::DotLine)));
+  auto level = [&](const QString& label, Bytes bytes, const QColor& colour) {
+    series.push_back(line_series(
+        QString("%1 %2 %3").arg(label).arg(double(bytes) / unit.bytes, 0, 'f', 2).arg(unit.name),
+        {QPointF(0, double(bytes)), QPointF(end, double(bytes))}, time.per_second, unit.bytes,
+        QPen(colour, 1.5, Qt::DotLine)));
+  };
+  if (device == Device::Gpu && !planned.plan.request.options.model_states_only) {
+    // The three figures a user reads: PyTorch's allocated and reserved, nvidia-smi's device used.
+    level("peak allocated", planned.plan.gpu.allocated, QColor(0x9467bd));
+    level("peak reserved (allocator)", planned.plan.gpu.reserved, QColor(0x8c564b));
+    level("device used (nvidia-smi)", peak, QColor(0x2ca02c));
+  } else {
+    level("plan's peak (highest inside an op)", peak, QColor(0x2ca02c));
+  }
   series.push_back(line_series("step cursor", {}, 1, 1, QPen(QColor(0x555555), 1)));
   cursors_.push_back(series.back());
   auto* x = make_value_axis(QString("time (%1)").arg(time.name), 0, end * time.per_second);

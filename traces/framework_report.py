@@ -6,10 +6,10 @@ plans each with `zerolens plan --json` (DeepSpeed runs: the very DeepSpeed confi
 FULL_SHARD at world size 1: ZeRO-3, its CPU offload: parameters and optimizer on the CPU; plain
 PyTorch: stage 0), and prints a markdown table of three figures side by side:
 
-  allocated    torch.cuda.max_memory_allocated over the steady steps, against the plan's GPU peak
-               less its overhead category (context, library workspaces, fragmentation allowance);
-  reserved     max_memory_reserved, against nothing yet (sim has no caching-allocator model: issue 18);
-  device used  total - free (cudaMemGetInfo) after each step, against the plan's GPU total.
+  allocated    torch.cuda.max_memory_allocated over the steady steps, against the plan's allocated;
+  reserved     max_memory_reserved, against the plan's reserved (its caching-allocator model);
+  device used  total - free (cudaMemGetInfo) after each step, against the plan's device used, with
+               the CUDA context the run measured before its first tensor (a fact of the machine).
 
 It also checks what a run must satisfy to be a valid measurement of that shape, and exits 1 when one
 does not: the model has exactly the parameters of the zerolens preset (an independent count of the
@@ -52,13 +52,14 @@ def plan_arguments(run):
     named = ["--model", model["preset"]] if model.get("preset") else ["--hf-config", model.get("hf_config", "")]
     args = [*named, "--gpus", "1", "--micro-batch", str(run["micro_batch"]),
             "--seq-len", str(run["seq_len"]), "--precision", run["precision"], "--attention", "eager",
-            "--activation-checkpointing", "true" if run.get("checkpointing") else "false", "--cluster", "h100-x1"]
+            "--activation-checkpointing", "true" if run.get("checkpointing") else "false", "--cluster", "h100-x1",
+            "--dropout", "0"]  # framework_reference.py's GPT-2 has no dropout
     framework = run["framework"]
     if framework == "deepspeed":
         return args, run["deepspeed_config"]
     if framework == "fsdp2":  # FULL_SHARD; CPUOffloadPolicy moves parameters, gradients and the step to the CPU
         offload = run.get("offload_param", "none")
-        args += ["--stage", "3", "--offload-param", offload, "--offload-optimizer", offload]
+        args += ["--framework", "fsdp2", "--offload-param", offload, "--offload-optimizer", offload]
     elif framework == "torch":
         args += ["--stage", "0"]
     else:
@@ -73,6 +74,7 @@ def predict(zerolens, run, scratch):
         with open(config_path, "w") as f:
             json.dump(ds_config, f)
         args += ["--deepspeed-config", config_path]
+    args += ["--cuda-context", repr(max(0, context_bytes(run)) / 2**30)]
     result = subprocess.run([zerolens, "plan", "--json", *args], capture_output=True, text=True)
     if result.returncode != 0:
         raise BadRun(f"zerolens plan {' '.join(args)}: {result.stderr.strip()}")
@@ -116,21 +118,26 @@ def error(predicted, measured):
 
 
 def table_row(run, plan):
-    gpu = plan["devices"]["gpu"]["bytes"]
-    allocated_pred = gpu["total"] - gpu["overhead"]
+    memory = plan["devices"]["gpu"]["memory"]
     steady = run["steady"]
     context = run["points"][0]["device_used"] - run["points"][0]["reserved"]
-    return (f"| {run['model']['preset']} | {describe(run)} | {run['precision']} | "
-            f"{steady['max_allocated'] / MIB:.0f} | {allocated_pred / MIB:.0f} | "
-            f"{error(allocated_pred, steady['max_allocated'])} | {steady['max_reserved'] / MIB:.0f} | "
-            f"{steady['device_used_after_steps'] / MIB:.0f} | {gpu['total'] / MIB:.0f} | "
-            f"{error(gpu['total'], steady['device_used_after_steps'])} | {context / MIB:.0f} | "
-            f"{run['median_step_s'] * 1e3:.1f} |")
+    cells = [run["model"]["preset"], describe(run), run["precision"]]
+    for measured, predicted in ((steady["max_allocated"], memory["allocated"]),
+                                (steady["max_reserved"], memory["reserved"]),
+                                (steady["device_used_after_steps"], memory["device_used"])):
+        cells += [f"{measured / MIB:.0f}", f"{predicted / MIB:.0f}", error(predicted, measured)]
+    cells += [f"{context / MIB:.0f}", f"{run['median_step_s'] * 1e3:.1f}"]
+    return "| " + " | ".join(cells) + " |"
 
 
-HEADER = ("| model | run | precision | allocated measured (MiB) | predicted (MiB) | error | reserved measured (MiB) "
-          "| device used measured (MiB) | GPU total predicted (MiB) | error | CUDA context (MiB) | step (ms) |\n"
-          "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+def context_bytes(run):
+    """The CUDA context the run measured before its first tensor (device used less reserved)."""
+    return run["points"][0]["device_used"] - run["points"][0]["reserved"]
+
+
+HEADER = ("| model | run | precision | allocated measured (MiB) | predicted | error | reserved measured (MiB) "
+          "| predicted | error | device used measured (MiB) | predicted | error | CUDA context (MiB) | step (ms) |\n"
+          "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 
 
 def main(argv=None):

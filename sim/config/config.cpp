@@ -163,6 +163,56 @@ void TrainingConfig::validate() const {
   require(gradient_predivide_factor > 0, "gradient_predivide_factor", "must be positive");
   require(!seq_len || *seq_len >= 1, "--seq-len", "must be positive");
   require(optimizer.momentum >= 0 && optimizer.momentum < 1, "optimizer.params.momentum", "must be in [0, 1)");
+  require(!is_fsdp() || zero.stage == 3, "--framework",
+          std::string(to_string(framework)) + " shards parameters (stage 3; stage is " +
+              std::to_string(zero.stage) +
+              "); its SHARD_GRAD_OP is stage 3 with --reshard-after-forward false");
+  require(!is_fsdp() || zero.offload_optimizer.device != OffloadDevice::Nvme, "--framework",
+          "FSDP offloads to the CPU only (CPUOffloadPolicy); NVMe offload is DeepSpeed's");
+  require(
+      !is_fsdp() || zero.offload_optimizer.device == zero.offload_param.device, "--framework",
+      "FSDP's CPUOffloadPolicy offloads parameters, gradients and optimizer states together: give "
+      "--offload-optimizer and --offload-param the same device");
+}
+
+const char* to_string(Framework framework) {
+  switch (framework) {
+    case Framework::DeepSpeed:
+      return "deepspeed";
+    case Framework::Fsdp2:
+      return "fsdp2";
+    case Framework::Fsdp1:
+      return "fsdp1";
+  }
+  return "deepspeed";
+}
+
+Framework parse_framework(const std::string& text, const std::string& where) {
+  for (const auto framework : {Framework::DeepSpeed, Framework::Fsdp2, Framework::Fsdp1}) {
+    if (text == to_string(framework)) return framework;
+  }
+  throw InputError(where, "unknown framework '" + text + "' (deepspeed, fsdp2, fsdp1)");
+}
+
+// FSDP in DeepSpeed's terms. fully_shard shards every parameter (no persistence threshold);
+// its implicit prefetch all-gathers the next unit while one runs (FSDPParamGroup's
+// pre_forward / pre_backward with one unit in flight); reshard_after_forward frees a unit's
+// gathered parameters after its forward, except the unit used next (the root, whose backward
+// comes first); its gradients are reduce-scattered when the unit's backward ends, from their own
+// buffers (foreach_reduce), with no flat bucket.
+ZeroConfig TrainingConfig::effective_zero() const {
+  if (!is_fsdp()) return zero;
+  ZeroConfig z = zero;
+  z.stage3_param_persistence_threshold = 0;
+  z.stage3_model_persistence_threshold = INT64_MAX;
+  z.stage3_prefetch_bucket_size = 1;
+  z.stage3_max_live_parameters = INT64_MAX;
+  z.stage3_max_reuse_distance = fsdp.reshard_after_forward ? 0 : INT64_MAX;
+  z.contiguous_gradients = false;
+  z.reduce_scatter = true;
+  z.overlap_comm = true;
+  z.round_robin_gradients = false;
+  return z;
 }
 
 int optimizer_swap_buffers_per_sub_group(int optimizer_states) { return 2 + std::max(0, optimizer_states); }

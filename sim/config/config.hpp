@@ -151,7 +151,23 @@ struct ResolvedBatch {
 // Throws InputError naming the key when the sizes cannot be reconciled with dp_size.
 ResolvedBatch resolve_batch(const BatchConfig& batch, int dp_size);
 
+// Which framework runs the step. Each allocates differently for the same sharding
+// (docs/memory-model.md, "Framework profiles").
+enum class Framework : std::uint8_t { DeepSpeed, Fsdp2, Fsdp1 };
+const char* to_string(Framework framework);
+Framework parse_framework(const std::string& text, const std::string& where);  // throws InputError
+
+// PyTorch FSDP's options that change memory (fully_shard / FullyShardedDataParallel).
+struct FsdpConfig {
+  bool reshard_after_forward =
+      true;  // false: SHARD_GRAD_OP, parameters kept from forward to backward
+  // MixedPrecisionPolicy.reduce_dtype; unset: the parameter dtype (FSDP's default)
+  std::optional<Precision> reduce_dtype;
+};
+
 struct TrainingConfig {
+  Framework framework = Framework::DeepSpeed;
+  FsdpConfig fsdp;  // FSDP profiles only
   ZeroConfig zero;
   PrecisionConfig precision;
   BatchConfig batch;
@@ -165,6 +181,11 @@ struct TrainingConfig {
   // Checks cross-field rules (param offload below stage 3, nvme without nvme_path, ...). Throws
   // InputError naming the key.
   void validate() const;
+  bool is_fsdp() const { return framework != Framework::DeepSpeed; }
+  // The ZeRO settings the framework really runs with: DeepSpeed's as written; FSDP's coordinator
+  // expressed in them (every parameter sharded, one unit prefetched, released after use, each
+  // unit's gradients reduced alone, no flat reduce buffer).
+  ZeroConfig effective_zero() const;
 };
 
 }  // namespace zerolens

@@ -51,6 +51,15 @@ void settle_offloads(ZeroConfig& z, const ConfigOverrides& o) {
   give_nvme_offload_a_path(z);
 }
 
+void apply_framework(TrainingConfig& config, const ConfigOverrides& o) {
+  if (o.framework) {
+    config.framework = *o.framework;
+    if (config.is_fsdp() && !o.stage) config.zero.stage = 3;
+  }
+  if (o.reshard_after_forward) config.fsdp.reshard_after_forward = *o.reshard_after_forward;
+  if (o.reduce_dtype) config.fsdp.reduce_dtype = *o.reduce_dtype;
+}
+
 void apply_zero(ZeroConfig& z, const ConfigOverrides& o, OverridePolicy policy) {
   if (o.stage) z.stage = *o.stage;
   if (o.offload_optimizer) z.offload_optimizer.device = *o.offload_optimizer;
@@ -189,6 +198,7 @@ void apply_overrides(TrainingConfig& config, const ConfigOverrides& overrides,
                      Diagnostics& diagnostics, std::optional<std::int64_t> hidden_size,
                      OverridePolicy policy) {
   apply_zero(config.zero, overrides, policy);
+  apply_framework(config, overrides);
   if (overrides.precision) config.precision.precision = *overrides.precision;
   apply_batch(config.batch, overrides);
   apply_checkpointing(config.activation_checkpointing, overrides, policy);

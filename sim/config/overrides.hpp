@@ -14,6 +14,11 @@
 namespace zerolens {
 
 struct ConfigOverrides {
+  // Which framework runs the step, and FSDP's options (not DeepSpeed keys). An FSDP framework
+  // without a stage given plans stage 3 (FULL_SHARD).
+  std::optional<Framework> framework;
+  std::optional<bool> reshard_after_forward;
+  std::optional<Precision> reduce_dtype;
   // zero_optimization
   std::optional<int> stage;
   std::optional<OffloadDevice> offload_optimizer, offload_param;

@@ -146,4 +146,17 @@ Model with_attention(const Model& model, AttentionImpl impl) {
   return rebuilt;
 }
 
+Model with_dropout(const Model& model, double probability) {
+  if (!model.shape)
+    throw InputError("--dropout",
+                     "applies to transformer models only, not to '" + model.name + "'");
+  if (!(probability >= 0 && probability < 1)) throw InputError("--dropout", "must be in [0, 1)");
+  TransformerShape shape = *model.shape;
+  shape.dropout = probability;
+  Model rebuilt = build_transformer(model.name, shape);
+  rebuilt.source = model.source;
+  rebuilt.default_seq_len = model.default_seq_len;
+  return rebuilt;
+}
+
 }  // namespace zerolens

@@ -20,5 +20,8 @@ Model load_model(const std::string& spec, Diagnostics& diagnostics);
 // The same transformer with another attention implementation (activation memory changes).
 // Throws InputError for models without a transformer shape.
 Model with_attention(const Model& model, AttentionImpl impl);
+// The same transformer with another dropout probability: 0 drops the dropout masks and outputs
+// from the activations (models trained without dropout, as most LLMs are).
+Model with_dropout(const Model& model, double probability);
 
 }  // namespace zerolens

@@ -80,7 +80,8 @@ json comm_json(const Plan& plan) {
 
 json run_json(const Plan& plan) {
   const auto& options = plan.request.options;
-  return {{"dp_size", plan.request.dp_size},
+  return {{"framework", to_string(plan.request.config.framework)},
+          {"dp_size", plan.request.dp_size},
           {"gpus_per_node", plan.request.cluster.node.gpus_per_node},
           {"nodes", plan.request.cluster.nodes},
           {"seq_len", plan.seq_len},

@@ -17,6 +17,7 @@ bool served_by_allocator(const MemEffect& effect) {
 struct Live {
   CachingAllocatorModel::BlockId block;
   Bytes bytes;
+  int stream;
 };
 
 class Replayer {
@@ -25,11 +26,12 @@ class Replayer {
       : allocator_({.device_limit = spec.device_limit,
                     .expandable_segments = spec.kind == AllocatorKind::PytorchExpandable}) {}
 
-  void apply(const MemEffect& effect) {
+  // `stream`: the stream of the op whose effect it is (the pool its allocation comes from).
+  void apply(const MemEffect& effect, int stream) {
     if (!served_by_allocator(effect)) return;
     auto& live = live_[std::size_t(effect.component)];
     if (effect.bytes > 0) {
-      live.push_back({allocator_.allocate(effect.bytes), effect.bytes});
+      live.push_back({allocator_.allocate(effect.bytes, stream), effect.bytes, stream});
       return;
     }
     free_bytes(live, -effect.bytes);
@@ -50,7 +52,8 @@ class Replayer {
       live.pop_back();
       allocator_.free(last.block);
       if (last.bytes > bytes) {  // a part stays in use: its own allocation from now on
-        live.push_back({allocator_.allocate(last.bytes - bytes), last.bytes - bytes});
+        live.push_back({allocator_.allocate(last.bytes - bytes, last.stream), last.bytes - bytes,
+                        last.stream});
         return;
       }
       bytes -= last.bytes;
@@ -65,10 +68,16 @@ class Replayer {
 
 AllocatorReplay replay_allocator(const Schedule& schedule) {
   Replayer replayer(schedule.allocator);
-  for (const auto& effect : schedule.resident) replayer.apply(effect);
+  const int compute = int(Stream::Compute);
+  for (const auto& effect : schedule.resident) replayer.apply(effect, compute);
   for (int step = 0; step < 2; ++step) {
     if (step == 1) replayer.allocator().reset_peaks();
-    for (const auto& effect : schedule.effects) replayer.apply(effect);
+    for (const Op& op : schedule.ops) {
+      // Only collectives allocate on a stream of their own; the copies' staging is allocated on
+      // the compute stream.
+      const int stream = op.stream == Stream::Collective ? int(Stream::Collective) : compute;
+      for (const auto& effect : schedule.effects_of(op)) replayer.apply(effect, stream);
+    }
   }
   const auto& stats = replayer.allocator().stats();
   return {.peak_allocated = stats.peak_allocated,

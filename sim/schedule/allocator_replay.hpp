@@ -19,8 +19,10 @@ struct AllocatorReplay {
 // the allocator does not serve) is one allocation; a negative effect frees the component's live
 // allocation of that size, most recent first, or else the most recent ones until its bytes are
 // covered (the builder sums some tensors into one effect). The resident allocations are made
-// once; the step runs twice and the figures are the second step's: the first only fills the cache
-// (PyTorch's reserved memory grows during the first steps and then stays).
+// once, on the compute stream, and each op's on its stream (collectives allocate on theirs, whose
+// blocks the compute stream does not reuse); the step runs twice and the figures are the second
+// step's: the first only fills the cache (PyTorch's reserved memory grows during the first steps
+// and then stays).
 AllocatorReplay replay_allocator(const Schedule& schedule);
 
 }  // namespace zerolens

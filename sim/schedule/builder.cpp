@@ -42,7 +42,11 @@ class ScheduleBuilder {
   ScheduleBuilder(const Model& model, const TrainingConfig& config, const ResolvedBatch& batch,
                   std::int64_t seq_len, int dp_size, int gpus_per_node,
                   const ScheduleOptions& options)
-      : model_(model), config_(config), zero_(config.zero), options_(options) {
+      : model_(model),
+        config_(config),
+        zero_(config.effective_zero()),
+        fsdp_(config.is_fsdp()),
+        options_(options) {
     auto& c = schedule_.context;
     c.dp_size = dp_size;
     c.gpus_per_node = gpus_per_node;
@@ -68,6 +72,16 @@ class ScheduleBuilder {
     // clones the partition to fp32 whatever the dtype), with parameters offloaded it is them.
     const bool host_copy = optimizer_device_ != Device::Gpu && param_device_ == Device::Gpu;
     master_bytes_ = config.precision.mixed() || host_copy ? 4 : 0;
+    partition_param_bytes_ = param_bytes_;
+    if (fsdp_) {
+      // FSDP keeps the sharded parameters in fp32 and casts them to the parameter dtype for the
+      // all-gather (MixedPrecisionPolicy.param_dtype): the shard is the optimizer's master. Its
+      // sharded gradients take the sharded parameters' dtype.
+      partition_param_bytes_ = 4;
+      master_bytes_ = 0;
+      const Precision reduce = config.fsdp.reduce_dtype.value_or(config.precision.precision);
+      reduce_bytes_ = reduce == Precision::Fp32 ? 4 : 2;
+    }
     const std::size_t layers = model.layers.size();
     live_.assign(layers, false);
     gather_op_.assign(layers, kNoOp);
@@ -177,7 +191,7 @@ class ScheduleBuilder {
     } else {
       Elements partition = 0;
       for (const auto part : p.tensor_partition) partition += part;
-      resident(param_device_, Component::ParamsPartition, partition * param_bytes_);
+      resident(param_device_, Component::ParamsPartition, partition * partition_param_bytes_);
       resident(Device::Gpu, Component::ParamsPersistent, p.persistent * param_bytes_);
       if (param_device_ == Device::Nvme) {
         resident(Device::Cpu, Component::NvmeSwapBuffers,
@@ -189,7 +203,8 @@ class ScheduleBuilder {
     if (zero_.partitions_optimizer_states() && optimizer_device_ != Device::Gpu) {
       // DeepSpeed keeps the fp32 gradient partition in (pinned) host memory when offloading.
       resident(Device::Cpu, Component::GradsPartition, p.owned * 4);
-    } else if (zero_.partitions_parameters()) {
+    } else if (zero_.partitions_parameters() && !fsdp_) {
+      // (FSDP allocates each sharded gradient at its unit's first reduce-scatter.)
       resident(Device::Gpu, Component::GradsPartition, p.owned * grad_bytes_);
     }
     if (zero_.partitions_parameters() && zero_.contiguous_gradients) {
@@ -213,7 +228,8 @@ class ScheduleBuilder {
   // stage3.py initialize_optimizer_states), which it frees.
   void add_initialization() {
     const ParamLayout& p = params();
-    const Bytes whole = p.total * param_bytes_;
+    // (An FSDP module is built in fp32 and cast per unit by the all-gather.)
+    const Bytes whole = p.total * (fsdp_ ? 4 : param_bytes_);
     Bytes largest_layer = 0;
     for (const Elements numel : layer_numel_)
       largest_layer = std::max(largest_layer, numel * param_bytes_);
@@ -226,7 +242,8 @@ class ScheduleBuilder {
       for (const auto& effect : schedule_.resident) init.push_back(effect);
       if (whole_first) init.push_back({Device::Gpu, Component::ParamsFull, -whole});
       if (transient > 0) init.push_back({Device::Gpu, Component::ParamsFull, -transient});
-      if (!options_.model_states_only && p.owned > 0) {
+      if (!options_.model_states_only && p.owned > 0 &&
+          !fsdp_) {  // torch creates states at its first step
         init.push_back({optimizer_device_, Component::Fp32GradCast, p.owned * 4});
         init.push_back({optimizer_device_, Component::Fp32GradCast, -p.owned * 4});
       }
@@ -261,7 +278,12 @@ class ScheduleBuilder {
                      staging, {copy_op});
     }
     Effects gathered = effects();
+    // FSDP casts the fp32 shard into an all-gather input buffer (foreach_all_gather's copy-in)
+    // that lives until the all-gather ends.
+    const Bytes copy_in = fsdp_ && param_device_ == Device::Gpu ? partition * param_bytes_ : 0;
+    gathered.add(Device::Gpu, Component::GatheredParams, copy_in);
     gathered.add(Device::Gpu, Component::GatheredParams, full * param_bytes_);
+    gathered.add(Device::Gpu, Component::GatheredParams, -copy_in);
     if (param_device_ != Device::Gpu) {
       gathered.add(Device::Gpu, Component::OffloadStaging, -partition * param_bytes_);
     }
@@ -507,6 +529,7 @@ class ScheduleBuilder {
       bucket_.elements += numel;
     }
     grads_touched_[std::size_t(owner)] = false;  // the next micro-step allocates them anew
+    if (fsdp_) flush_bucket();  // FSDP reduce-scatters each unit's gradients when its backward ends
   }
 
   // Elements of the bucket owned by rank 0: stages 1-2 own the flat range [0, flat_partition);
@@ -546,6 +569,7 @@ class ScheduleBuilder {
 
   void flush_bucket() {
     if (pending_.empty()) return;
+    if (fsdp_) return flush_fsdp_unit();
     const bool boundary_reduce = zero_.reduces_at_boundary();
     const Phase phase = boundary_reduce ? Phase::Reduce : Phase::Backward;
     const Elements owned = owned_in_bucket();
@@ -586,6 +610,45 @@ class ScheduleBuilder {
                           .bytes = owned * grad_bytes_},
                        effects(), {reduce});
     }
+    record_bucket();
+  }
+
+  // FSDP's post-backward (foreach_reduce): the previous unit's reduce-scatter input is freed (FSDP2
+  // keeps it until the next reduce-scatter instead of recording streams), the unit's unsharded
+  // gradients are copied into a new input buffer in reduce_dtype and freed, and the reduced shard
+  // is accumulated into the sharded gradient, allocated at the unit's first reduction (fp32, the
+  // sharded parameters' dtype).
+  void flush_fsdp_unit() {
+    Effects fx = effects();
+    fx.add(Device::Gpu, Component::ReduceBucket, -reduce_scatter_input_bytes_);
+    reduce_scatter_input_bytes_ = bucket_message_elements() * reduce_bytes_;
+    fx.add(Device::Gpu, Component::ReduceBucket, reduce_scatter_input_bytes_);
+    fx.add(Device::Gpu, Component::UnreducedGrads, -held_until_reduced() * grad_bytes_);
+    if (micro_ == 0 && optimizer_device_ == Device::Gpu)
+      add_grads_partition(fx, owned_in_bucket() * 4);
+    const auto reduce = emit(Op{.kind = OpKind::ReduceScatter,
+                                .stream = Stream::Collective,
+                                .phase = Phase::Backward,
+                                .bucket = std::int32_t(schedule_.buckets.size()),
+                                .group_size = dp(),
+                                .link = Link::Network,
+                                .bytes = reduce_scatter_input_bytes_},
+                             fx, {bucket_producer_});
+    last_reduce_ = reduce;
+    if (optimizer_device_ != Device::Gpu) {
+      // CPUOffloadPolicy: the reduced shard is copied to the sharded gradient on the host.
+      last_d2h_ = emit(Op{.kind = OpKind::CopyD2H,
+                          .stream = Stream::D2H,
+                          .phase = Phase::Backward,
+                          .bucket = std::int32_t(schedule_.buckets.size()),
+                          .link = Link::PcieD2H,
+                          .bytes = owned_in_bucket() * 4},
+                       effects(), {reduce});
+    }
+    record_bucket();
+  }
+
+  void record_bucket() {
     bucket_.tensors_begin = std::uint32_t(schedule_.bucket_tensors.size());
     bucket_.tensors_count = std::uint32_t(pending_.size());
     schedule_.bucket_tensors.insert(schedule_.bucket_tensors.end(), pending_.begin(), pending_.end());
@@ -644,6 +707,9 @@ class ScheduleBuilder {
       fx.add(Device::Gpu, Component::GradsFull, -params().total * grad_bytes_);
     }
     fx.add(Device::Gpu, Component::GradsPartition, -grads_partition_bytes_);
+    grads_partition_bytes_ = 0;
+    fx.add(Device::Gpu, Component::ReduceBucket, -reduce_scatter_input_bytes_);
+    reduce_scatter_input_bytes_ = 0;
     if (zero_.zero_stage().uses_flat_partition())
       fx.add(Device::Gpu, Component::ReduceBucket, -ipg_bytes_);
   }
@@ -651,7 +717,8 @@ class ScheduleBuilder {
   std::uint32_t gpu_optimizer(std::uint32_t before) {
     const ParamLayout& p = params();
     Effects fx = effects();
-    const Bytes cast = config_.precision.mixed() ? p.owned * 4 : 0;
+    // DeepSpeed's optimizer step converts the gradient partition to fp32; FSDP's is fp32 already.
+    const Bytes cast = config_.precision.mixed() && !fsdp_ ? p.owned * 4 : 0;
     fx.add(Device::Gpu, Component::Fp32GradCast, cast);
     fx.add(Device::Gpu, Component::Fp32GradCast, -cast);
     free_step_gradients(fx);
@@ -771,10 +838,14 @@ class ScheduleBuilder {
 
   const Model& model_;
   const TrainingConfig& config_;
-  const ZeroConfig& zero_;
+  const ZeroConfig zero_;  // as the framework runs it (TrainingConfig::effective_zero)
+  const bool fsdp_;        // PyTorch FSDP: fp32 shards, per-unit reduce-scatter buffers
   ScheduleOptions options_;
   Schedule schedule_;
   Bytes param_bytes_ = 2, grad_bytes_ = 2, master_bytes_ = 4, state_bytes_ = 8;
+  Bytes partition_param_bytes_ = 2;       // stage-3 partition: the training dtype, fp32 under FSDP
+  Bytes reduce_bytes_ = 2;                // FSDP: reduce_dtype
+  Bytes reduce_scatter_input_bytes_ = 0;  // FSDP: the last unit's reduce-scatter input, still held
   Device optimizer_device_ = Device::Gpu, param_device_ = Device::Gpu;
   std::int32_t micro_ = 0;
   // stage 3

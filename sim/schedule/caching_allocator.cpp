@@ -18,24 +18,24 @@ std::int64_t CachingAllocatorModel::segment_size(std::int64_t rounded) {
   return (rounded + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
 }
 
-CachingAllocatorModel::BlockId CachingAllocatorModel::allocate(std::int64_t bytes) {
+CachingAllocatorModel::BlockId CachingAllocatorModel::allocate(std::int64_t bytes, int stream) {
   if (bytes <= 0) throw std::invalid_argument("CachingAllocatorModel::allocate: bytes must be > 0");
   const std::int64_t rounded = round_size(bytes);
   const bool small = rounded <= kSmallSize;
-  BlockId block = take_free_block(rounded, small);
+  BlockId block = take_free_block(rounded, small, stream);
   if (block < 0) {
-    block = options_.expandable_segments ? grow_expandable(rounded, small)
-                                         : new_segment(rounded, small);
+    block = options_.expandable_segments ? grow_expandable(rounded, small, stream)
+                                         : new_segment(rounded, small, stream);
   }
   block = split(block, rounded);
   note_in_use(block);
   return block;
 }
 
-// Best fit within the pool: the smallest free block at least `rounded` bytes.
+// Best fit within the stream's pool: the smallest free block at least `rounded` bytes.
 CachingAllocatorModel::BlockId CachingAllocatorModel::take_free_block(std::int64_t rounded,
-                                                                      bool small) {
-  auto& free_blocks = pool(small);
+                                                                      bool small, int stream) {
+  auto& free_blocks = pool(small, stream);
   const auto found = free_blocks.lower_bound({rounded, -1});
   if (found == free_blocks.end()) return -1;
   const BlockId block = found->second;
@@ -47,8 +47,8 @@ bool CachingAllocatorModel::fits_on_device(std::int64_t more) const {
   return options_.device_limit <= 0 || stats_.reserved + more <= options_.device_limit;
 }
 
-CachingAllocatorModel::BlockId CachingAllocatorModel::new_segment(std::int64_t rounded,
-                                                                  bool small) {
+CachingAllocatorModel::BlockId CachingAllocatorModel::new_segment(std::int64_t rounded, bool small,
+                                                                  int stream) {
   const std::int64_t size = segment_size(rounded);
   if (!fits_on_device(size)) {
     release_cached_segments();
@@ -56,23 +56,25 @@ CachingAllocatorModel::BlockId CachingAllocatorModel::new_segment(std::int64_t r
     if (!fits_on_device(size)) stats_.out_of_memory = true;  // served anyway, to keep counting
   }
   const std::int64_t id = next_segment_++;
-  segments_[id] = Segment{.size = size, .small = small, .blocks = {}};
+  segments_[id] = Segment{.size = size, .small = small, .stream = stream, .blocks = {}};
   ++stats_.segments_allocated;
   stats_.reserved += size;
   stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
-  return make_block(id, 0, size, small);
+  return make_block(id, 0, size);
 }
 
-// One segment per pool that grows at its end by whole pages: the free block at the end (if any)
-// is extended to the request.
+// One segment per pool and stream that grows at its end by whole pages: the free block at the end
+// (if any) is extended to the request.
 CachingAllocatorModel::BlockId CachingAllocatorModel::grow_expandable(std::int64_t rounded,
-                                                                      bool small) {
-  std::int64_t& id = expandable_segment_[small ? 1 : 0];
-  const std::int64_t page = small ? kSmallBuffer : kLargeBuffer;
-  if (id < 0) {
-    id = next_segment_++;
-    segments_[id] = Segment{.size = 0, .small = small, .blocks = {}};
+                                                                      bool small, int stream) {
+  const auto key = std::pair(stream, small);
+  if (!expandable_segment_.contains(key)) {
+    expandable_segment_[key] = next_segment_;
+    segments_[next_segment_] = Segment{.size = 0, .small = small, .stream = stream, .blocks = {}};
+    ++next_segment_;
   }
+  const std::int64_t id = expandable_segment_.at(key);
+  const std::int64_t page = small ? kSmallBuffer : kLargeBuffer;
   Segment& segment = segments_.at(id);
   BlockId tail = -1;
   std::int64_t have = 0;
@@ -81,7 +83,7 @@ CachingAllocatorModel::BlockId CachingAllocatorModel::grow_expandable(std::int64
     if (!blocks_[std::size_t(last)].in_use) {
       tail = last;
       have = blocks_[std::size_t(last)].size;
-      pool(small).erase({have, last});
+      pool(small, stream).erase({have, last});
     }
   }
   const std::int64_t grow = (rounded - have + page - 1) / page * page;
@@ -94,15 +96,20 @@ CachingAllocatorModel::BlockId CachingAllocatorModel::grow_expandable(std::int64
     blocks_[std::size_t(tail)].size += grow;
     return tail;
   }
-  return make_block(id, segment.size - grow, grow, small);
+  return make_block(id, segment.size - grow, grow);
 }
 
 CachingAllocatorModel::BlockId CachingAllocatorModel::make_block(std::int64_t segment,
                                                                  std::int64_t offset,
-                                                                 std::int64_t size, bool small) {
+                                                                 std::int64_t size) {
   const BlockId id = BlockId(blocks_.size());
-  blocks_.push_back(
-      Block{.segment = segment, .offset = offset, .size = size, .small = small, .in_use = false});
+  const Segment& owner = segments_.at(segment);
+  blocks_.push_back(Block{.segment = segment,
+                          .offset = offset,
+                          .size = size,
+                          .small = owner.small,
+                          .in_use = false,
+                          .stream = owner.stream});
   segments_.at(segment).blocks[offset] = id;
   return id;
 }
@@ -114,10 +121,9 @@ CachingAllocatorModel::BlockId CachingAllocatorModel::split(BlockId id, std::int
   const bool should_split = block.small ? remaining >= kMinBlockSize : remaining > kSmallSize;
   if (!should_split) return id;
   const std::int64_t segment = block.segment, offset = block.offset + rounded;
-  const bool small = block.small;
   block.size = rounded;
-  const BlockId rest = make_block(segment, offset, remaining, small);
-  pool(small).insert({remaining, rest});
+  const BlockId rest = make_block(segment, offset, remaining);
+  pool_of(blocks_[std::size_t(rest)]).insert({remaining, rest});
   return id;
 }
 
@@ -141,7 +147,7 @@ void CachingAllocatorModel::mark_free(BlockId id) {
   merge_with_neighbour(id, false);
   merge_with_neighbour(id, true);
   const Block& block = blocks_[std::size_t(id)];
-  pool(block.small).insert({block.size, id});
+  pool_of(block).insert({block.size, id});
 }
 
 // Merges the free block `id` with its free neighbour before (next = false) or after it; `id`
@@ -160,7 +166,7 @@ void CachingAllocatorModel::merge_with_neighbour(BlockId& id, bool next) {
   const BlockId other = at->second;
   Block& neighbour = blocks_[std::size_t(other)];
   if (neighbour.in_use) return;
-  pool(neighbour.small).erase({neighbour.size, other});
+  pool_of(neighbour).erase({neighbour.size, other});
   if (next) {
     block.size += neighbour.size;
     segment.blocks.erase(at);
@@ -173,7 +179,7 @@ void CachingAllocatorModel::merge_with_neighbour(BlockId& id, bool next) {
 
 void CachingAllocatorModel::release_cached_segments() {
   for (auto it = segments_.begin(); it != segments_.end();) {
-    Segment& segment = it->second;
+    const Segment& segment = it->second;
     const bool unused =
         segment.blocks.size() == 1 && !blocks_[std::size_t(segment.blocks.begin()->second)].in_use;
     if (!unused) {
@@ -181,11 +187,10 @@ void CachingAllocatorModel::release_cached_segments() {
       continue;
     }
     const BlockId only = segment.blocks.begin()->second;
-    pool(segment.small).erase({blocks_[std::size_t(only)].size, only});
+    pool(segment.small, segment.stream).erase({blocks_[std::size_t(only)].size, only});
     stats_.reserved -= segment.size;
-    for (auto& expandable : expandable_segment_) {
-      if (expandable == it->first) expandable = -1;
-    }
+    const std::int64_t id = it->first;
+    std::erase_if(expandable_segment_, [id](const auto& entry) { return entry.second == id; });
     it = segments_.erase(it);
   }
 }

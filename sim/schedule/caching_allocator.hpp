@@ -17,7 +17,10 @@
 // With expandable_segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) each pool is one
 // segment that grows by mapping 2 MiB pages (20 MiB in the large pool) at its end, so a request
 // that no free block fits extends the segment by what it lacks beyond the free block at the end.
-// Left out: per-stream pools (one stream here), max_split_size_mb and roundup_power2_divisions
+// - blocks belong to the stream that allocated them: a free block is handed out again only to a
+//   request on the same stream (get_free_block matches the stream), so buffers that collectives
+//   allocate on their own streams do not reuse what the compute stream freed, and the reverse.
+// Left out: cross-stream uses (record_stream), max_split_size_mb and roundup_power2_divisions
 // (off by default), garbage_collection_threshold, and the allocation of CUDA graphs' private pools.
 #include <cstdint>
 #include <map>
@@ -54,8 +57,8 @@ class CachingAllocatorModel {
   static std::int64_t round_size(std::int64_t bytes);
   static std::int64_t segment_size(std::int64_t rounded);
 
-  // Allocates `bytes` (> 0) and returns the block's id, for free().
-  BlockId allocate(std::int64_t bytes);
+  // Allocates `bytes` (> 0) on `stream` and returns the block's id, for free().
+  BlockId allocate(std::int64_t bytes, int stream = 0);
   void free(BlockId block);
   // Returns every segment with no block in use to the device (torch.cuda.empty_cache()).
   void release_cached_segments();
@@ -66,19 +69,23 @@ class CachingAllocatorModel {
   struct Block {
     std::int64_t segment = 0, offset = 0, size = 0;
     bool small = false, in_use = false;
+    int stream = 0;
   };
   struct Segment {
     std::int64_t size = 0;
     bool small = false;
+    int stream = 0;
     std::map<std::int64_t, BlockId> blocks;  // offset -> block, covering the segment
   };
   using FreeKey = std::pair<std::int64_t, BlockId>;  // size, block (best fit, then oldest)
 
-  std::set<FreeKey>& pool(bool small) { return small ? small_free_ : large_free_; }
-  BlockId take_free_block(std::int64_t rounded, bool small);
-  BlockId new_segment(std::int64_t rounded, bool small);
-  BlockId grow_expandable(std::int64_t rounded, bool small);
-  BlockId make_block(std::int64_t segment, std::int64_t offset, std::int64_t size, bool small);
+  // The free blocks of one pool (small or large) of one stream.
+  std::set<FreeKey>& pool(bool small, int stream) { return pools_[{stream, small}]; }
+  std::set<FreeKey>& pool_of(const Block& block) { return pool(block.small, block.stream); }
+  BlockId take_free_block(std::int64_t rounded, bool small, int stream);
+  BlockId new_segment(std::int64_t rounded, bool small, int stream);
+  BlockId grow_expandable(std::int64_t rounded, bool small, int stream);
+  BlockId make_block(std::int64_t segment, std::int64_t offset, std::int64_t size);
   BlockId split(BlockId block, std::int64_t rounded);
   void mark_free(BlockId block);
   void merge_with_neighbour(BlockId& block, bool next);
@@ -90,8 +97,8 @@ class CachingAllocatorModel {
   std::vector<Block> blocks_;
   std::map<std::int64_t, Segment> segments_;
   std::int64_t next_segment_ = 0;
-  std::set<FreeKey> small_free_, large_free_;
-  std::int64_t expandable_segment_[2] = {-1, -1};  // large, small
+  std::map<std::pair<int, bool>, std::set<FreeKey>> pools_;  // (stream, small) -> free blocks
+  std::map<std::pair<int, bool>, std::int64_t> expandable_segment_;  // (stream, small) -> segment
 };
 
 }  // namespace zerolens

@@ -89,8 +89,32 @@ TraceOp read_op(const json& object, const std::string& where) {
   return op;
 }
 
+json framework_json(const TrainingConfig& config) {
+  json framework = {{"name", to_string(config.framework)},
+                    {"reshard_after_forward", config.fsdp.reshard_after_forward}};
+  if (config.fsdp.reduce_dtype) framework["reduce_dtype"] = to_string(*config.fsdp.reduce_dtype);
+  return framework;
+}
+
+// Optional: traces written before the framework profiles are DeepSpeed's.
+void read_framework(const json& object, const std::string& where, TrainingConfig& config) {
+  if (!object.contains("framework")) return;
+  const std::string w = where + ".framework";
+  const json& framework = object.at("framework");
+  as_object(framework, w);
+  config.framework =
+      parse_framework(as_string(required(framework, "name", w), w + ".name"), w + ".name");
+  config.fsdp.reshard_after_forward =
+      as_bool(required(framework, "reshard_after_forward", w), w + ".reshard_after_forward");
+  if (framework.contains("reduce_dtype")) {
+    config.fsdp.reduce_dtype = parse_precision(
+        as_string(framework.at("reduce_dtype"), w + ".reduce_dtype"), w + ".reduce_dtype");
+  }
+}
+
 json inputs_json(const TraceInputs& in) {
   return {{"model", model_to_json(in.model)},
+          {"framework", framework_json(in.config)},
           {"deepspeed_config", to_deepspeed_json(in.config)},
           {"cluster", cluster_to_json(in.cluster)},
           {"schedule_options",
@@ -115,6 +139,7 @@ TraceInputs read_inputs(const json& object) {
   } catch (const InputError& error) {
     throw InputError(w, error.what());
   }
+  read_framework(object, w, in.config);
   const json& options = required(object, "schedule_options", w);
   const std::string o = w + ".schedule_options";
   as_object(options, o);

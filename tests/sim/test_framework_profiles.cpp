@@ -1,0 +1,149 @@
+// The GPU's three figures and the framework profiles, against figures worked by hand from the
+// frameworks' mechanisms (docs/memory-model.md, "Framework profiles").
+#include <gtest/gtest.h>
+
+#include "sim/config/config.hpp"
+#include "sim/schedule/allocator_replay.hpp"
+#include "test_helpers.hpp"
+
+namespace zerolens {
+namespace {
+
+constexpr std::size_t kGpu = std::size_t(Device::Gpu);
+
+Bytes resident_on_gpu(const Plan& plan, Component component) {
+  Bytes bytes = 0;
+  for (const auto& effect : plan.schedule.resident) {
+    if (effect.device == Device::Gpu && effect.component == component) bytes += effect.bytes;
+  }
+  return bytes;
+}
+
+TrainingConfig fsdp2_config(Precision reduce) {
+  TrainingConfig config = testing::mixed_adam(3, Precision::Bf16);
+  config.framework = Framework::Fsdp2;
+  config.fsdp.reduce_dtype = reduce;
+  return config;
+}
+
+// 4 layers of 1000 elements on 4 ranks: 250 elements of each tensor per rank.
+TEST(FrameworkProfiles, Fsdp2KeepsFp32ShardsAndNoMasterCopy) {
+  const Model model = testing::flat_model(4, 1000);
+  const Plan fsdp = testing::plan_of(model, fsdp2_config(Precision::Fp32), 4);
+  // fp32 shards (4 bytes), no master, Adam 8 bytes: 4 x 250 x (4 + 8) on the GPU at the start.
+  EXPECT_EQ(resident_on_gpu(fsdp, Component::ParamsPartition), 4 * 250 * 4);
+  EXPECT_EQ(resident_on_gpu(fsdp, Component::MasterPartition), 0);
+  EXPECT_EQ(resident_on_gpu(fsdp, Component::OptimizerStatePartition), 4 * 250 * 8);
+  // No flat reduce buffer and no gradient partition before the first reduce-scatter.
+  EXPECT_EQ(resident_on_gpu(fsdp, Component::ReduceBucket), 0);
+  EXPECT_EQ(resident_on_gpu(fsdp, Component::GradsPartition), 0);
+  // DeepSpeed's stage 3 for the same job: bf16 partition, fp32 master, a resident bucket.
+  const Plan deepspeed = testing::plan_of(model, testing::mixed_adam(3, Precision::Bf16), 4);
+  EXPECT_EQ(resident_on_gpu(deepspeed, Component::ParamsPartition), 4 * 250 * 2);
+  EXPECT_EQ(resident_on_gpu(deepspeed, Component::MasterPartition), 4 * 250 * 4);
+  EXPECT_GT(resident_on_gpu(deepspeed, Component::ReduceBucket), 0);
+}
+
+TEST(FrameworkProfiles, Fsdp2ReduceScattersEachUnitInItsReduceDtype) {
+  const Model model = testing::flat_model(4, 1000);
+  for (const Precision reduce : {Precision::Fp32, Precision::Bf16}) {
+    const Plan plan = testing::plan_of(model, fsdp2_config(reduce), 4);
+    int scatters = 0;
+    Bytes moved = 0;
+    Bytes grads_allocated = 0;
+    for (const Op& op : plan.schedule.ops) {
+      if (op.kind != OpKind::ReduceScatter) continue;
+      ++scatters;
+      moved += op.bytes;
+      for (const auto& effect : plan.schedule.effects_of(op)) {
+        if (effect.component == Component::GradsPartition && effect.bytes > 0) grads_allocated += effect.bytes;
+      }
+    }
+    EXPECT_EQ(scatters, 4);  // one per unit, none merged into a bucket
+    EXPECT_EQ(moved, 4 * 1000 * (reduce == Precision::Fp32 ? 4 : 2));
+    EXPECT_EQ(grads_allocated, 4 * 250 * 4);  // fp32 sharded gradients, made at the reduce-scatter
+  }
+}
+
+TEST(FrameworkProfiles, Fsdp2RejectsWhatItCannotDo) {
+  TrainingConfig config = fsdp2_config(Precision::Fp32);
+  config.zero.stage = 2;
+  EXPECT_THROW(config.validate(), InputError);
+  config.zero.stage = 3;
+  config.zero.offload_optimizer.device = OffloadDevice::Cpu;  // without the parameters
+  EXPECT_THROW(config.validate(), InputError);
+  EXPECT_THROW(parse_framework("megatron", "--framework"), InputError);
+}
+
+// The three figures of a step: reserved at least allocated, device used = reserved plus what the
+// allocator does not serve; a flat allocator with no allowance reserves exactly what is allocated.
+TEST(GpuFigures, DeviceUsedIsReservedPlusContextAndWorkspaces) {
+  const Model model = testing::small_transformer(2, 256);
+  TrainingConfig config = testing::mixed_adam(3, Precision::Bf16);
+  config.batch.micro_batch_per_gpu = 4;
+  config.seq_len = 128;
+  PlanRequest request;
+  request.model = model;
+  request.config = config;
+  request.dp_size = 2;
+  request.cluster = testing::test_cluster(8);
+  const Plan caching = make_plan(request);
+  EXPECT_GE(caching.gpu.reserved, caching.gpu.allocated);
+  EXPECT_EQ(caching.gpu.outside_allocator, request.options.cuda_context_bytes + request.options.library_workspace_bytes);
+  EXPECT_EQ(caching.gpu.device_used, caching.gpu.reserved + caching.gpu.outside_allocator);
+  EXPECT_EQ(caching.device(Device::Gpu).peak, caching.gpu.device_used);
+  EXPECT_EQ(caching.device(Device::Gpu).components[std::size_t(Component::Fragmentation)],
+            caching.gpu.reserved - caching.gpu.allocated);
+  request.options.allocator = AllocatorSpec{.kind = AllocatorKind::Flat};
+  const Plan flat = make_plan(request);
+  EXPECT_EQ(flat.gpu.allocated, caching.gpu.allocated);
+  EXPECT_EQ(flat.gpu.reserved, flat.gpu.allocated);
+  // The allocator's own count of the step's peak allocation is the replay's, up to what each live
+  // block holds beyond its request: 512-byte rounding, or an unsplit remainder of at most 1 MiB.
+  const AllocatorReplay replay = replay_allocator(caching.schedule);
+  EXPECT_GE(replay.peak_allocated, caching.gpu.allocated);
+  EXPECT_LT(replay.peak_allocated, caching.gpu.allocated + (Bytes{1} << 20) * 64);
+}
+
+// Every allocation a step makes on the GPU is freed by its end, so that the second step of the
+// allocator's replay starts where the first did.
+TEST(GpuFigures, AStepFreesWhatItAllocates) {
+  const Model model = testing::small_transformer(2, 64);
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (const Framework framework : {Framework::DeepSpeed, Framework::Fsdp2}) {
+      if (framework != Framework::DeepSpeed && stage != 3) continue;
+      TrainingConfig config = testing::mixed_adam(stage, Precision::Bf16);
+      config.framework = framework;
+      const Plan plan = testing::plan_of(model, config, 4);
+      Bytes net = 0;
+      for (const auto& effect : plan.schedule.effects) {
+        if (effect.device == Device::Gpu) net += effect.bytes;
+      }
+      EXPECT_EQ(net, 0) << "stage " << stage << " " << to_string(framework);
+    }
+  }
+}
+
+// Initialisation, stage 3, 4 x 1000 bf16 elements on 4 ranks: moved whole, the model's 8000 bytes
+// sit beside the partitions (4 x 250 x (2 + 4 + 8) = 14000) before they are freed; built partitioned
+// only the largest layer (2000 bytes) is ever whole. The optimizer's zeroed fp32 gradient
+// (4 x 250 x 4 = 4000) then comes and goes, after the model was freed.
+TEST(GpuFigures, InitialisationPeakWithAndWithoutZeroInit) {
+  TrainingConfig config = testing::mixed_adam(3, Precision::Bf16);
+  config.zero.contiguous_gradients = false;           // no flat reduce buffer at initialisation
+  config.zero.stage3_param_persistence_threshold = 0;  // every tensor partitioned
+  PlanRequest request;
+  request.model = testing::flat_model(4, 1000);
+  request.config = config;
+  request.dp_size = 4;
+  request.cluster = testing::test_cluster(8);
+  request.options.cuda_context_bytes = 0;
+  request.options.library_workspace_bytes = 0;
+  const Plan plan = make_plan(request);
+  const Bytes states = 4 * 250 * (2 + 4 + 8) + 4 * 250 * 2;  // and the bf16 gradient partition
+  EXPECT_EQ(plan.gpu.initialization_allocated, 8000 + states);
+  EXPECT_EQ(plan.gpu.initialization_allocated_partitioned, std::max<Bytes>(2000, 4000) + states);
+}
+
+}  // namespace
+}  // namespace zerolens
