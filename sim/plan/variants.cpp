@@ -17,7 +17,7 @@ Variant variant(int stage, OffloadDevice optimizer = OffloadDevice::None,
   zero.stage = stage;
   zero.offload_optimizer.device = optimizer;
   zero.offload_param.device = param;
-  return {zero.label(), stage, optimizer, param};
+  return {zero.label(), stage, optimizer, param, std::nullopt};
 }
 
 bool fits_with(const PlanRequest& base, const Variant& v, Model model) {
@@ -89,7 +89,16 @@ std::vector<Variant> standard_variants() {
           variant(3, nvme), variant(3, nvme, nvme)};
 }
 
+std::vector<Variant> variants_for(const TrainingConfig& config) {
+  if (!config.is_fsdp()) return standard_variants();
+  const auto cpu = OffloadDevice::Cpu, none = OffloadDevice::None;
+  return {{"FULL_SHARD", 3, none, none, true},
+          {"SHARD_GRAD_OP", 3, none, none, false},
+          {"FULL_SHARD + CPUOffload", 3, cpu, cpu, true}};
+}
+
 TrainingConfig apply_variant(TrainingConfig config, const Variant& v) {
+  if (v.reshard_after_forward) config.fsdp.reshard_after_forward = *v.reshard_after_forward;
   config.zero.stage = v.stage;
   config.zero.offload_optimizer.device = v.offload_optimizer;
   config.zero.offload_param.device = v.offload_param;
@@ -99,7 +108,7 @@ TrainingConfig apply_variant(TrainingConfig config, const Variant& v) {
 
 std::vector<VariantPlan> compare_variants(const PlanRequest& base) {
   std::vector<VariantPlan> plans;
-  for (const auto& v : standard_variants()) {
+  for (const auto& v : variants_for(base.config)) {
     PlanRequest request = base;
     request.config = apply_variant(base.config, v);
     plans.push_back({v, make_plan(std::move(request))});
@@ -113,7 +122,7 @@ std::vector<MaxModel> find_max_models(const PlanRequest& base, const std::string
   std::vector<MaxModel> results;
   const std::vector<std::string> presets =
       family == "dense" ? std::vector<std::string>{} : family_presets(family);
-  for (const auto& v : standard_variants()) {
+  for (const auto& v : variants_for(base.config)) {
     results.push_back(family == "dense" ? largest_dense(base, v) : largest_preset(base, v, presets));
   }
   return results;

@@ -1,6 +1,7 @@
 #pragma once
 // Planning views over many plans: DP vs ZeRO-1/2/3 vs offload variants side by side, and the
 // largest model of a family that fits each variant.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,10 +14,14 @@ struct Variant {
   int stage = 0;
   OffloadDevice offload_optimizer = OffloadDevice::None;
   OffloadDevice offload_param = OffloadDevice::None;
+  std::optional<bool> reshard_after_forward;  // FSDP variants: FULL_SHARD (true), SHARD_GRAD_OP
 };
 
 // DP, ZeRO-1, ZeRO-2, ZeRO-3, then each offload variant DeepSpeed supports.
 std::vector<Variant> standard_variants();
+// The variants of the config's framework: DeepSpeed's above, or FSDP's FULL_SHARD, SHARD_GRAD_OP
+// and FULL_SHARD with CPUOffloadPolicy.
+std::vector<Variant> variants_for(const TrainingConfig& config);
 // The config with the variant's stage and offload devices (NVMe variants get nvme_path
 // "/local_nvme" when the config has none, so they validate).
 TrainingConfig apply_variant(TrainingConfig config, const Variant& variant);

@@ -45,8 +45,13 @@ std::vector<std::int64_t> micro_batches_of(const SweepSpace& space, std::int64_t
 }
 
 // Why DeepSpeed (or this cluster) refuses a stage/offload combination; empty when accepted.
-std::string refusal(int stage, OffloadDevice optimizer, OffloadDevice param, bool nvme_available) {
+std::string refusal(int stage, OffloadDevice optimizer, OffloadDevice param, bool nvme_available,
+                    bool fsdp) {
   const ZeroStage zero{stage};
+  if (fsdp && stage != 3) return "FSDP shards parameters (stage 3)";
+  if (fsdp && optimizer != param)
+    return "FSDP's CPUOffloadPolicy offloads parameters and optimizer together";
+  if (fsdp && optimizer == OffloadDevice::Nvme) return "FSDP offloads to the CPU only";
   if (param != OffloadDevice::None && !zero.offload_allowed(OffloadKind::Param)) {
     return "parameter offload needs stage 3";
   }
@@ -64,7 +69,8 @@ std::string refusal(int stage, OffloadDevice optimizer, OffloadDevice param, boo
 
 TrainingConfig config_of(const TrainingConfig& base, const SweepPoint& point, std::int64_t train_batch,
                          std::int64_t grad_accumulation) {
-  TrainingConfig config = apply_variant(base, {"", point.stage, point.optimizer, point.param});
+  TrainingConfig config =
+      apply_variant(base, {"", point.stage, point.optimizer, point.param, std::nullopt});
   config.batch.micro_batch_per_gpu = point.micro_batch;
   config.batch.gradient_accumulation_steps = grad_accumulation;
   config.batch.train_batch_size = train_batch;
@@ -141,7 +147,8 @@ std::vector<SweepPoint> enumerate_sweep(const PlanRequest& base, const SweepSpac
     for (const int stage : std::set<int>(space.stages.begin(), space.stages.end())) {
       for (const auto optimizer : space.optimizer_devices) {
         for (const auto param : space.param_devices) {
-          if (!refusal(stage, optimizer, param, nvme_available).empty()) continue;
+          if (!refusal(stage, optimizer, param, nvme_available, base.config.is_fsdp()).empty())
+            continue;
           for (const bool checkpointing : space.checkpointing) {
             points.push_back({stage, optimizer, param, micro, batch_per_rank / micro, checkpointing});
           }

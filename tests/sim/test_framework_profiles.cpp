@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "sim/config/config.hpp"
+#include "sim/plan/variants.hpp"
 #include "sim/schedule/allocator_replay.hpp"
 #include "test_helpers.hpp"
 
@@ -73,6 +74,37 @@ TEST(FrameworkProfiles, Fsdp2RejectsWhatItCannotDo) {
   config.zero.offload_optimizer.device = OffloadDevice::Cpu;  // without the parameters
   EXPECT_THROW(config.validate(), InputError);
   EXPECT_THROW(parse_framework("megatron", "--framework"), InputError);
+}
+
+// FSDP's variants are its sharding strategies; SHARD_GRAD_OP keeps every unit's gathered
+// parameters from its forward to its backward, so more are gathered at once than with FULL_SHARD,
+// which frees a unit after its forward (the root excepted) and gathers it again.
+TEST(FrameworkProfiles, FsdpVariantsAreItsShardingStrategies) {
+  TrainingConfig config = fsdp2_config(Precision::Bf16);
+  const auto variants = variants_for(config);
+  ASSERT_EQ(variants.size(), 3u);
+  EXPECT_EQ(variants[0].label, "FULL_SHARD");
+  EXPECT_EQ(variants[1].label, "SHARD_GRAD_OP");
+  EXPECT_EQ(variants[2].offload_param, OffloadDevice::Cpu);
+  EXPECT_EQ(variants_for(testing::mixed_adam(0)).size(), standard_variants().size());
+  const Model model = testing::flat_model(6, 1000);
+  auto gathers_and_high = [&](const Variant& variant) {
+    const Plan plan = testing::plan_of(model, apply_variant(config, variant), 4);
+    int gathers = 0;
+    for (const Op& op : plan.schedule.ops) gathers += op.kind == OpKind::AllGather;
+    Bytes gathered_high = 0;
+    for (const auto& state : replay_memory_components(plan.schedule)) {
+      gathered_high = std::max(gathered_high, state[kGpu][std::size_t(Component::GatheredParams)]);
+    }
+    return std::pair(gathers, gathered_high);
+  };
+  const auto [full_gathers, full_high] = gathers_and_high(variants[0]);
+  const auto [grad_op_gathers, grad_op_high] = gathers_and_high(variants[1]);
+  EXPECT_EQ(grad_op_gathers, 6);   // once per unit
+  EXPECT_EQ(full_gathers, 6 + 5);  // and again before each backward but the root's
+  EXPECT_EQ(grad_op_high,
+            6 * 1000 * 2);  // every unit in bf16 (the copy-in lives inside its all-gather)
+  EXPECT_LT(full_high, grad_op_high);
 }
 
 // The three figures of a step: reserved at least allocated, device used = reserved plus what the

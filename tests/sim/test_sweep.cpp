@@ -96,7 +96,8 @@ void expect_extrapolation_matches(const PlanRequest& base) {
     SCOPED_TRACE(point.label());
     const SweepResult result = evaluate_sweep_point(base, point, options);
     PlanRequest full = base;
-    full.config = apply_variant(base.config, {"", point.stage, point.optimizer, point.param});
+    full.config =
+        apply_variant(base.config, {"", point.stage, point.optimizer, point.param, std::nullopt});
     full.config.batch = {.micro_batch_per_gpu = point.micro_batch, .gradient_accumulation_steps = point.grad_accumulation};
     full.config.activation_checkpointing.enabled = point.checkpointing;
     const Plan plan = make_plan(full);
