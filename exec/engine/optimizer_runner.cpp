@@ -127,18 +127,32 @@ void OptimizerRunner::write_back_params() {
 }
 
 // On the device: fp32 trains its parameters in place; mixed precision casts the owned gradients
-// to fp32 (the schedule's Fp32GradCast), updates the master and writes the parameters back.
+// to fp32 (the schedule's Fp32GradCast), updates the master and writes the parameters back. Stage 3
+// casts one sub-group of sub_group_size elements at a time, as DeepSpeed does.
 void OptimizerRunner::device_update(float factor) {
+  const Elements owned = ctx_.layout.owned;
+  const Elements group =
+      ctx_.stage.partitions_parameters()
+          ? std::min(owned, std::max<Elements>(1, ctx_.config().zero.sub_group_size))
+          : owned;
+  for (Elements begin = 0; begin < owned; begin += group) {
+    device_update_range(begin, std::min(owned, begin + group), factor);
+  }
+}
+
+void OptimizerRunner::device_update_range(Elements begin, Elements end, float factor) {
   NumberBuffer cast;
   const bool mixed = ctx_.mixed;
   if (mixed)
     cast = {ctx_.ledger, Device::Gpu, Component::Fp32GradCast, NumberFormat::Fp32,
-            std::size_t(ctx_.layout.owned)};
-  for (const OwnedSegment& segment : ctx_.segments) {
+            std::size_t(end - begin)};
+  for (const OwnedSegment& whole : ctx_.segments) {
+    const OwnedSegment segment = clip(whole, begin, end);
+    if (segment.length == 0) continue;
     const auto length = std::size_t(segment.length), offset = std::size_t(segment.owned_offset);
     const Numbers grads = grads_.owned_grads(segment);
     const Numbers params = mixed ? master_.view(offset, length) : params_.device_params(segment);
-    const Numbers fp32_grads = mixed ? cast.view(offset, length) : grads;
+    const Numbers fp32_grads = mixed ? cast.view(offset - std::size_t(begin), length) : grads;
     if (mixed) fp32_grads.copy_from(grads);
     if (factor != 1.0f) fp32_grads.scale(factor);
     const auto state = [&](const NumberBuffer& buffer) {

@@ -55,6 +55,8 @@ class OptimizerRunner {
   bool local_overflow();
   float update_factor() const;
   void device_update(float factor);
+  void device_update_range(Elements begin, Elements end,
+                           float factor);  // owned elements [begin, end)
   void host_update(float factor);
 
   EngineContext& ctx_;

@@ -221,11 +221,12 @@ class ScheduleBuilder {
 
   // From process start to the step. DeepSpeed's engine converts the module to the training dtype
   // and moves it to the GPU whole (engine.py _configure_distributed_model); stage 3 then partitions
-  // it and frees the rest, unless the model was built inside zero.Init, where each module's
-  // parameters are partitioned as soon as its constructor returns (partition_parameters.py
-  // _post_init_method): only the largest layer is ever whole. Then the optimizer creates its
-  // states by stepping once on a zeroed fp32 gradient of the partition (stage_1_and_2.py and
-  // stage3.py initialize_optimizer_states), which it frees.
+  // it and frees the rest before the optimizer creates its fp32 partitions, unless the model was
+  // built inside zero.Init, where each module's parameters are partitioned as soon as its
+  // constructor returns (partition_parameters.py _post_init_method): only the largest layer is ever
+  // whole. Then the optimizer creates its states by stepping once on a zeroed fp32 gradient
+  // (stage_1_and_2.py and stage3.py initialize_optimizer_states: the partition; stage 3 its largest
+  // sub-group), which it frees.
   void add_initialization() {
     const ParamLayout& p = params();
     // (An FSDP module is built in fp32 and cast per unit by the all-gather.)
@@ -237,15 +238,24 @@ class ScheduleBuilder {
       auto& init = schedule_.initialization[mode];
       const bool whole_first = zero_.partitions_parameters() && mode == Schedule::kInitWholeModel;
       const Bytes transient = zero_.partitions_parameters() && !whole_first ? largest_layer : 0;
+      // The parameters first (the whole model is freed once partitioned), then the optimizer's.
+      const auto is_params = [](const MemEffect& e) {
+        return category_of(e.component) == Category::Params;
+      };
       if (whole_first) init.push_back({Device::Gpu, Component::ParamsFull, whole});
       if (transient > 0) init.push_back({Device::Gpu, Component::ParamsFull, transient});
-      for (const auto& effect : schedule_.resident) init.push_back(effect);
+      for (const auto& effect : schedule_.resident) {
+        if (is_params(effect)) init.push_back(effect);
+      }
       if (whole_first) init.push_back({Device::Gpu, Component::ParamsFull, -whole});
       if (transient > 0) init.push_back({Device::Gpu, Component::ParamsFull, -transient});
+      for (const auto& effect : schedule_.resident) {
+        if (!is_params(effect)) init.push_back(effect);
+      }
       if (!options_.model_states_only && p.owned > 0 &&
           !fsdp_) {  // torch creates states at its first step
-        init.push_back({optimizer_device_, Component::Fp32GradCast, p.owned * 4});
-        init.push_back({optimizer_device_, Component::Fp32GradCast, -p.owned * 4});
+        init.push_back({optimizer_device_, Component::Fp32GradCast, fp32_gradient_elements() * 4});
+        init.push_back({optimizer_device_, Component::Fp32GradCast, -fp32_gradient_elements() * 4});
       }
     }
   }
@@ -717,8 +727,11 @@ class ScheduleBuilder {
   std::uint32_t gpu_optimizer(std::uint32_t before) {
     const ParamLayout& p = params();
     Effects fx = effects();
-    // DeepSpeed's optimizer step converts the gradient partition to fp32; FSDP's is fp32 already.
-    const Bytes cast = config_.precision.mixed() && !fsdp_ ? p.owned * 4 : 0;
+    // DeepSpeed's optimizer step converts the gradient partition to fp32 (FSDP's is fp32
+    // already): stages 1-2 the whole partition (stage_1_and_2.py step), stage 3 one sub-group at a
+    // time, freeing each after its update (stage3.py _prepare_fp32_grad_for_sub_group,
+    // _release_sub_group).
+    const Bytes cast = config_.precision.mixed() && !fsdp_ ? fp32_gradient_elements() * 4 : 0;
     fx.add(Device::Gpu, Component::Fp32GradCast, cast);
     fx.add(Device::Gpu, Component::Fp32GradCast, -cast);
     free_step_gradients(fx);
@@ -726,6 +739,15 @@ class ScheduleBuilder {
     return emit(Op{.kind = OpKind::OptimizerStep, .stream = Stream::Compute, .phase = Phase::Optimizer,
                    .flops = double(p.owned) * optimizer_flops_per_element(), .memory_bytes_touched = touched},
                 fx, {before});
+  }
+
+  // Elements of the fp32 gradient copy DeepSpeed's optimizer holds at once: the partition (stages
+  // 1-2), the largest sub-group (stage 3).
+  Elements fp32_gradient_elements() const {
+    const Elements owned = params().owned;
+    return zero_.partitions_parameters()
+               ? std::min(owned, std::max<Elements>(1, zero_.sub_group_size))
+               : owned;
   }
 
   double optimizer_flops_per_element() const {

@@ -41,6 +41,7 @@ struct Variant {
   double static_scale = 0;  // fp16 "loss_scale" (0: dynamic)
   int hysteresis = 2;
   double clipping = 0;
+  std::int64_t sub_group_size = 0;  // zero_optimization.sub_group_size (0: the config's)
 };
 
 inline std::string name_of(const Variant& v) {
@@ -74,6 +75,7 @@ inline Plan variant_plan(const Variant& v, int ranks) {
     c.zero.sub_group_size = 50;             // several sub-groups swapped one after another
     c.zero.offload_param.buffer_size = 40;  // layers and tensors share the swap buffers in turn
   }
+  if (v.sub_group_size > 0) c.zero.sub_group_size = v.sub_group_size;
   c.batch.micro_batch_per_gpu = 2;
   c.batch.gradient_accumulation_steps = v.grad_accumulation;
   c.seq_len = 1;

@@ -111,6 +111,29 @@ TEST(EngineOptimizer, HostAdamMatchesFloat64Reference) {
   }
 }
 
+// Stage 3 on the device converts the gradients to fp32 one sub-group at a time (DeepSpeed's
+// _prepare_fp32_grad_for_sub_group), so the step holds one sub-group's fp32 copy at most; the plan
+// says the same of its optimizer op.
+TEST(EngineOptimizer, Stage3CastsOneSubGroupToFp32AtATime) {
+  constexpr Elements kSubGroup = 50;
+  SoloEngineParts parts({.stage = 3, .precision = Precision::Bf16, .sub_group_size = kSubGroup});
+  ASSERT_FALSE(parts.context.host_optimizer());
+  ASSERT_GT(parts.context.layout.owned, 2 * kSubGroup);
+  parts.ledger.reset_peaks();
+  const Bytes before = parts.ledger.current(Device::Gpu);
+  parts.optimizer.step();
+  EXPECT_EQ(parts.ledger.peak(Device::Gpu) - before, kSubGroup * 4);
+  EXPECT_EQ(parts.ledger.current(Device::Gpu), before);
+  Bytes planned = 0;
+  for (const Op& op : parts.plan.schedule.ops) {
+    if (op.kind != OpKind::OptimizerStep) continue;
+    for (const auto& effect : parts.plan.schedule.effects_of(op)) {
+      if (effect.component == Component::Fp32GradCast && effect.bytes > 0) planned += effect.bytes;
+    }
+  }
+  EXPECT_EQ(planned, kSubGroup * 4);
+}
+
 TEST(EngineGradients, ReducedBucketsHoldTheGradientsWrittenByFlatPosition) {
   for (const int stage : {1, 2}) {
     SoloEngineParts parts({.stage = stage});

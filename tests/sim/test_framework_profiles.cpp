@@ -156,10 +156,12 @@ TEST(GpuFigures, AStepFreesWhatItAllocates) {
   }
 }
 
-// Initialisation, stage 3, 4 x 1000 bf16 elements on 4 ranks: moved whole, the model's 8000 bytes
-// sit beside the partitions (4 x 250 x (2 + 4 + 8) = 14000) before they are freed; built partitioned
-// only the largest layer (2000 bytes) is ever whole. The optimizer's zeroed fp32 gradient
-// (4 x 250 x 4 = 4000) then comes and goes, after the model was freed.
+// Initialisation, stage 3, 4 x 1000 bf16 elements on 16 ranks (63 elements of each tensor per
+// rank). Moved whole: the model's 8000 bytes sit beside its bf16 partitions (4 x 63 x 2 = 504)
+// until they are freed, before the optimizer's partitions come (master, Adam and the bf16 gradient
+// partition: 4 x 63 x (4 + 8 + 2) = 3528, 4032 with the parameters) and its zeroed fp32 gradient
+// (4 x 63 x 4 = 1008) comes and goes: the peak is 8504. Built partitioned, only the largest layer
+// (2000 bytes) is ever whole: 2504, then 4032 + 1008 = 5040.
 TEST(GpuFigures, InitialisationPeakWithAndWithoutZeroInit) {
   TrainingConfig config = testing::mixed_adam(3, Precision::Bf16);
   config.zero.contiguous_gradients = false;           // no flat reduce buffer at initialisation
@@ -167,14 +169,14 @@ TEST(GpuFigures, InitialisationPeakWithAndWithoutZeroInit) {
   PlanRequest request;
   request.model = testing::flat_model(4, 1000);
   request.config = config;
-  request.dp_size = 4;
+  request.dp_size = 16;
   request.cluster = testing::test_cluster(8);
+  request.cluster.nodes = 2;
   request.options.cuda_context_bytes = 0;
   request.options.library_workspace_bytes = 0;
   const Plan plan = make_plan(request);
-  const Bytes states = 4 * 250 * (2 + 4 + 8) + 4 * 250 * 2;  // and the bf16 gradient partition
-  EXPECT_EQ(plan.gpu.initialization_allocated, 8000 + states);
-  EXPECT_EQ(plan.gpu.initialization_allocated_partitioned, std::max<Bytes>(2000, 4000) + states);
+  EXPECT_EQ(plan.gpu.initialization_allocated, 8504);
+  EXPECT_EQ(plan.gpu.initialization_allocated_partitioned, 5040);
 }
 
 }  // namespace
