@@ -145,6 +145,44 @@ void print_io(std::ostream& out, const exec::Calibration& c) {
       << rate(n.read_bytes_per_second, "GB/s") << " (whole node)\n";
 }
 
+// The CPU backend's own costs (docs/calibrate.md): what the simulator prices its steps with.
+void print_cpu_backend(std::ostream& out, const exec::Calibration& c) {
+  if (!c.group_collectives.empty()) {
+    Table groups({"collectives, group of", "latency us per call", "bus GB/s"});
+    for (const GroupCollectives& g : c.group_collectives) {
+      groups.add_row({std::to_string(g.ranks) + " ranks (others idle)", rate(g.latency, "", 1e-6),
+                      rate(g.bandwidth, "")});
+    }
+    groups.print(out);
+  }
+  Table layers({"executor layer (fitted over the grid)", "ns / GFLOP matmul",
+                "ns / GFLOP attention", "ns / element"});
+  for (int k = 0; k < kLayerKindCount; ++k) {
+    for (const bool backward : {false, true}) {
+      const LayerCost& cost =
+          backward ? c.layer_backward[std::size_t(k)] : c.layer_forward[std::size_t(k)];
+      if (cost.per_matmul_flop == 0 && cost.per_attention_flop == 0 && cost.per_element == 0)
+        continue;
+      layers.add_row({std::string(to_string(LayerKind(k))) + (backward ? " backward" : " forward"),
+                      rate(cost.per_matmul_flop, "", 1e-18),
+                      rate(cost.per_attention_flop, "", 1e-18), rate(cost.per_element, "", 1e-9)});
+    }
+  }
+  layers.print(out);
+  const EngineCosts& e = c.engine;
+  Table engine({"engine on one rank", "ns per unit"});
+  engine.add_row({"all-reduce, per message byte", rate(e.all_reduce_per_byte, "", 1e-9)});
+  engine.add_row({"reduce-scatter, per message byte", rate(e.reduce_scatter_per_byte, "", 1e-9)});
+  engine.add_row({"all-gather, per message byte", rate(e.all_gather_per_byte, "", 1e-9)});
+  engine.add_row({"gradient norm, per owned element", rate(e.norm_per_element, "", 1e-9)});
+  engine.add_row({"optimizer fp32, per byte touched", rate(e.optimizer_per_byte, "", 1e-9)});
+  engine.add_row(
+      {"optimizer 16-bit, per byte touched", rate(e.mixed_optimizer_per_byte, "", 1e-9)});
+  engine.add_row({"host optimizer, per byte touched", rate(e.host_optimizer_per_byte, "", 1e-9)});
+  engine.add_row({"host <-> device copy, per byte", rate(e.copy_per_byte, "", 1e-9)});
+  engine.print(out);
+}
+
 int run_calibrate(const CalibrateCommand& command) {
   exec::CalibrateOptions options = make_options(command);
   auto comm = exec::make_mpi_communicator();
@@ -169,6 +207,7 @@ int run_calibrate(const CalibrateCommand& command) {
   print_host(std::cerr, calibration);
   if (calibration.gpu) print_gpu(std::cerr, *calibration.gpu);
   print_io(std::cerr, calibration);
+  if (!calibration.gpu) print_cpu_backend(std::cerr, calibration);
   output->stream() << cluster_to_json(exec::calibrated_cluster(calibration, command.name)).dump(2)
                    << '\n';
   if (report) report->stream() << exec::calibration_to_json(calibration).dump(2) << '\n';

@@ -62,6 +62,12 @@ Plan make_run_plan(const RunFlags& flags, const exec::Backend& backend, Diagnost
   // the model; without a config file, run-sized buckets keep a laptop run small.
   if (!options.deepspeed_config && !options.reduce_bucket_size) options.reduce_bucket_size = kRunReduceBucket;
   PlanRequest request = make_plan_request(options, diagnostics);
+  // A calibrated cluster's gpus_per_node is the ranks calibrate ran; a run's node holds the ranks
+  // started on this host (which share its cores: sim/timeline/cpu_ranks.hpp).
+  if (request.cluster.calibration && !options.gpus_per_node) {
+    request.cluster =
+        with_ranks(request.cluster, request.dp_size, backend.communicator().ranks_on_node());
+  }
   if (request.model.shape && request.model.shape->dropout > 0) {
     TransformerShape shape = *request.model.shape;
     shape.dropout = 0;

@@ -127,7 +127,15 @@ double Check::error() const {
   return (measured - predicted) / predicted;
 }
 
-bool Check::passed() const { return !tolerance || std::abs(error()) <= *tolerance; }
+bool Check::passed() const {
+  return !compared() || !tolerance || std::abs(error()) <= *tolerance;
+}
+
+const Check* step_time_check(const std::vector<Check>& checks) {
+  const auto it = std::find_if(checks.begin(), checks.end(),
+                               [](const Check& c) { return c.figure == Figure::Time; });
+  return it == checks.end() ? nullptr : &*it;
+}
 
 Measurement measurement_of(const Trace& measured) {
   if (measured.source != "exec") {
@@ -147,8 +155,14 @@ std::vector<Check> compare_with_prediction(const Prediction& predicted, const Me
   memory_checks(predicted.memory, measured, tolerances, checks);
   collective_checks(predicted.plan, measured, tolerances, checks);
   link_checks(predicted.plan, measured, tolerances, checks);
-  checks.push_back({"step time", Figure::Time, Unit::Seconds, predicted.timeline.step_time,
-                    measured.step_seconds, tolerances.step_time});
+  Check time{"step time",           Figure::Time,
+             Unit::Seconds,         predicted.timeline.step_time,
+             measured.step_seconds, tolerances.step_time};
+  if (!predicted.plan.request.cluster.calibration) {
+    time.tolerance = std::nullopt;
+    time.not_compared = "uncalibrated";
+  }
+  checks.push_back(std::move(time));
   return checks;
 }
 

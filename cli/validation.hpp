@@ -2,7 +2,9 @@
 // The one comparison of a plan with a measurement, used by `zerolens validate` (just measured)
 // and `zerolens check-measured` (recorded in a measured trace): memory per device and category,
 // bytes and calls of every collective, bytes per host-device and NVMe link, and the step time,
-// each with its error and the tolerance it is held to (none: shown for information).
+// each with its error and the tolerance it is held to (none: shown for information). The step time
+// is compared only when the prediction used a cluster `zerolens calibrate` measured
+// (Cluster::calibration): on a datasheet cluster it is an estimate for other hardware.
 #include <array>
 #include <optional>
 #include <string>
@@ -13,11 +15,13 @@
 
 namespace zerolens::cli {
 
+inline constexpr double kDefaultStepTimeTolerance = 0.15;
+
 struct Tolerances {
   double peak_memory = 0.03;      // relative, per device
   double model_states = 0;        // relative, per device and model-state category (exact by default)
   double collective_bytes = 0;    // relative, per collective kind and per link (exact by default)
-  std::optional<double> step_time;  // relative; off by default (needs a calibrated cluster)
+  double step_time = kDefaultStepTimeTolerance;  // relative; held only with a calibrated cluster
 };
 
 enum class Unit { Bytes, Calls, Seconds };
@@ -33,9 +37,14 @@ struct Check {
   Unit unit = Unit::Bytes;
   double predicted = 0, measured = 0;
   std::optional<double> tolerance;  // none: information only
+  std::string not_compared;  // why the figure is shown but not compared ("uncalibrated"), or empty
+  bool compared() const { return not_compared.empty(); }
   double error() const;             // (measured - predicted) / predicted; 0 when both are 0
-  bool passed() const;
+  bool passed() const;              // within the tolerance, or not held (information, not compared)
 };
+
+// The step time's check (Figure::Time) among `checks`, or nullptr.
+const Check* step_time_check(const std::vector<Check>& checks);
 
 // What the executor measured on one rank (ranks are symmetric).
 struct Measurement {
@@ -50,7 +59,9 @@ struct Measurement {
 // InputError naming the key when the trace lacks one.
 Measurement measurement_of(const Trace& measured);
 
-// The prediction needs the timeline and the memory states (PredictionOptions::memory_states).
+// The prediction needs the timeline and the memory states (PredictionOptions::memory_states). The
+// step time is held to `tolerances.step_time` when the prediction's cluster is calibrated, and
+// not compared ("uncalibrated") otherwise.
 std::vector<Check> compare_with_prediction(const Prediction& predicted, const Measurement& measured,
                                            const Tolerances& tolerances);
 

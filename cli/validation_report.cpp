@@ -53,9 +53,14 @@ void add_tolerance_options(CLI::App& command, Tolerances& tolerances) {
   command.add_option("--collective-tolerance", tolerances.collective_bytes,
                      "Bytes per collective kind and per host-device/NVMe link (exact by default)")
       ->capture_default_str()->check(CLI::Range(0.0, 10.0))->group(group);
-  command.add_option("--time-tolerance", tolerances.step_time,
-                     "Step time (off by default: predict with a cluster from `zerolens calibrate`)")
-      ->check(CLI::Range(0.0, 100.0))->group(group);
+  command
+      .add_option(
+          "--time-tolerance", tolerances.step_time,
+          "Step time, held when the cluster was measured by `zerolens calibrate` (not compared on "
+          "a datasheet cluster)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 100.0))
+      ->group(group);
 }
 
 bool all_passed(const std::vector<Check>& checks) {
@@ -65,6 +70,12 @@ bool all_passed(const std::vector<Check>& checks) {
 bool print_checks(std::ostream& out, const std::vector<Check>& checks) {
   Table table({"quantity (rank 0)", "predicted", "measured", "error", "tolerance", ""});
   for (const Check& check : checks) {
+    if (!check.compared()) {
+      table.add_row({check.quantity, figure(check.predicted, check.unit),
+                     figure(check.measured, check.unit),
+                     "not compared (" + check.not_compared + ")", "", ""});
+      continue;
+    }
     const std::string tolerance = check.tolerance ? "±" + percent(*check.tolerance).substr(1) : "info";
     table.add_row({check.quantity, figure(check.predicted, check.unit), figure(check.measured, check.unit),
                    percent(check.error()), tolerance, check.passed() ? "ok" : "FAIL"});
@@ -77,14 +88,69 @@ nlohmann::json checks_json(const std::vector<Check>& checks) {
   nlohmann::json rows = nlohmann::json::array();
   for (const Check& check : checks) {
     const double error = check.error();
-    rows.push_back({{"quantity", check.quantity}, {"group", to_string(check.figure)}, {"unit", unit_name(check.unit)},
-                    {"predicted", value_json(check.predicted, check.unit)},
-                    {"measured", value_json(check.measured, check.unit)},
-                    {"error", std::isfinite(error) ? nlohmann::json(error) : nlohmann::json()},
-                    {"tolerance", check.tolerance ? nlohmann::json(*check.tolerance) : nlohmann::json()},
-                    {"passed", check.passed()}});
+    const bool compared = check.compared();
+    nlohmann::json row = {
+        {"quantity", check.quantity},
+        {"group", to_string(check.figure)},
+        {"unit", unit_name(check.unit)},
+        {"predicted", value_json(check.predicted, check.unit)},
+        {"measured", value_json(check.measured, check.unit)},
+        {"error", compared && std::isfinite(error) ? nlohmann::json(error) : nlohmann::json()},
+        {"tolerance",
+         compared && check.tolerance ? nlohmann::json(*check.tolerance) : nlohmann::json()},
+        {"passed", check.passed()},
+        {"compared", compared}};
+    if (!compared) row["not_compared"] = check.not_compared;
+    rows.push_back(std::move(row));
   }
   return rows;
+}
+
+StepTimeSummary summarize_step_time(const std::vector<std::vector<Check>>& runs) {
+  StepTimeSummary summary;
+  double sum = 0;
+  for (const auto& checks : runs) {
+    const Check* time = step_time_check(checks);
+    if (!time) continue;
+    ++summary.runs;
+    if (!time->compared()) continue;
+    ++summary.compared;
+    const double error = std::abs(time->error());
+    sum += error;
+    summary.max_absolute_error = std::max(summary.max_absolute_error, error);
+    if (time->tolerance) summary.tolerance = time->tolerance;
+  }
+  if (summary.compared > 0) summary.mean_absolute_error = sum / summary.compared;
+  return summary;
+}
+
+std::string describe(const StepTimeSummary& s) {
+  if (s.runs == 0) return "step time: none measured";
+  const std::string runs = std::to_string(s.runs) + (s.runs == 1 ? " run" : " runs");
+  if (s.compared == 0) {
+    return "step time: not compared (uncalibrated): predicted on a datasheet cluster; measure this "
+           "machine with "
+           "`zerolens calibrate -o cluster.json` and predict with --cluster cluster.json";
+  }
+  std::ostringstream text;
+  text << "step time: mean absolute error " << percent(s.mean_absolute_error).substr(1) << " over "
+       << s.compared << (s.compared == 1 ? " run" : " runs");
+  if (s.compared > 1) text << " (largest " << percent(s.max_absolute_error).substr(1);
+  if (s.tolerance)
+    text << (s.compared > 1 ? ", " : " (") << "tolerance ±" << percent(*s.tolerance).substr(1);
+  if (s.compared > 1 || s.tolerance) text << ")";
+  if (s.compared < s.runs)
+    text << "; " << s.runs - s.compared << " of " << runs << " not compared (uncalibrated)";
+  return text.str();
+}
+
+nlohmann::json step_time_json(const StepTimeSummary& s) {
+  const bool any = s.compared > 0;
+  return {{"runs", s.runs},
+          {"compared", s.compared},
+          {"mean_absolute_error", any ? nlohmann::json(s.mean_absolute_error) : nlohmann::json()},
+          {"max_absolute_error", any ? nlohmann::json(s.max_absolute_error) : nlohmann::json()},
+          {"tolerance", s.tolerance ? nlohmann::json(*s.tolerance) : nlohmann::json()}};
 }
 
 }  // namespace zerolens::cli

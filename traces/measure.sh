@@ -22,7 +22,11 @@ options (environment variable in brackets):
                        from nvidia-smi (nvidia-h100-80gb-hbm3), else cpu-<CPU model> (cpu-amd-epyc)
   --out DIR            output directory; default: traces/measured/<device-name>
   --nvme-dir DIR       directory for the NVMe offload files [NVME_DIR]; default: a new temporary directory
-  --steps N            optimizer steps per config (default 4)
+  --steps N            optimizer steps per config (default 4); the step time recorded is the lowest
+                       mean of 8 consecutive steps (all but the first when fewer ran)
+  --rounds N           run the matrix N times and keep, per config, the round with the lowest
+                       step time (default 1): on a shared host whose speed varies, rounds minutes
+                       apart catch each config at the machine's own speed
   --model NAME         model of every config (default gpt2-tiny; gpt2-124m fits a GPU)
   --only REGEX         run only the configs whose name matches (keeps the other files in OUT)
   --validate-args STR  extra arguments for every validate run (e.g. a device backend flag)
@@ -44,6 +48,7 @@ NVME_DIR=${NVME_DIR:-}
 TORCH_PYTHON=${TORCH_PYTHON:-auto}
 out=""
 steps=4
+rounds=1
 model=gpt2-tiny
 only=""
 validate_args=""
@@ -60,6 +65,7 @@ while [[ $# -gt 0 ]]; do
     --out) out=${2:?--out needs a directory}; shift 2 ;;
     --nvme-dir) NVME_DIR=${2:?--nvme-dir needs a directory}; shift 2 ;;
     --steps) steps=${2:?--steps needs a number}; shift 2 ;;
+    --rounds) rounds=${2:?--rounds needs a number}; shift 2 ;;
     --model) model=${2:?--model needs a name}; shift 2 ;;
     --only) only=${2:?--only needs a regex}; shift 2 ;;
     --validate-args) validate_args=${2?}; shift 2 ;;
@@ -71,6 +77,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 [[ "$steps" =~ ^[1-9][0-9]*$ ]] || die "--steps: '$steps' is not a positive number"
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || die "--rounds: '$rounds' is not a positive number"
 
 # name ranks flags (validate's defaults otherwise: micro-batch 4, sequence 64). The 1-rank DP and ZeRO-3 CPU-offload
 # configs are the ones torch_reference.py's plain and FSDP-offload runs stand beside.
@@ -156,32 +163,54 @@ mkdir -p "$out/logs"
 # Files are named <model>-<config>; a whole run replaces its model's files.
 if [[ -z "$only" ]]; then rm -f "$out/$model"-*.measured.json "$out/$model"-*.predicted.json "$out/logs/$model"-*.txt; fi
 
-# Runs one config; its exit status is validate's (1: outside tolerance).
+# Runs one config into directory $1; its exit status is validate's (1: outside tolerance).
 measure() {
-  local name=$1 ranks=$2
-  shift 2
+  local dir=$1 name=$2 ranks=$3
+  shift 3
+  mkdir -p "$dir/logs"
   # shellcheck disable=SC2086 # the argument strings are split on purpose
   "$MPIRUN" -np "$ranks" "$ZEROLENS" validate --model "$model" --steps "$steps" --log-every 1 "$@" $validate_args \
     $tolerance_args \
-    --measured-trace "$out/$name.measured.json" --predicted-trace "$out/$name.predicted.json" \
-    </dev/null >"$out/logs/$name.txt" 2>&1
+    --measured-trace "$dir/$name.measured.json" --predicted-trace "$dir/$name.predicted.json" \
+    </dev/null >"$dir/logs/$name.txt" 2>&1
+}
+
+step_time() { python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["summary"]["step_time_s"])' "$1"; }
+
+# With rounds, a round's run replaces the kept one when its step time is lower.
+keep_faster() {
+  local from=$1 name=$2
+  if [[ -f "$out/$name.measured.json" ]] &&
+     python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) <= float(sys.argv[2]) else 1)' \
+       "$(step_time "$out/$name.measured.json")" "$(step_time "$from/$name.measured.json")"; then
+    return
+  fi
+  mv "$from/$name.measured.json" "$from/$name.predicted.json" "$out/"
+  mv "$from/logs/$name.txt" "$out/logs/"
 }
 
 failed=()
 broken=()
 started=$SECONDS
-while read -r name ranks flags; do
-  [[ -n "$only" && ! "$name" =~ $only ]] && continue
-  printf '%-45s np %s ... ' "$model-$name" "$ranks"
-  rc=0
-  # shellcheck disable=SC2086 # flags are split on purpose
-  measure "$model-$name" "$ranks" $flags || rc=$?
-  case $rc in
-    0) echo "ok" ;;
-    1) echo "outside tolerance (logs/$model-$name.txt)"; failed+=("$name") ;;
-    *) echo "FAILED with exit $rc (logs/$model-$name.txt)"; broken+=("$name"); rm -f "$out/$model-$name.measured.json" ;;
-  esac
-done < <(matrix)
+for ((round = 1; round <= rounds; ++round)); do
+  [[ $rounds -gt 1 ]] && echo "round $round of $rounds"
+  dir=$out
+  [[ $rounds -gt 1 ]] && dir=$scratch/round
+  while read -r name ranks flags; do
+    [[ -n "$only" && ! "$name" =~ $only ]] && continue
+    printf '%-45s np %s ... ' "$model-$name" "$ranks"
+    rc=0
+    # shellcheck disable=SC2086 # flags are split on purpose
+    measure "$dir" "$model-$name" "$ranks" $flags || rc=$?
+    case $rc in
+      0|1) [[ $rc -eq 0 ]] && echo "ok" || echo "outside tolerance ($dir/logs/$model-$name.txt)"
+           if [[ $rounds -gt 1 ]]; then keep_faster "$dir" "$model-$name"
+           elif [[ $rc -eq 1 ]]; then failed+=("$name"); fi ;;
+      *) echo "FAILED with exit $rc ($dir/logs/$model-$name.txt)"; broken+=("$name")
+         rm -f "$dir/$model-$name.measured.json" ;;
+    esac
+  done < <(matrix)
+done
 echo "matrix took $((SECONDS - started)) s"
 
 torch_json=""
@@ -210,7 +239,7 @@ check_rc=0
 "$ZEROLENS" check-measured $tolerance_args --json "$out" -o "$scratch/check.json" || check_rc=$?
 [[ $check_rc -le 1 ]] || die "check-measured failed with exit $check_rc"
 summary_args=(--check "$scratch/check.json" --out "$out/SUMMARY.md" --device-name "$DEVICE_NAME"
-              --base "$out" --steps "$steps"
+              --base "$out" --steps "$steps" --rounds "$rounds"
               --machine "$(uname -srm), $(getconf _NPROCESSORS_ONLN) cores, $(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
               --mpi "$("$MPIRUN" --version 2>/dev/null | head -n 1)"
               --commit "$(describe_commit)")

@@ -6,7 +6,8 @@ traces), and, when given, from traces/torch_reference.py's JSON; nothing is comp
 layout.
 
 usage: measure_summary.py --check CHECK.json --out SUMMARY.md --device-name NAME --base DIR
-                          [--torch TORCH.json] [--steps N] [--machine TEXT] [--mpi TEXT] [--commit TEXT]"""
+                          [--torch TORCH.json] [--steps N] [--rounds N] [--machine TEXT] [--mpi TEXT]
+                          [--commit TEXT]"""
 import argparse
 import datetime
 import json
@@ -27,6 +28,7 @@ def parse_args():
     parser.add_argument("--base", required=True, help="directory the trace paths are shown relative to")
     parser.add_argument("--torch", help="torch_reference.py output")
     parser.add_argument("--steps", default="?")
+    parser.add_argument("--rounds", default="1")
     parser.add_argument("--machine", default="")
     parser.add_argument("--mpi", default="")
     parser.add_argument("--commit", default="")
@@ -93,11 +95,34 @@ def step_ms(checks):
     return f"{time[0]['measured'] * 1e3:.2f}" if time else "-"
 
 
+def step_cells(checks):
+    """Step time measured, predicted and the error; "not compared" when the cluster was not calibrated."""
+    time = by_group(checks, "time")
+    if not time:
+        return ["-", "-", "-"]
+    t = time[0]
+    if not t.get("compared", True):
+        return [f"{t['measured'] * 1e3:.2f}", f"{t['predicted'] * 1e3:.3f}", f"not compared ({t.get('not_compared', '')})"]
+    return [f"{t['measured'] * 1e3:.2f}", f"{t['predicted'] * 1e3:.2f}", percent(t["error"])]
+
+
+def step_time_line(check):
+    s = check.get("step_time")
+    if not s or not s.get("runs"):
+        return "step time: none recorded."
+    if not s.get("compared"):
+        return ("step time: not compared (uncalibrated): the traces were predicted on a datasheet cluster, "
+                "not one `zerolens calibrate` measured on this machine.")
+    return (f"step time: mean absolute error {s['mean_absolute_error'] * 100:.2f} % over {s['compared']} configs, "
+            f"largest {s['max_absolute_error'] * 100:.2f} % (tolerance {relative(s['tolerance'])}).")
+
+
 def matrix_table(traces):
     lines = ["| config | ranks | stage | precision | offload | GPU peak predicted (MB) | GPU peak measured (MB) | GPU error "
              "| GPU driver-side overhead (MB, not held) | CPU peak pred / meas MB (error) | NVMe peak pred / meas MB (error) | model states exact | "
-             "collective bytes equal | link bytes equal | step time measured (ms) | verdict |",
-             "|---|---:|---:|---|---|---:|---:|---:|---:|---|---|---|---|---|---:|---|"]
+             "collective bytes equal | link bytes equal | step time measured (ms) | step time predicted (ms) | "
+             "step time error | verdict |",
+             "|---|---:|---:|---|---|---:|---:|---:|---:|---|---|---|---|---|---:|---:|---:|---|"]
     for t in traces:
         run, checks = t["run"], t["checks"]
         gpu = peak(checks, "gpu")
@@ -106,7 +131,7 @@ def matrix_table(traces):
             mb(gpu["predicted"]) if gpu else "-", mb(gpu["measured"]) if gpu else "-",
             percent(gpu["error"]) if gpu else "-", driver_side_mb(checks, gpu), peak_cell(peak(checks, "cpu")), peak_cell(peak(checks, "nvme")),
             all_equal(checks, "model_state"), all_equal(checks, "collective"), all_equal(checks, "link"),
-            step_ms(checks), "ok" if t["passed"] else "**FAIL**"]) + " |")
+            *step_cells(checks), "ok" if t["passed"] else "**FAIL**"]) + " |")
     return lines
 
 
@@ -131,7 +156,7 @@ def torch_table(traces, torch):
         if t is not None:
             gpu = peak(t["checks"], "gpu")
             lines.append(f"| zerolens predicted: {label}, 1 rank ({config_name(t['file'])}) | {mb(gpu['predicted'])} | - |")
-            lines.append(f"| zerolens executor measured: same (last step) | {mb(gpu['measured'])} | {step_ms(t['checks'])} |")
+            lines.append(f"| zerolens executor measured: same (recorded step time) | {mb(gpu['measured'])} | {step_ms(t['checks'])} |")
         run = torch.get("runs", {}).get(mode)
         if run is None:
             lines.append(f"| PyTorch {mode}: not recorded | - | - |")
@@ -151,16 +176,19 @@ def main():
     failed = [config_name(t["file"]) for t in traces if not t["passed"]]
     lines = [f"# Measured on {args.device_name}", "",
              f"Written by `traces/measure.sh` on {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; "
-             f"{args.steps} steps per config; zerolens {args.commit}.", "",
+             f"{args.steps} steps per config" + (f", the best of {args.rounds} rounds" if args.rounds != "1" else "")
+             + f"; zerolens {args.commit}.", "",
              f"- machine: {args.machine}", f"- MPI: {args.mpi}",
              f"- tolerances: peak {relative(tol['peak_memory'])} per device; model states per device and category "
              f"{relative(tol['model_states'])}; bytes per collective kind and per link {relative(tol['collective_bytes'])}; "
-             + (f"step time {relative(tol['step_time'])}" if tol.get("step_time") is not None else "step time not held"),
+             + (f"step time {relative(tol['step_time'])} when the cluster is calibrated" if tol.get("step_time") is not None
+                else "step time not held"),
              "- peaks are per rank (CPU and NVMe: the rank's part of the node); MB = 1e6 bytes; the step time is the "
-             "recorded (last) step's; the GPU peak held is the schedule's memory, the CUDA libraries' own "
-             "driver-side memory beyond the plan's workspace is shown beside it", "",
+             "recorded one, the lowest mean of 8 consecutive steps (the first left out); the GPU peak held is the "
+             "schedule's memory, the CUDA libraries' own driver-side memory beyond the plan's workspace is shown "
+             "beside it", "",
              f"{len(traces)} configs, " + ("all within tolerance." if not failed else f"outside tolerance: {', '.join(failed)}."),
-             ""]
+             step_time_line(check), ""]
     lines += matrix_table(traces)
     if args.torch:
         with open(args.torch) as f:

@@ -241,6 +241,10 @@ CalibrateOptions quick_calibrate_options() {
   options.gpu_copy_bytes = Bytes{256} << 20;
   options.gpu_transfer_bytes = Bytes{64} << 20;
   options.repeats = 3;
+  options.layer_shapes = {
+      {32, 2, 128, 64, 4}, {96, 6, 384, 32, 8}, {128, 8, 512, 64, 4}, {64, 4, 512, 128, 2}};
+  options.layer_seconds = 2;
+  options.engine_seconds = 1.5;
   return options;
 }
 
@@ -289,6 +293,7 @@ Calibration calibrate(Communicator& comm, const CalibrateOptions& options,
   measure_host_memory(comm, options, result);
   result.collectives = device ? device->measure_collectives(options.message_sizes)
                               : measure_collectives(comm, options.message_sizes);
+  if (!device) measure_cpu_backend(comm, options, result);
   if (store) result.nvme = measure_nvme(comm, options, *store);
   return result;
 }

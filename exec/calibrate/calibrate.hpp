@@ -14,6 +14,7 @@
 //   NVMe: NvmeStore writes then reads one object per rank under --nvme-path.
 // With a DeviceCalibrator (exec/cuda/calibrate_gpu.hpp: `--device cuda`) each rank also measures
 // its GPU, which replaces the host GEMM, and the collectives run through the GPU communicator.
+#include <array>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,10 +24,24 @@
 #include "exec/comm/communicator.hpp"
 #include "exec/io/nvme_io.hpp"
 #include "sim/hardware/hardware.hpp"
+#include "sim/timeline/cpu_ranks.hpp"
 
 namespace zerolens::exec {
 
 inline constexpr double kAdamBytesPerParameter = 28;  // 4 x 4 read + 3 x 4 written
+
+// A GPT-2 shape calibrate times the executor's layers at (one block; ffn = 4 x hidden).
+struct CalibrateLayerShape {
+  std::int64_t hidden = 64;
+  int heads = 4;
+  std::int64_t vocab = 256, seq_len = 64, micro_batch = 4;
+};
+
+// The CPU backend's grid: head sizes 16 and 32, 64 to 640 vocabulary entries, 64 to 512 tokens.
+inline std::vector<CalibrateLayerShape> default_layer_shapes() {
+  return {{32, 2, 128, 64, 4},  {96, 6, 384, 32, 8},   {128, 8, 512, 64, 4},
+          {64, 4, 512, 128, 2}, {160, 10, 640, 32, 4}, {128, 4, 256, 64, 2}};
+}
 
 struct CalibrateOptions {
   std::vector<std::size_t> gemm_sizes = {256, 512, 1024};
@@ -39,6 +54,13 @@ struct CalibrateOptions {
   NvmeOptions nvme;
   Bytes gpu_copy_bytes = Bytes{1} << 30;        // device-to-device copy (--device cuda)
   Bytes gpu_transfer_bytes = Bytes{256} << 20;  // each pinned host <-> device copy
+  // The CPU backend's own costs (docs/calibrate.md): its GPT-2 layers over a grid of shapes, timed
+  // round after round for layer_seconds; the engine on one rank over reference plans of
+  // engine_shape (two blocks) for engine_seconds.
+  std::vector<CalibrateLayerShape> layer_shapes = default_layer_shapes();
+  double layer_seconds = 15;
+  CalibrateLayerShape engine_shape{128, 8, 512, 64, 4};
+  double engine_seconds = 8;
   int repeats = 5;  // timed runs of each measurement (best for compute and memory, median for I/O)
   int threads = 0;  // OpenMP threads of the STREAM and Adam kernels (0: the OpenMP default)
 };
@@ -90,6 +112,15 @@ struct GpuCalibration {
   std::string collective_backend, backend_reason;  // "nccl" or "mpi-staged", and why
 };
 
+// One layer of a grid shape, timed (the best of its rounds).
+struct LayerTiming {
+  CalibrateLayerShape shape;
+  LayerKind kind = LayerKind::TransformerBlock;
+  bool backward = false;
+  LayerWork work;  // as the simulator counts it (sim/timeline/cpu_ranks.hpp)
+  double seconds = 0;
+};
+
 struct Calibration {
   std::string host, cpu_model;
   int ranks = 1;
@@ -104,6 +135,12 @@ struct Calibration {
   std::vector<CollectiveRate> collectives;  // empty with one rank
   std::optional<NvmeRate> nvme;
   std::optional<GpuCalibration> gpu;  // `--device cuda`
+  // The CPU backend's own costs (without --device cuda): collectives per group size 2 .. ranks,
+  // the layers timed over the grid and their costs fitted per kind, the engine's own work.
+  std::vector<GroupCollectives> group_collectives;
+  std::vector<LayerTiming> layer_timings;  // each the slowest measuring rank's best
+  std::array<LayerCost, kLayerKindCount> layer_forward{}, layer_backward{};
+  EngineCosts engine;
 
   double adam_over_triad() const { return adam_bytes_per_second / triad_bytes_per_second; }
 };
@@ -127,6 +164,13 @@ Calibration calibrate(Communicator& comm, const CalibrateOptions& options,
 
 // nccl-tests' bus bandwidth of a collective of S bytes over `ranks` ranks taking `seconds`.
 double bus_bandwidth(OpKind kind, Bytes bytes, int ranks, double seconds);
+
+// Least squares of `seconds` on `features` (rows) in relative errors, every coefficient >= 0 (the
+// best fit over the subsets of features whose unconstrained fit has none negative).
+std::vector<double> fit_nonnegative(const std::vector<std::vector<double>>& features,
+                                    const std::vector<double>& seconds);
+// t = latency + ring traffic / bandwidth fitted over a group's measured collectives.
+GroupCollectives fit_group_collectives(int ranks, const std::vector<CollectiveRate>& rates);
 
 // The cluster description (docs/calibrate.md lists which measurement fills which field). An empty
 // name gives "calibrated-<host>".

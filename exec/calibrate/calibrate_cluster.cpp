@@ -97,6 +97,74 @@ nlohmann::json gpu_json(const GpuCalibration& g) {
           {"backend_reason", g.backend_reason}};
 }
 
+// What marks the cluster as measured, and the CPU backend's own costs (docs/calibrate.md). On a
+// GPU the collectives of the whole group are the one measured group.
+ClusterCalibration cluster_calibration(const Calibration& c) {
+  ClusterCalibration calibration;
+  calibration.device = c.gpu ? "cuda" : "cpu";
+  calibration.ranks = c.ranks;
+  calibration.threads_per_rank = c.threads;
+  if (c.gpu) {
+    if (!c.collectives.empty())
+      calibration.collectives = {fit_group_collectives(c.ranks, c.collectives)};
+    return calibration;
+  }
+  calibration.collectives = c.group_collectives;
+  calibration.forward = c.layer_forward;
+  calibration.backward = c.layer_backward;
+  calibration.engine = c.engine;
+  return calibration;
+}
+
+nlohmann::json cost_json(const LayerCost& cost) {
+  return {{"per_matmul_flop", cost.per_matmul_flop},
+          {"per_attention_flop", cost.per_attention_flop},
+          {"per_element", cost.per_element}};
+}
+
+nlohmann::json cpu_backend_json(const Calibration& c) {
+  nlohmann::json timings = nlohmann::json::array();
+  for (const LayerTiming& t : c.layer_timings) {
+    timings.push_back({{"shape",
+                        {{"hidden", t.shape.hidden},
+                         {"heads", t.shape.heads},
+                         {"vocab", t.shape.vocab},
+                         {"seq_len", t.shape.seq_len},
+                         {"micro_batch", t.shape.micro_batch}}},
+                       {"layer", to_string(t.kind)},
+                       {"direction", t.backward ? "backward" : "forward"},
+                       {"matmul_flops", t.work.matmul_flops},
+                       {"attention_flops", t.work.attention_flops},
+                       {"elements", t.work.elements},
+                       {"seconds", t.seconds},
+                       {"fitted_seconds",
+                        layer_seconds(t.work, t.backward ? c.layer_backward[std::size_t(t.kind)]
+                                                         : c.layer_forward[std::size_t(t.kind)])}});
+  }
+  nlohmann::json costs = nlohmann::json::object();
+  for (int k = 0; k < kLayerKindCount; ++k) {
+    costs[to_string(LayerKind(k))] = {{"forward", cost_json(c.layer_forward[std::size_t(k)])},
+                                      {"backward", cost_json(c.layer_backward[std::size_t(k)])}};
+  }
+  nlohmann::json groups = nlohmann::json::array();
+  for (const GroupCollectives& g : c.group_collectives) {
+    groups.push_back({{"ranks", g.ranks}, {"latency", g.latency}, {"bandwidth", g.bandwidth}});
+  }
+  const EngineCosts& e = c.engine;
+  return {{"layer_timings", timings},
+          {"layer_costs", costs},
+          {"group_collectives", groups},
+          {"engine",
+           {{"all_reduce_per_byte", e.all_reduce_per_byte},
+            {"reduce_scatter_per_byte", e.reduce_scatter_per_byte},
+            {"all_gather_per_byte", e.all_gather_per_byte},
+            {"norm_per_element", e.norm_per_element},
+            {"optimizer_per_byte", e.optimizer_per_byte},
+            {"mixed_optimizer_per_byte", e.mixed_optimizer_per_byte},
+            {"host_optimizer_per_byte", e.host_optimizer_per_byte},
+            {"copy_per_byte", e.copy_per_byte}}}};
+}
+
 }  // namespace
 
 Cluster calibrated_cluster(const Calibration& c, const std::string& name) {
@@ -121,6 +189,7 @@ Cluster calibrated_cluster(const Calibration& c, const std::string& name) {
                   : LinkSpec{"host memory copy (CPU backend: no PCIe)", c.copy_bytes_per_second, 0};
   cluster.inter_node = node.intra_node;
   cluster.inter_node.name = "not measured (one node): intra_node's figures";
+  cluster.calibration = cluster_calibration(c);
   cluster.validate("calibrated cluster");
   return cluster;
 }
@@ -156,7 +225,8 @@ nlohmann::json calibration_to_json(const Calibration& c) {
         {"over_triad", c.adam_over_triad()}}},
       {"collectives", collectives},
       {"nvme", nullptr},
-      {"gpu", c.gpu ? gpu_json(*c.gpu) : nlohmann::json(nullptr)}};
+      {"gpu", c.gpu ? gpu_json(*c.gpu) : nlohmann::json(nullptr)},
+      {"cpu_backend", c.gpu ? nlohmann::json(nullptr) : cpu_backend_json(c)}};
   if (c.nvme) {
     const NvmeRate& n = *c.nvme;
     document["nvme"] = {{"path", n.path},

@@ -62,6 +62,17 @@ class Communicator {
   // The mean loss and other figures the step reports, outside the schedule: not counted.
   virtual double report_sum(double value) = 0;
   virtual void barrier() = 0;
+  // A barrier whose waiting ranks sleep rather than poll, so that an idle rank takes no core from
+  // ranks still working (calibrate idles ranks this way while others measure). Default: barrier().
+  virtual void idle_barrier() { barrier(); }
+  // Ranks 0 .. ranks-1 as a communicator of their own, the same ranks numbered alike; nullptr on
+  // the other ranks, and on every rank of a communicator that cannot split. Collective.
+  virtual std::unique_ptr<Communicator> first_ranks(int /*ranks*/) { return nullptr; }
+  // This rank alone, as a one-rank communicator; nullptr on a communicator that cannot split.
+  // Collective.
+  virtual std::unique_ptr<Communicator> alone() { return nullptr; }
+  // Ranks of this communicator on this rank's host (sharing its cores and memory).
+  virtual int ranks_on_node() const { return size(); }
 
   const CollectiveCount& count(OpKind kind) const { return counts_[std::size_t(kind)]; }
 

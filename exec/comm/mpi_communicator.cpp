@@ -1,9 +1,12 @@
-// The MPI communicator: each collective is one MPI call on MPI_COMM_WORLD.
+// The MPI communicator: each collective is one MPI call on MPI_COMM_WORLD (or a group of its
+// first ranks, first_ranks()).
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "exec/comm/communicator.hpp"
 #include "kernels/precision.hpp"
@@ -54,8 +57,26 @@ class MpiCommunicator final : public Communicator {
       check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
       std::atexit(finalize_mpi);
     }
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    init();
+  }
+  // A group split off MPI_COMM_WORLD, owned (freed with the communicator).
+  explicit MpiCommunicator(MPI_Comm group) : comm_(group), owned_(true) { init(); }
+  ~MpiCommunicator() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (owned_ && !finalized) MPI_Comm_free(&comm_);
+  }
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  void init() {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    MPI_Comm node = MPI_COMM_NULL;
+    check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
+          "MPI_Comm_split_type");
+    MPI_Comm_size(node, &ranks_on_node_);
+    MPI_Comm_free(&node);
     // Commutative; freed by MPI_Finalize.
     check(MPI_Op_create(&sum_16bit<kernels::fp16_to_fp32, kernels::fp32_to_fp16>, 1, &sum_fp16_), "MPI_Op_create");
     check(MPI_Op_create(&sum_16bit<kernels::bf16_to_fp32, kernels::fp32_to_bf16>, 1, &sum_bf16_), "MPI_Op_create");
@@ -65,15 +86,16 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
 
   void all_reduce_sum(std::span<float> buffer) override {
-    check(MPI_Allreduce(MPI_IN_PLACE, buffer.data(), mpi_count(buffer.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+    check(MPI_Allreduce(MPI_IN_PLACE, buffer.data(), mpi_count(buffer.size()), MPI_FLOAT, MPI_SUM,
+                        comm_),
           "MPI_Allreduce");
     record(OpKind::AllReduce, float_bytes(buffer.size()));
   }
 
   void reduce_scatter_sum(std::span<const float> input, std::span<float> output) override {
     require_blocks(input.size(), output.size(), "reduce_scatter_sum");
-    check(MPI_Reduce_scatter_block(input.data(), output.data(), mpi_count(output.size()), MPI_FLOAT, MPI_SUM,
-                                   MPI_COMM_WORLD),
+    check(MPI_Reduce_scatter_block(input.data(), output.data(), mpi_count(output.size()), MPI_FLOAT,
+                                   MPI_SUM, comm_),
           "MPI_Reduce_scatter_block");
     record(OpKind::ReduceScatter, float_bytes(input.size()));
   }
@@ -81,7 +103,7 @@ class MpiCommunicator final : public Communicator {
   void reduce_scatter_sum(std::span<const float> input, std::span<const int> counts,
                           std::span<float> output) override {
     require_counts(input.size(), counts, output.size());
-    check(MPI_Reduce_scatter(input.data(), output.data(), counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+    check(MPI_Reduce_scatter(input.data(), output.data(), counts.data(), MPI_FLOAT, MPI_SUM, comm_),
           "MPI_Reduce_scatter");
     record(OpKind::ReduceScatter, float_bytes(input.size()));
   }
@@ -95,20 +117,20 @@ class MpiCommunicator final : public Communicator {
 
   void all_gather(std::span<const float> input, std::span<float> output) override {
     require_blocks(output.size(), input.size(), "all_gather");
-    check(MPI_Allgather(send_buffer(input, output), mpi_count(input.size()), MPI_FLOAT, output.data(),
-                        mpi_count(input.size()), MPI_FLOAT, MPI_COMM_WORLD),
+    check(MPI_Allgather(send_buffer(input, output), mpi_count(input.size()), MPI_FLOAT,
+                        output.data(), mpi_count(input.size()), MPI_FLOAT, comm_),
           "MPI_Allgather");
     record(OpKind::AllGather, float_bytes(output.size()));
   }
 
   void broadcast(std::span<float> buffer, int root) override {
-    check(MPI_Bcast(buffer.data(), mpi_count(buffer.size()), MPI_FLOAT, root, MPI_COMM_WORLD), "MPI_Bcast");
+    check(MPI_Bcast(buffer.data(), mpi_count(buffer.size()), MPI_FLOAT, root, comm_), "MPI_Bcast");
     record(OpKind::Broadcast, float_bytes(buffer.size()));
   }
 
   void all_reduce_sum(std::span<std::uint16_t> buffer, Precision format) override {
-    check(MPI_Allreduce(MPI_IN_PLACE, buffer.data(), mpi_count(buffer.size()), MPI_UINT16_T, sum_op(format),
-                        MPI_COMM_WORLD),
+    check(MPI_Allreduce(MPI_IN_PLACE, buffer.data(), mpi_count(buffer.size()), MPI_UINT16_T,
+                        sum_op(format), comm_),
           "MPI_Allreduce");
     record(OpKind::AllReduce, half_bytes(buffer.size()));
   }
@@ -116,8 +138,8 @@ class MpiCommunicator final : public Communicator {
   void reduce_scatter_sum(std::span<const std::uint16_t> input, std::span<std::uint16_t> output,
                           Precision format) override {
     require_blocks(input.size(), output.size(), "reduce_scatter_sum");
-    check(MPI_Reduce_scatter_block(input.data(), output.data(), mpi_count(output.size()), MPI_UINT16_T,
-                                   sum_op(format), MPI_COMM_WORLD),
+    check(MPI_Reduce_scatter_block(input.data(), output.data(), mpi_count(output.size()),
+                                   MPI_UINT16_T, sum_op(format), comm_),
           "MPI_Reduce_scatter_block");
     record(OpKind::ReduceScatter, half_bytes(input.size()));
   }
@@ -125,23 +147,23 @@ class MpiCommunicator final : public Communicator {
   void reduce_scatter_sum(std::span<const std::uint16_t> input, std::span<const int> counts,
                           std::span<std::uint16_t> output, Precision format) override {
     require_counts(input.size(), counts, output.size());
-    check(MPI_Reduce_scatter(input.data(), output.data(), counts.data(), MPI_UINT16_T, sum_op(format),
-                             MPI_COMM_WORLD),
+    check(MPI_Reduce_scatter(input.data(), output.data(), counts.data(), MPI_UINT16_T,
+                             sum_op(format), comm_),
           "MPI_Reduce_scatter");
     record(OpKind::ReduceScatter, half_bytes(input.size()));
   }
 
   void all_gather(std::span<const std::uint16_t> input, std::span<std::uint16_t> output) override {
     require_blocks(output.size(), input.size(), "all_gather");
-    check(MPI_Allgather(send_buffer(input, output), mpi_count(input.size()), MPI_UINT16_T, output.data(),
-                        mpi_count(input.size()), MPI_UINT16_T, MPI_COMM_WORLD),
+    check(MPI_Allgather(send_buffer(input, output), mpi_count(input.size()), MPI_UINT16_T,
+                        output.data(), mpi_count(input.size()), MPI_UINT16_T, comm_),
           "MPI_Allgather");
     record(OpKind::AllGather, half_bytes(output.size()));
   }
 
   bool all_reduce_flag(bool flag, OpKind counted_as) override {
     std::uint8_t value = flag ? 1 : 0, result = 0;
-    check(MPI_Allreduce(&value, &result, 1, MPI_UINT8_T, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
+    check(MPI_Allreduce(&value, &result, 1, MPI_UINT8_T, MPI_MAX, comm_), "MPI_Allreduce");
     record(counted_as, Bytes(1));
     return result != 0;
   }
@@ -156,12 +178,34 @@ class MpiCommunicator final : public Communicator {
   }
   float all_reduce_sum_float(float value, OpKind counted_as) override {
     float result = 0;
-    check(MPI_Allreduce(&value, &result, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+    check(MPI_Allreduce(&value, &result, 1, MPI_FLOAT, MPI_SUM, comm_), "MPI_Allreduce");
     record(counted_as, Bytes(sizeof(float)));
     return result;
   }
   double report_sum(double value) override { return scalar(value, MPI_SUM); }
-  void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
+  void barrier() override { check(MPI_Barrier(comm_), "MPI_Barrier"); }
+  void idle_barrier() override {
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Ibarrier(comm_, &request), "MPI_Ibarrier");
+    for (int done = 0;;) {
+      check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      if (done) return;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  std::unique_ptr<Communicator> first_ranks(int ranks) override {
+    MPI_Comm group = MPI_COMM_NULL;
+    const bool member = rank_ < ranks;
+    check(MPI_Comm_split(comm_, member ? 0 : MPI_UNDEFINED, rank_, &group), "MPI_Comm_split");
+    if (!member) return nullptr;
+    return std::make_unique<MpiCommunicator>(group);
+  }
+  std::unique_ptr<Communicator> alone() override {
+    MPI_Comm group = MPI_COMM_NULL;
+    check(MPI_Comm_split(comm_, rank_, 0, &group), "MPI_Comm_split");
+    return std::make_unique<MpiCommunicator>(group);
+  }
+  int ranks_on_node() const override { return ranks_on_node_; }
 
  private:
   void require_blocks(std::size_t whole, std::size_t block, const char* call) const {
@@ -186,12 +230,15 @@ class MpiCommunicator final : public Communicator {
 
   double scalar(double value, MPI_Op op) {
     double result = 0;
-    check(MPI_Allreduce(&value, &result, 1, MPI_DOUBLE, op, MPI_COMM_WORLD), "MPI_Allreduce");
+    check(MPI_Allreduce(&value, &result, 1, MPI_DOUBLE, op, comm_), "MPI_Allreduce");
     return result;
   }
 
+  MPI_Comm comm_ = MPI_COMM_WORLD;
+  bool owned_ = false;
   int rank_ = 0;
   int size_ = 1;
+  int ranks_on_node_ = 1;
   MPI_Op sum_fp16_ = MPI_OP_NULL, sum_bf16_ = MPI_OP_NULL;
 };
 

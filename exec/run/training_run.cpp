@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "exec/engine/zero_engine.hpp"
 #include "exec/io/checkpoint.hpp"
@@ -56,6 +57,45 @@ void record_counts(const TrainingResult& result, TraceSummary& summary) {
                                       result.links.nvme_write};
 }
 
+// The fastest stretch of `window` consecutive steps, followed step by step: a ring of the last
+// `window` steps' times and ops.
+class StretchTracker {
+ public:
+  StretchTracker(std::size_t steps, std::size_t window)
+      : skip_first_(steps > 1),
+        window_(std::max<std::size_t>(1, std::min(window, steps - (steps > 1 ? 1 : 0)))) {}
+
+  void add(std::size_t index, double seconds, const std::vector<OpRecord>& ops,
+           TrainingResult& result) {
+    if (skip_first_ && index == 0) return;
+    if (ring_.size() < window_) ring_.resize(window_);
+    ring_[filled_ % window_] = {index, seconds, ops};
+    if (++filled_ < window_) return;
+    double sum = 0;
+    for (const Entry& entry : ring_) sum += entry.seconds;
+    const double mean = sum / double(window_);
+    if (result.recorded.count > 0 && mean >= result.recorded.seconds) return;
+    const Entry* nearest = &ring_.front();
+    for (const Entry& entry : ring_) {
+      if (std::abs(entry.seconds - mean) < std::abs(nearest->seconds - mean)) nearest = &entry;
+    }
+    result.recorded = {
+        .seconds = mean, .first = index + 1 - window_, .count = window_, .step = nearest->index};
+    result.recorded_ops = nearest->ops;
+  }
+
+ private:
+  struct Entry {
+    std::size_t index = 0;
+    double seconds = 0;
+    std::vector<OpRecord> ops;
+  };
+  bool skip_first_;
+  std::size_t window_;
+  std::size_t filled_ = 0;
+  std::vector<Entry> ring_;
+};
+
 }  // namespace
 
 TrainingResult train_gpt2(const Plan& plan, Communicator& comm, const TrainingOptions& options,
@@ -81,6 +121,7 @@ TrainingResult train_gpt2(const Plan& plan, Communicator& comm, const TrainingOp
     }
   }
   std::vector<OpRecord> ops(plan.schedule.ops.size());
+  StretchTracker stretch(std::size_t(options.steps - result.first_step), kStepWindow);
   for (std::int64_t step = result.first_step; step < options.steps; ++step) {
     ledger.reset_peaks();
     const auto counts_before = counts_of(comm);
@@ -98,6 +139,7 @@ TrainingResult train_gpt2(const Plan& plan, Communicator& comm, const TrainingOp
                     links.nvme_read - links_before.nvme_read, links.nvme_write - links_before.nvme_write};
     record_peaks(ledger, result);
     result.steps.push_back({step, report.loss, report.grad_norm, seconds, report.loss_scale, report.skipped});
+    stretch.add(result.steps.size() - 1, seconds, ops, result);
     if (on_step) on_step(result.steps.back());
     const bool last = step + 1 == options.steps;
     if (!options.save_directory.empty() && (last || (options.save_every > 0 && (step + 1) % options.save_every == 0))) {
@@ -105,16 +147,16 @@ TrainingResult train_gpt2(const Plan& plan, Communicator& comm, const TrainingOp
           save_checkpoint(options.save_directory, engine.checkpoint_meta(), engine.checkpoint_shard(), comm).string());
     }
   }
-  result.last_step_ops = std::move(ops);
   return result;
 }
 
 Trace measured_trace(const Plan& plan, const TrainingResult& result) {
   Timeline timeline;
-  for (const OpRecord& op : result.last_step_ops) timeline.ops.push_back({.start = op.start, .duration = op.duration});
+  for (const OpRecord& op : result.recorded_ops)
+    timeline.ops.push_back({.start = op.start, .duration = op.duration});
   Trace trace = make_trace(plan, timeline, 1);
   trace.source = "exec";
-  const double step_time = result.steps.empty() ? 0 : result.steps.back().seconds;
+  const double step_time = result.recorded.seconds;
   const StepRates rates = step_rates(plan.schedule, step_time);  // as the timeline counts them
   trace.summary = {.step_time = step_time,
                    .tokens_per_second = rates.tokens_per_second,
@@ -122,7 +164,8 @@ Trace measured_trace(const Plan& plan, const TrainingResult& result) {
                    .mfu = 0,  // no peak FLOP/s is known for the CPU device backend
                    .exposed_communication = 0,
                    .peak = result.peak};
-  for (std::size_t i = 0; i < trace.ops.size(); ++i) trace.ops[i].memory_after = result.last_step_ops[i].memory_after;
+  for (std::size_t i = 0; i < trace.ops.size(); ++i)
+    trace.ops[i].memory_after = result.recorded_ops[i].memory_after;
   record_counts(result, trace.summary);
   return trace;
 }

@@ -44,11 +44,26 @@ struct OpRecord {
   std::array<Bytes, kDeviceCount> memory_after{};  // this rank's ledger after the op
 };
 
+inline constexpr std::size_t kStepWindow = 8;
+
+struct StepStretch {
+  double seconds = 0;     // mean step time over the stretch
+  std::size_t first = 0;  // index in TrainingResult::steps of its first step
+  std::size_t count = 0;  // steps in it
+  std::size_t step = 0;   // index of the step whose ops are recorded
+};
+
 struct TrainingResult {
   std::int64_t first_step = 0;  // 0, or the step a checkpoint resumed from
   std::vector<StepRecord> steps;
   std::vector<std::string> checkpoints;  // step directories written
-  std::vector<OpRecord> last_step_ops;                   // parallel to the schedule's ops
+  // The step time the run reports: the lowest mean over kStepWindow consecutive steps (all of them
+  // when fewer ran), leaving out the first step when others follow (it pays for first touches of
+  // memory). On a machine whose speed varies (a shared host's other work, ranks sharing cores) a
+  // stretch of fast steps is the reproducible figure, as calibrate keeps its best runs; a mean over
+  // consecutive steps, unlike one step, cannot borrow time its peers pay back in the next step.
+  StepStretch recorded;
+  std::vector<OpRecord> recorded_ops;  // the ops of the stretch's step nearest its mean
   std::array<Bytes, kDeviceCount> peak{};                // highest over all steps, per device
   std::array<CategoryBytes, kDeviceCount> at_peak{};     // categories when that peak was reached
   std::array<CategoryBytes, kDeviceCount> category_high{};  // the highest each category reached
@@ -64,8 +79,9 @@ struct TrainingResult {
 TrainingResult train_gpt2(const Plan& plan, Communicator& comm, const TrainingOptions& options,
                           const std::function<void(const StepRecord&)>& on_step = {});
 
-// The measured step in the shared trace schema (source "exec", rank 0): the plan's ops with the
-// measured times and memory, the measured step time, throughput and peaks.
+// The measured step in the shared trace schema (source "exec", rank 0): the recorded step's ops
+// with their measured times and memory, the recorded stretch's step time and its throughput, and
+// the peaks over all steps.
 Trace measured_trace(const Plan& plan, const TrainingResult& result);
 
 }  // namespace zerolens::exec

@@ -1,5 +1,6 @@
 // Cluster JSON: numbers in base units (bytes, bytes/s, seconds, FLOP/s) or strings with a unit
 // ("80 GiB", "300 GB/s", "200 Gb/s", "5 us", "312 TFLOP/s"). A "base" preset may be extended.
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <map>
@@ -119,6 +120,141 @@ void read_node(const json& block, NodeSpec& node, Diagnostics& diagnostics) {
   if (const json* v = member(block, "pcie")) read_link(*v, "node.pcie", node.pcie, diagnostics);
 }
 
+// The per-unit costs of a layer kind in one direction.
+constexpr const char* kLayerCostKeys[] = {"per_matmul_flop", "per_attention_flop", "per_element"};
+
+void read_layer_cost(const json& block, const std::string& where, LayerCost& cost,
+                     Diagnostics& diagnostics) {
+  as_object(block, where);
+  warn_unknown_keys(block, {std::begin(kLayerCostKeys), std::end(kLayerCostKeys)}, where,
+                    diagnostics);
+  double* fields[] = {&cost.per_matmul_flop, &cost.per_attention_flop, &cost.per_element};
+  for (std::size_t i = 0; i < std::size(fields); ++i) {
+    if (const json* v = member(block, kLayerCostKeys[i]))
+      *fields[i] = as_double(*v, join_key(where, kLayerCostKeys[i]), 0, 1);
+  }
+}
+
+struct EngineField {
+  const char* key;
+  double EngineCosts::*field;
+};
+constexpr EngineField kEngineFields[] = {
+    {"all_reduce_per_byte", &EngineCosts::all_reduce_per_byte},
+    {"reduce_scatter_per_byte", &EngineCosts::reduce_scatter_per_byte},
+    {"all_gather_per_byte", &EngineCosts::all_gather_per_byte},
+    {"norm_per_element", &EngineCosts::norm_per_element},
+    {"optimizer_per_byte", &EngineCosts::optimizer_per_byte},
+    {"mixed_optimizer_per_byte", &EngineCosts::mixed_optimizer_per_byte},
+    {"host_optimizer_per_byte", &EngineCosts::host_optimizer_per_byte},
+    {"copy_per_byte", &EngineCosts::copy_per_byte}};
+
+LayerKind layer_kind_named(const std::string& name, const std::string& where) {
+  std::vector<std::string> names;
+  for (int k = 0; k < kLayerKindCount; ++k) {
+    if (name == to_string(LayerKind(k))) return LayerKind(k);
+    names.push_back(to_string(LayerKind(k)));
+  }
+  const std::string hint = closest_name(name, names);
+  throw InputError(where, "unknown layer kind '" + name + "'" +
+                              (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
+}
+
+void read_calibration(const json& block, ClusterCalibration& c, Diagnostics& diagnostics) {
+  const std::string w = "calibration";
+  as_object(block, w);
+  warn_unknown_keys(block,
+                    {"device", "ranks", "threads_per_rank", "collectives", "layers", "engine"}, w,
+                    diagnostics);
+  if (const json* v = member(block, "device")) {
+    c.device = as_string(*v, "calibration.device");
+    if (c.device != "cpu" && c.device != "cuda")
+      throw InputError("calibration.device", "must be \"cpu\" or \"cuda\"");
+  }
+  if (const json* v = member(block, "ranks"))
+    c.ranks = int(as_int(*v, "calibration.ranks", 1, 1 << 20));
+  if (const json* v = member(block, "threads_per_rank")) {
+    c.threads_per_rank = int(as_int(*v, "calibration.threads_per_rank", 1, 1 << 16));
+  }
+  if (const json* v = member(block, "collectives")) {
+    if (!v->is_array())
+      throw InputError("calibration.collectives", "must be an array, got " + type_phrase(*v));
+    for (std::size_t i = 0; i < v->size(); ++i) {
+      const std::string where = "calibration.collectives[" + std::to_string(i) + "]";
+      const json& entry = as_object((*v)[i], where);
+      warn_unknown_keys(entry, {"ranks", "latency", "bandwidth"}, where, diagnostics);
+      GroupCollectives group;
+      const json* ranks = member(entry, "ranks");
+      if (!ranks) throw InputError(join_key(where, "ranks"), "missing");
+      group.ranks = int(as_int(*ranks, join_key(where, "ranks"), 2, 1 << 20));
+      if (const json* x = member(entry, "latency"))
+        group.latency = quantity(*x, join_key(where, "latency"), Quantity::Seconds);
+      if (const json* x = member(entry, "bandwidth")) {
+        group.bandwidth = quantity(*x, join_key(where, "bandwidth"), Quantity::Bandwidth);
+      }
+      if (!(group.bandwidth > 0))
+        throw InputError(join_key(where, "bandwidth"), "must be positive");
+      c.collectives.push_back(group);
+    }
+    std::sort(
+        c.collectives.begin(), c.collectives.end(),
+        [](const GroupCollectives& a, const GroupCollectives& b) { return a.ranks < b.ranks; });
+  }
+  if (const json* v = member(block, "layers")) {
+    as_object(*v, "calibration.layers");
+    for (const auto& [name, directions] : v->items()) {
+      const std::string where = "calibration.layers." + name;
+      const LayerKind kind = layer_kind_named(name, where);
+      as_object(directions, where);
+      warn_unknown_keys(directions, {"forward", "backward"}, where, diagnostics);
+      if (const json* d = member(directions, "forward")) {
+        read_layer_cost(*d, where + ".forward", c.forward[std::size_t(kind)], diagnostics);
+      }
+      if (const json* d = member(directions, "backward")) {
+        read_layer_cost(*d, where + ".backward", c.backward[std::size_t(kind)], diagnostics);
+      }
+    }
+  }
+  if (const json* v = member(block, "engine")) {
+    as_object(*v, "calibration.engine");
+    std::vector<std::string> keys;
+    for (const EngineField& f : kEngineFields) keys.push_back(f.key);
+    warn_unknown_keys(*v, keys, "calibration.engine", diagnostics);
+    for (const EngineField& f : kEngineFields) {
+      if (const json* x = member(*v, f.key))
+        c.engine.*f.field = as_double(*x, join_key("calibration.engine", f.key), 0, 1);
+    }
+  }
+}
+
+json calibration_json(const ClusterCalibration& c) {
+  json collectives = json::array();
+  for (const GroupCollectives& g : c.collectives) {
+    collectives.push_back({{"ranks", g.ranks}, {"latency", g.latency}, {"bandwidth", g.bandwidth}});
+  }
+  json layers = json::object();
+  const auto cost_json = [](const LayerCost& cost) {
+    return json{{"per_matmul_flop", cost.per_matmul_flop},
+                {"per_attention_flop", cost.per_attention_flop},
+                {"per_element", cost.per_element}};
+  };
+  for (int k = 0; k < kLayerKindCount; ++k) {
+    const LayerCost& forward = c.forward[std::size_t(k)];
+    const LayerCost& backward = c.backward[std::size_t(k)];
+    const bool none = forward.per_matmul_flop == 0 && forward.per_attention_flop == 0 &&
+                      forward.per_element == 0 && backward.per_matmul_flop == 0 &&
+                      backward.per_attention_flop == 0 && backward.per_element == 0;
+    if (none) continue;
+    layers[to_string(LayerKind(k))] = {{"forward", cost_json(forward)},
+                                       {"backward", cost_json(backward)}};
+  }
+  json engine = json::object();
+  for (const EngineField& f : kEngineFields) engine[f.key] = c.engine.*f.field;
+  return {
+      {"device", c.device},         {"ranks", c.ranks}, {"threads_per_rank", c.threads_per_rank},
+      {"collectives", collectives}, {"layers", layers}, {"engine", engine}};
+}
+
 json link_json(const LinkSpec& link) {
   return {{"name", link.name}, {"bandwidth", link.bandwidth}, {"latency", link.latency}};
 }
@@ -127,7 +263,10 @@ json link_json(const LinkSpec& link) {
 
 Cluster cluster_from_json(const json& document, Diagnostics& diagnostics) {
   as_object(document, "cluster");
-  warn_unknown_keys(document, {"format", "version", "base", "name", "nodes", "gpu", "node", "inter_node"}, "", diagnostics);
+  warn_unknown_keys(
+      document,
+      {"format", "version", "base", "name", "nodes", "gpu", "node", "inter_node", "calibration"},
+      "", diagnostics);
   Cluster cluster;
   if (const json* base = member(document, "base")) {
     cluster = cluster_from_preset(as_string(*base, "base"));
@@ -141,25 +280,40 @@ Cluster cluster_from_json(const json& document, Diagnostics& diagnostics) {
   if (const json* v = member(document, "gpu")) read_gpu(*v, cluster.gpu, diagnostics);
   if (const json* v = member(document, "node")) read_node(*v, cluster.node, diagnostics);
   if (const json* v = member(document, "inter_node")) read_link(*v, "inter_node", cluster.inter_node, diagnostics);
+  if (const json* v = member(document, "calibration")) {
+    cluster.calibration.emplace();
+    read_calibration(*v, *cluster.calibration, diagnostics);
+  }
   if (cluster.name.empty()) cluster.name = "custom";
   cluster.validate("");
   return cluster;
 }
 
 json cluster_to_json(const Cluster& c) {
-  return {{"format", "zerolens.cluster"},
-          {"version", 1},
-          {"name", c.name},
-          {"nodes", c.nodes},
-          {"gpu", {{"name", c.gpu.name}, {"memory_bytes", c.gpu.memory_bytes}, {"hbm_bandwidth", c.gpu.hbm_bandwidth},
-                   {"peak_flops_fp16", c.gpu.peak_flops_fp16}, {"peak_flops_bf16", c.gpu.peak_flops_bf16},
-                   {"peak_flops_fp32", c.gpu.peak_flops_fp32}}},
-          {"node", {{"gpus_per_node", c.node.gpus_per_node}, {"cpu_memory_bytes", c.node.cpu_memory_bytes},
-                    {"cpu_memory_bandwidth", c.node.cpu_memory_bandwidth}, {"cpu_cores", c.node.cpu_cores},
-                    {"nvme_capacity_bytes", c.node.nvme_capacity_bytes}, {"nvme_read_bandwidth", c.node.nvme_read_bandwidth},
-                    {"nvme_write_bandwidth", c.node.nvme_write_bandwidth}, {"intra_node", link_json(c.node.intra_node)},
-                    {"pcie", link_json(c.node.pcie)}}},
-          {"inter_node", link_json(c.inter_node)}};
+  json document = {{"format", "zerolens.cluster"},
+                   {"version", 1},
+                   {"name", c.name},
+                   {"nodes", c.nodes},
+                   {"gpu",
+                    {{"name", c.gpu.name},
+                     {"memory_bytes", c.gpu.memory_bytes},
+                     {"hbm_bandwidth", c.gpu.hbm_bandwidth},
+                     {"peak_flops_fp16", c.gpu.peak_flops_fp16},
+                     {"peak_flops_bf16", c.gpu.peak_flops_bf16},
+                     {"peak_flops_fp32", c.gpu.peak_flops_fp32}}},
+                   {"node",
+                    {{"gpus_per_node", c.node.gpus_per_node},
+                     {"cpu_memory_bytes", c.node.cpu_memory_bytes},
+                     {"cpu_memory_bandwidth", c.node.cpu_memory_bandwidth},
+                     {"cpu_cores", c.node.cpu_cores},
+                     {"nvme_capacity_bytes", c.node.nvme_capacity_bytes},
+                     {"nvme_read_bandwidth", c.node.nvme_read_bandwidth},
+                     {"nvme_write_bandwidth", c.node.nvme_write_bandwidth},
+                     {"intra_node", link_json(c.node.intra_node)},
+                     {"pcie", link_json(c.node.pcie)}}},
+                   {"inter_node", link_json(c.inter_node)}};
+  if (c.calibration) document["calibration"] = calibration_json(*c.calibration);
+  return document;
 }
 
 Cluster load_cluster(const std::string& spec, Diagnostics& diagnostics) {

@@ -142,6 +142,14 @@ Cluster cluster_from_preset(const std::string& name) {
                                     "; presets: dgx-2, dgx-a100-40gb, dgx-a100-80gb, dgx-h100, h100-x1, or a JSON file");
 }
 
+const GroupCollectives* ClusterCalibration::collectives_of(int group) const {
+  const GroupCollectives* best = nullptr;
+  for (const GroupCollectives& c : collectives) {
+    if (c.ranks <= group && (!best || c.ranks > best->ranks)) best = &c;
+  }
+  return best;
+}
+
 Cluster with_ranks(Cluster cluster, int dp_size, int gpus_per_node) {
   if (dp_size < 1) throw InputError("--gpus", "must be at least 1");
   if (gpus_per_node > 0) cluster.node.gpus_per_node = gpus_per_node;

@@ -2,6 +2,8 @@
 // Cluster description: nodes x GPUs per node, per-GPU memory/bandwidth/peak FLOP/s, links, and
 // per-node CPU memory and NVMe. Bandwidths are bytes per second in one direction; latencies are
 // seconds; FLOP/s are dense peak rates.
+#include <array>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,6 +12,7 @@
 #include "sim/config/config.hpp"
 #include "sim/core/error.hpp"
 #include "sim/core/units.hpp"
+#include "sim/model/model.hpp"
 
 namespace zerolens {
 
@@ -41,12 +44,63 @@ struct NodeSpec {
   LinkSpec pcie;                    // host-device, per GPU
 };
 
+// A CPU rank's cost of one layer kind in one direction (the executor's GPT-2 layers on the host
+// kernels): seconds per unit of the work the schedule gives the op.
+struct LayerCost {
+  double per_matmul_flop = 0;     // seconds per FLOP of matrix products
+  double per_attention_flop = 0;  // seconds per FLOP of attention scores and values
+  double per_element = 0;  // seconds per activation element the layer keeps (ActivationTerms)
+};
+
+inline constexpr int kLayerKindCount = int(LayerKind::Generic) + 1;
+
+// The CUDA backend's collectives, or the CPU backend's (MPI), over a group of `ranks` on one node,
+// as calibrate timed them: t(S) = latency + traffic(S) / bandwidth, traffic per the ring algorithm
+// (sim/schedule/comm.hpp), the other ranks idle.
+struct GroupCollectives {
+  int ranks = 2;
+  double latency = 0;    // seconds per call
+  double bandwidth = 0;  // bus bytes per second
+};
+
+// The engine's own work on one CPU rank beside the layers and MPI, per unit of an op's size:
+// calibrate times the engine on one rank over reference plans (docs/calibrate.md).
+struct EngineCosts {
+  double all_reduce_per_byte = 0;       // all-reduce: per message byte (buckets, casts, averaging)
+  double reduce_scatter_per_byte = 0;   // reduce-scatter: per message byte
+  double all_gather_per_byte = 0;       // all-gather: per message byte
+  double norm_per_element = 0;          // gradient norm / overflow check: per owned element
+  double optimizer_per_byte = 0;        // the device optimizer step, fp32: per byte touched
+  double mixed_optimizer_per_byte = 0;  // the same with 16-bit parameters (casts to and from fp32)
+  double host_optimizer_per_byte = 0;   // the host (offloaded) optimizer: per byte touched
+  double copy_per_byte = 0;             // host <-> device copies (host memory on the CPU backend)
+};
+
+// What `zerolens calibrate` measured beyond the datasheet fields (docs/calibrate.md). Present only
+// in a cluster calibrate wrote: a step time predicted on it is compared with the executor's
+// (`validate`, `check-measured`); on a preset or hand-written cluster it is not.
+struct ClusterCalibration {
+  std::string device = "cpu";  // "cpu": every GPU is an MPI rank of the CPU backend; "cuda"
+  int ranks = 1;               // MPI ranks calibrate ran
+  int threads_per_rank = 1;    // OpenMP threads of the host kernels
+  std::vector<GroupCollectives> collectives;  // per group size, ascending
+  // device "cpu": what one rank's thread costs, measured with at most one rank per core.
+  std::array<LayerCost, kLayerKindCount> forward{}, backward{};  // by LayerKind
+  EngineCosts engine;
+
+  bool cpu_ranks() const { return device == "cpu"; }
+  // The collectives of a group of `ranks` (the largest measured group not above it; nullptr when
+  // none was measured).
+  const GroupCollectives* collectives_of(int ranks) const;
+};
+
 struct Cluster {
   std::string name;
   int nodes = 1;
   GpuSpec gpu;
   NodeSpec node;
   LinkSpec inter_node;  // per-GPU injection bandwidth across nodes
+  std::optional<ClusterCalibration> calibration;  // none: datasheet figures
 
   int total_gpus() const { return nodes * node.gpus_per_node; }
   void validate(const std::string& where) const;

@@ -5,6 +5,7 @@
 
 #include "sim/schedule/comm.hpp"
 #include "sim/schedule/memory_replay.hpp"
+#include "sim/timeline/cpu_ranks.hpp"
 
 namespace zerolens {
 namespace {
@@ -180,8 +181,12 @@ Timeline simulate_timeline(const Schedule& schedule, const Cluster& cluster, con
                            replay_memory(schedule, ReplayDetail::PerOp));
 }
 
-Timeline simulate_timeline(const Schedule& schedule, const Cluster& cluster,
-                           const TimelineOptions& options, const MemoryTimeline& replay) {
+namespace {
+
+// The event loop: an op starts when its stream is free and its dependencies have finished; with
+// `serial`, also not before the op before it has finished (one thread runs every stream's ops).
+Timeline run_ops(const Schedule& schedule, const Cluster& cluster, const MemoryTimeline& replay,
+                 bool serial, const std::function<double(const Op&)>& duration_of) {
   cluster.validate("cluster");  // every rate must be positive to price an op
   if (!(cluster.gpu.peak_flops(schedule.context.precision) > 0)) {
     // A GPU without the format (V100 and bf16) cannot run the step; pricing it at zero would be wrong.
@@ -191,13 +196,15 @@ Timeline simulate_timeline(const Schedule& schedule, const Cluster& cluster,
   Timeline timeline;
   timeline.ops.resize(schedule.ops.size());
   std::array<double, kStreamCount> stream_free{};
+  double previous_end = 0;
   for (std::size_t i = 0; i < schedule.ops.size(); ++i) {
     const Op& op = schedule.ops[i];
-    double start = stream_free[std::size_t(op.stream)];
+    double start = serial ? previous_end : stream_free[std::size_t(op.stream)];
     for (const auto dep : schedule.deps_of(op)) start = std::max(start, timeline.ops[dep].end());
-    const double duration = op_duration(op, schedule.context, cluster, options);
+    const double duration = duration_of(op);
     timeline.ops[i] = {start, duration};
     stream_free[std::size_t(op.stream)] = start + duration;
+    previous_end = start + duration;
     timeline.busy[std::size_t(op.stream)] += duration;
     timeline.step_time = std::max(timeline.step_time, start + duration);
   }
@@ -205,6 +212,23 @@ Timeline simulate_timeline(const Schedule& schedule, const Cluster& cluster,
   timeline.memory = memory_over_time(schedule, timeline.ops, replay);
   fill_rates(timeline, schedule, cluster);
   return timeline;
+}
+
+}  // namespace
+
+Timeline simulate_timeline(const Schedule& schedule, const Cluster& cluster,
+                           const TimelineOptions& options, const MemoryTimeline& replay) {
+  return run_ops(schedule, cluster, replay, false,
+                 [&](const Op& op) { return op_duration(op, schedule.context, cluster, options); });
+}
+
+Timeline simulate_timeline(const Schedule& schedule, const Model& model, const Cluster& cluster,
+                           const TimelineOptions& options, const MemoryTimeline& replay) {
+  if (!cluster.calibration || !cluster.calibration->cpu_ranks()) {
+    return simulate_timeline(schedule, cluster, options, replay);
+  }
+  return run_ops(schedule, cluster, replay, true,
+                 [&](const Op& op) { return cpu_rank_op_seconds(op, schedule, model, cluster); });
 }
 
 }  // namespace zerolens

@@ -14,10 +14,14 @@
 //   host-device copies: PCIe latency + bytes / PCIe bandwidth of the GPU
 //   NVMe reads/writes: bytes / (node NVMe bandwidth / ranks on the node)
 //   CPU optimizer: bytes touched / (node CPU memory bandwidth x cpu_efficiency / ranks on the node)
+// A cluster calibrated on the CPU backend is priced by sim/timeline/cpu_ranks.hpp instead.
 #include <array>
 #include <vector>
 
+#include <functional>
+
 #include "sim/hardware/hardware.hpp"
+#include "sim/model/model.hpp"
 #include "sim/schedule/memory_replay.hpp"
 #include "sim/schedule/schedule.hpp"
 
@@ -79,6 +83,12 @@ double collective_seconds(OpKind kind, Bytes message_bytes, int group_size, cons
 Timeline simulate_timeline(const Schedule& schedule, const Cluster& cluster, const TimelineOptions& options);
 // The same with the schedule's memory replayed already (ReplayDetail::PerOp or more).
 Timeline simulate_timeline(const Schedule& schedule, const Cluster& cluster,
+                           const TimelineOptions& options, const MemoryTimeline& replay);
+// The same for `model`'s schedule: on a cluster calibrated on the CPU backend
+// (ClusterCalibration::cpu_ranks()) every op runs in program order on one thread per rank at the
+// calibrated costs (sim/timeline/cpu_ranks.hpp), which price the model's layers; otherwise as
+// above.
+Timeline simulate_timeline(const Schedule& schedule, const Model& model, const Cluster& cluster,
                            const TimelineOptions& options, const MemoryTimeline& replay);
 
 }  // namespace zerolens

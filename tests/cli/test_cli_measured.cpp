@@ -151,6 +151,116 @@ TEST_F(CheckMeasured, DriverSideOverheadIsShownBesideThePeakNotHeld) {
             1);
 }
 
+// The line of a table row naming `quantity`, or "".
+std::string row_of(const std::string& output, const std::string& quantity) {
+  std::size_t at = output.find("\n  " + quantity + " ");
+  if (at == std::string::npos) return "";
+  const std::size_t end = output.find('\n', at + 1);
+  return output.substr(at + 1, end == std::string::npos ? std::string::npos : end - at - 1);
+}
+
+const json* step_time_row(const json& report) {
+  for (const json& check : report.at("traces").at(0).at("checks")) {
+    if (check.at("group") == "time") return &check;
+  }
+  return nullptr;
+}
+
+// Predicted on a datasheet cluster (validate's default dgx-a100-80gb), the step time is shown, says
+// why it is not compared, and has no verdict: no "+69464 %  ok".
+TEST_F(CheckMeasured, UncalibratedStepTimeIsNotCompared) {
+  const Result text = run("check-measured " + quote(*measured_));
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  const std::string row = row_of(text.output, "step time");
+  EXPECT_NE(row.find("not compared (uncalibrated)"), std::string::npos) << text.output;
+  EXPECT_EQ(row.find("ok"), std::string::npos) << row;
+  EXPECT_EQ(row.find('%'), std::string::npos) << row;
+  EXPECT_NE(text.output.find("step time: not compared (uncalibrated)"), std::string::npos)
+      << text.output;
+  // Even a tolerance given on the command line does not compare it.
+  EXPECT_EQ(run("check-measured --time-tolerance 0.01 " + quote(*measured_)).exit_code, 0);
+
+  const Result result = run("check-measured --json " + quote(*measured_));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const json report = json::parse(result.output);
+  const json* time = step_time_row(report);
+  ASSERT_NE(time, nullptr);
+  EXPECT_FALSE(time->at("compared").get<bool>());
+  EXPECT_EQ(time->at("not_compared"), "uncalibrated");
+  EXPECT_TRUE(time->at("error").is_null());
+  EXPECT_TRUE(time->at("tolerance").is_null());
+  EXPECT_EQ(report.at("step_time").at("compared"), 0);
+  EXPECT_TRUE(report.at("step_time").at("mean_absolute_error").is_null());
+}
+
+// A cluster `zerolens calibrate` wrote on the CPU backend: the step time is compared, held to 15 %
+// by default, and the summary gives the mean absolute error. The recorded step time is set 10 % and
+// then 20 % above the prediction (--cluster re-predicts on it, as for traces recorded elsewhere).
+TEST_F(CheckMeasured, CalibratedStepTimeIsHeldAndItsMeanErrorReported) {
+  json cluster = read_json(*measured_).at("run").at("inputs").at("cluster");
+  cluster["name"] = "calibrated-test";
+  cluster["calibration"] = {
+      {"device", "cpu"},
+      {"ranks", 1},
+      {"threads_per_rank", 1},
+      {"collectives", json::array()},
+      {"layers",
+       {{"transformer_block",
+         {{"forward", {{"per_matmul_flop", 2e-11}, {"per_element", 2e-9}}},
+          {"backward", {{"per_matmul_flop", 2e-11}, {"per_element", 2e-9}}}}},
+        {"lm_head",
+         {{"forward", {{"per_element", 3e-9}}}, {"backward", {{"per_element", 1e-9}}}}}}},
+      {"engine",
+       {{"copy_per_byte", 1e-9}, {"host_optimizer_per_byte", 1e-10}, {"norm_per_element", 1e-9}}}};
+  const std::string cluster_file = write_json(cluster, "calibrated.cluster.json");
+  const Result first =
+      run("check-measured --json --cluster " + quote(cluster_file) + " " + quote(*measured_));
+  ASSERT_LE(first.exit_code, 1) << first.output;
+  const json first_report = json::parse(first.output);
+  const json* time = step_time_row(first_report);
+  ASSERT_NE(time, nullptr);
+  EXPECT_TRUE(time->at("compared").get<bool>());
+  const double predicted = time->at("predicted").get<double>();
+  ASSERT_GT(predicted, 0);
+
+  json trace = read_json(*measured_);
+  trace["summary"]["step_time_s"] = predicted * 1.10;
+  const std::string within = quote(write_json(trace, "within.measured.json"));
+  Result result = run("check-measured --cluster " + quote(cluster_file) + " " + within);
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(row_of(result.output, "step time").find("+10.00%"), std::string::npos) << result.output;
+  EXPECT_NE(row_of(result.output, "step time").find("±15.00%"), std::string::npos) << result.output;
+  EXPECT_NE(
+      result.output.find("step time: mean absolute error 10.00% over 1 run (tolerance ±15.00%)"),
+      std::string::npos)
+      << result.output;
+  result = run("check-measured --json --cluster " + quote(cluster_file) + " " + within);
+  const json report = json::parse(result.output);
+  EXPECT_NEAR(report.at("step_time").at("mean_absolute_error").get<double>(), 0.10, 1e-6);
+  EXPECT_EQ(report.at("step_time").at("compared"), 1);
+
+  trace["summary"]["step_time_s"] = predicted * 1.20;
+  const std::string beyond = quote(write_json(trace, "beyond.measured.json"));
+  result = run("check-measured --cluster " + quote(cluster_file) + " " + beyond);
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_NE(row_of(result.output, "step time").find("FAIL"), std::string::npos) << result.output;
+  EXPECT_EQ(
+      run("check-measured --time-tolerance 0.25 --cluster " + quote(cluster_file) + " " + beyond)
+          .exit_code,
+      0);
+}
+
+// validate says the same of a run it just measured.
+TEST(Validate, UncalibratedStepTimeIsNotCompared) {
+  const Result result = run("validate --steps 2 --log-every 0");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const std::string row = row_of(result.output, "step time");
+  EXPECT_NE(row.find("not compared (uncalibrated)"), std::string::npos) << result.output;
+  EXPECT_EQ(row.find("ok"), std::string::npos) << row;
+  EXPECT_NE(result.output.find("step time: not compared (uncalibrated)"), std::string::npos)
+      << result.output;
+}
+
 TEST_F(CheckMeasured, UnusableTracesNameTheKey) {
   const auto expect_invalid = [](const std::string& arguments, const std::string& message) {
     const Result result = run("check-measured " + arguments);

@@ -35,6 +35,10 @@ TEST(MpiCalibrate, EveryRankMeasuresAndAgrees) {
   options.nvme_path = dir.string();
   options.nvme_bytes = 256 * 1024 + 3;  // not a whole number of 4096-byte blocks
   options.repeats = 2;
+  options.layer_shapes = {{32, 2, 64, 16, 2}, {48, 3, 96, 32, 2}, {64, 4, 128, 16, 4}};
+  options.layer_seconds = 0.2;
+  options.engine_shape = {32, 2, 64, 16, 2};
+  options.engine_seconds = 0.2;
   const Calibration c = calibrate(comm, options);
   EXPECT_EQ(c.ranks, n);
   ASSERT_EQ(c.gemm.size(), 1u);
@@ -57,6 +61,19 @@ TEST(MpiCalibrate, EveryRankMeasuresAndAgrees) {
     const double factor = (rate.kind == OpKind::AllReduce ? 2.0 : 1.0) * (n - 1) / n;  // nccl-tests
     EXPECT_NEAR(rate.busbw, rate.algbw * factor, 1e-9 * rate.algbw) << to_string(rate.kind);
   }
+  // The CPU backend's own costs: every group size 2 .. n, and rank 0's layer and engine costs on
+  // every rank.
+  ASSERT_EQ(c.group_collectives.size(), std::size_t(n - 1));
+  for (int g = 2; g <= n; ++g) {
+    EXPECT_EQ(c.group_collectives[std::size_t(g - 2)].ranks, g);
+    EXPECT_GT(c.group_collectives[std::size_t(g - 2)].bandwidth, 0);
+  }
+  const LayerCost& block = c.layer_forward[std::size_t(LayerKind::TransformerBlock)];
+  EXPECT_GT(block.per_matmul_flop + block.per_attention_flop + block.per_element, 0);
+  EXPECT_GT(c.engine.mixed_optimizer_per_byte, 0);
+  EXPECT_GT(c.engine.host_optimizer_per_byte, 0);
+  EXPECT_DOUBLE_EQ(comm.report_sum(block.per_element), n * block.per_element);
+  EXPECT_DOUBLE_EQ(comm.report_sum(c.engine.copy_per_byte), n * c.engine.copy_per_byte);
   comm.barrier();
   EXPECT_TRUE(fs::is_empty(dir));  // every rank removed its object
   comm.barrier();

@@ -74,6 +74,32 @@ TEST(MpiCommunicator, ReduceScatterWithCountsKeepsUnevenBlocks) {
   EXPECT_THROW(comm.reduce_scatter_sum(input, counts, wrong), std::invalid_argument);
 }
 
+// Groups for calibrate: the first k ranks as a communicator of their own (the others get none),
+// each rank alone, the ranks on this host (mpirun starts them all here), and a barrier the
+// waiting ranks sleep through.
+TEST(MpiCommunicator, FirstRanksAloneAndTheNode) {
+  Communicator& comm = world();
+  const int n = comm.size();
+  EXPECT_EQ(comm.ranks_on_node(), n);
+  for (int k = 1; k <= n; ++k) {
+    const std::unique_ptr<Communicator> group = comm.first_ranks(k);
+    ASSERT_EQ(group != nullptr, comm.rank() < k) << k;
+    if (group) {
+      EXPECT_EQ(group->size(), k);
+      EXPECT_EQ(group->rank(), comm.rank());
+      std::vector<float> one(1, 1.0f);
+      group->all_reduce_sum(one);
+      EXPECT_EQ(one[0], float(k));
+    }
+    comm.idle_barrier();
+  }
+  const std::unique_ptr<Communicator> alone = comm.alone();
+  ASSERT_NE(alone, nullptr);
+  EXPECT_EQ(alone->size(), 1);
+  EXPECT_EQ(alone->rank(), 0);
+  EXPECT_DOUBLE_EQ(alone->report_sum(2.5), 2.5);
+}
+
 TEST(MpiCommunicator, ScalarReductions) {
   Communicator& comm = world();
   const int n = comm.size();

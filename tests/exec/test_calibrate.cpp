@@ -172,6 +172,76 @@ TEST(Calibrate, ReportCarriesTheGpuSectionOnlyWhenMeasured) {
   EXPECT_TRUE(calibration_to_json(two_ranks()).at("gpu").is_null());
 }
 
+// The CPU backend's own costs go into the cluster's calibration (the simulator's CPU-rank model);
+// a GPU calibration only marks the cluster as measured, with its whole group's collectives.
+TEST(Calibrate, ClusterCarriesTheCalibrationItWasMeasuredWith) {
+  Calibration c = two_ranks();
+  c.group_collectives = {{2, 3e-6, 4e9}};
+  c.layer_forward[std::size_t(LayerKind::TransformerBlock)] = {1e-11, 2e-10, 3e-9};
+  c.layer_backward[std::size_t(LayerKind::LmHead)] = {4e-11, 0, 5e-9};
+  c.engine.mixed_optimizer_per_byte = 6e-10;
+  const Cluster cluster = calibrated_cluster(c);
+  ASSERT_TRUE(cluster.calibration.has_value());
+  const ClusterCalibration& k = *cluster.calibration;
+  EXPECT_EQ(k.device, "cpu");
+  EXPECT_EQ(k.ranks, 2);
+  EXPECT_EQ(k.threads_per_rank, 4);
+  ASSERT_EQ(k.collectives.size(), 1u);
+  EXPECT_DOUBLE_EQ(k.collectives[0].latency, 3e-6);
+  EXPECT_DOUBLE_EQ(k.forward[std::size_t(LayerKind::TransformerBlock)].per_attention_flop, 2e-10);
+  EXPECT_DOUBLE_EQ(k.backward[std::size_t(LayerKind::LmHead)].per_element, 5e-9);
+  EXPECT_DOUBLE_EQ(k.engine.mixed_optimizer_per_byte, 6e-10);
+  Diagnostics diagnostics;
+  const Cluster read =
+      cluster_from_json(nlohmann::json::parse(cluster_to_json(cluster).dump()), diagnostics);
+  EXPECT_TRUE(diagnostics.warnings.empty());
+  ASSERT_TRUE(read.calibration.has_value());
+  EXPECT_DOUBLE_EQ(read.calibration->forward[std::size_t(LayerKind::TransformerBlock)].per_element,
+                   3e-9);
+
+  const Cluster gpus = calibrated_cluster(two_gpus());
+  ASSERT_TRUE(gpus.calibration.has_value());
+  EXPECT_EQ(gpus.calibration->device, "cuda");
+  ASSERT_EQ(gpus.calibration->collectives.size(), 1u);
+  EXPECT_EQ(gpus.calibration->collectives[0].ranks, 2);
+}
+
+// Exact data: the fit finds the coefficients; a feature whose cost would come out negative is
+// dropped (cost 0) rather than given a negative cost.
+TEST(Calibrate, NonNegativeFitRecoversExactCosts) {
+  std::vector<std::vector<double>> features = {
+      {1e6, 1e5, 1e4}, {4e6, 2e5, 3e4}, {2e6, 8e5, 1e4}, {9e6, 1e5, 5e4}};
+  std::vector<double> seconds;
+  for (const auto& f : features) seconds.push_back(2e-11 * f[0] + 1e-10 * f[1] + 3e-9 * f[2]);
+  const std::vector<double> fit = fit_nonnegative(features, seconds);
+  ASSERT_EQ(fit.size(), 3u);
+  EXPECT_NEAR(fit[0], 2e-11, 1e-15);
+  EXPECT_NEAR(fit[1], 1e-10, 1e-14);
+  EXPECT_NEAR(fit[2], 3e-9, 1e-13);
+  seconds.clear();
+  for (const auto& f : features) seconds.push_back(2e-11 * f[0] + 3e-9 * f[2] - 1e-12 * f[1]);
+  const std::vector<double> clipped = fit_nonnegative(features, seconds);
+  EXPECT_EQ(clipped[1], 0);
+  EXPECT_GT(clipped[0], 0);
+  EXPECT_GT(clipped[2], 0);
+}
+
+// Hand-made collectives of a 4-rank group, 20 us per call and 1 GB/s of ring traffic: an all-reduce
+// of 1 MB sends 2 x 3/4 MB per rank (1.5 ms), a reduce-scatter 3/4 MB (0.75 ms).
+TEST(Calibrate, GroupCollectivesAreLatencyPlusRingTrafficOverBandwidth) {
+  const auto rate = [](OpKind kind, Bytes bytes, double traffic) {
+    return CollectiveRate{kind, bytes, 20e-6 + traffic / 1e9, 0, 0};
+  };
+  const std::vector<CollectiveRate> rates = {rate(OpKind::AllReduce, 4096, 2 * 0.75 * 4096),
+                                             rate(OpKind::AllReduce, 1'000'000, 1.5e6),
+                                             rate(OpKind::ReduceScatter, 4096, 0.75 * 4096),
+                                             rate(OpKind::ReduceScatter, 1'000'000, 0.75e6)};
+  const GroupCollectives group = fit_group_collectives(4, rates);
+  EXPECT_EQ(group.ranks, 4);
+  EXPECT_NEAR(group.latency, 20e-6, 1e-12);
+  EXPECT_NEAR(group.bandwidth, 1e9, 1);
+}
+
 TEST(Calibrate, BadOptionsNameTheFlag) {
   CalibrateOptions options = quick_calibrate_options();
   options.gemm_sizes.clear();

@@ -1,0 +1,139 @@
+#include "sim/timeline/cpu_ranks.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "sim/core/error.hpp"
+#include "sim/schedule/comm.hpp"
+
+namespace zerolens {
+namespace {
+
+bool zero_cost(const LayerCost& cost) {
+  return cost.per_matmul_flop == 0 && cost.per_attention_flop == 0 && cost.per_element == 0;
+}
+
+// A layer kind calibrate did not time (Generic: the executor trains GPT-2 only) costs what a
+// transformer block does.
+const LayerCost& cost_of(const ClusterCalibration& c, LayerKind kind, bool backward) {
+  const auto& costs = backward ? c.backward : c.forward;
+  const LayerCost& own = costs[std::size_t(kind)];
+  return zero_cost(own) ? costs[std::size_t(LayerKind::TransformerBlock)] : own;
+}
+
+int ranks_on_node(const ScheduleContext& context) {
+  return std::max(1, std::min(context.dp_size, context.gpus_per_node));
+}
+
+// MPI's part of a collective over `group` ranks of one node: the calibrated latency per call and
+// bus bandwidth of the largest measured group not above it.
+double mpi_seconds(OpKind kind, Bytes bytes, int group, const ClusterCalibration& c) {
+  if (group <= 1) return 0;
+  const GroupCollectives* measured = c.collectives_of(group);
+  if (!measured) {
+    throw InputError("cluster.calibration.collectives", "no collective measured for " +
+                                                            std::to_string(group) +
+                                                            " ranks (calibrate under mpirun -np " +
+                                                            std::to_string(group) + " or more)");
+  }
+  const LinkTraffic traffic = collective_traffic(kind, bytes, GroupShape{group, 1});
+  return measured->latency + double(traffic.intra_node + traffic.inter_node) / measured->bandwidth;
+}
+
+double local_collective_per_byte(OpKind kind, const EngineCosts& e) {
+  switch (kind) {
+    case OpKind::AllReduce:
+      return e.all_reduce_per_byte;
+    case OpKind::ReduceScatter:
+      return e.reduce_scatter_per_byte;
+    default:
+      return e.all_gather_per_byte;  // all-gather, broadcast
+  }
+}
+
+double nvme_seconds(Bytes bytes, double node_bandwidth, const char* key,
+                    const ScheduleContext& context) {
+  if (!(node_bandwidth > 0))
+    throw InputError(std::string("cluster.node.") + key,
+                     "must be positive to simulate NVMe offload");
+  return double(bytes) * ranks_on_node(context) / node_bandwidth;
+}
+
+}  // namespace
+
+LayerWork layer_work(const Layer& layer, std::int64_t micro_batch, std::int64_t seq_len,
+                     bool backward) {
+  const double tokens = double(micro_batch) * double(seq_len);
+  const double factor = backward ? 2 : 1;
+  const ActivationTerms& a = layer.activations;
+  return {.matmul_flops = factor * tokens * layer.matmul_flops_per_token,
+          .attention_flops =
+              factor * tokens * double(seq_len) * layer.attention_flops_per_token_position,
+          .elements = tokens * (a.elements + a.elements_per_position * double(seq_len) +
+                                a.checkpoint_elements + a.backward_working_elements)};
+}
+
+double layer_seconds(const LayerWork& work, const LayerCost& cost) {
+  return work.matmul_flops * cost.per_matmul_flop + work.attention_flops * cost.per_attention_flop +
+         work.elements * cost.per_element;
+}
+
+double cpu_share(const ScheduleContext& context, const Cluster& cluster) {
+  const int threads = cluster.calibration ? std::max(1, cluster.calibration->threads_per_rank) : 1;
+  const int cores = std::max(1, cluster.node.cpu_cores);
+  return std::max(1.0, double(ranks_on_node(context)) * threads / cores);
+}
+
+double cpu_rank_op_seconds(const Op& op, const Schedule& schedule, const Model& model,
+                           const Cluster& cluster) {
+  if (!cluster.calibration || !cluster.calibration->cpu_ranks()) {
+    throw std::logic_error("cpu_rank_op_seconds needs a cluster calibrated on the CPU backend");
+  }
+  const ClusterCalibration& c = *cluster.calibration;
+  const EngineCosts& e = c.engine;
+  const ScheduleContext& context = schedule.context;
+  const double share = cpu_share(context, cluster);
+  const double owned = double(schedule.layout.owned);
+  switch (op.kind) {
+    case OpKind::Forward:
+    case OpKind::Recompute:
+    case OpKind::Backward: {
+      const bool backward = op.kind == OpKind::Backward;
+      const Layer& layer = model.layers.at(std::size_t(op.layer));
+      return share *
+             layer_seconds(layer_work(layer, context.micro_batch, context.seq_len, backward),
+                           cost_of(c, layer.kind, backward));
+    }
+    case OpKind::AllReduce:
+    case OpKind::ReduceScatter:
+    case OpKind::AllGather:
+    case OpKind::Broadcast:
+      return share * local_collective_per_byte(op.kind, e) * double(op.bytes) +
+             mpi_seconds(op.kind, op.bytes, op.group_size, c);
+    case OpKind::GradNorm:
+    case OpKind::OverflowCheck:
+      return share * e.norm_per_element * owned + mpi_seconds(op.kind, op.bytes, op.group_size, c);
+    case OpKind::OptimizerStep: {
+      const double touched = double(op.memory_bytes_touched);
+      if (op.stream == Stream::Cpu) return share * e.host_optimizer_per_byte * touched;
+      const bool mixed = context.precision != Precision::Fp32;
+      // Stage 0 holds whole gradients: the step takes their norm itself (no GradNorm op).
+      const double norm =
+          context.zero_stage().partitions_optimizer_states() ? 0 : e.norm_per_element * owned;
+      return share * ((mixed ? e.mixed_optimizer_per_byte : e.optimizer_per_byte) * touched + norm);
+    }
+    case OpKind::CopyH2D:
+    case OpKind::CopyD2H:
+      return share * e.copy_per_byte * double(op.bytes);
+    case OpKind::NvmeRead:
+      return nvme_seconds(op.bytes, cluster.node.nvme_read_bandwidth, "nvme_read_bandwidth",
+                          context);
+    case OpKind::NvmeWrite:
+      return nvme_seconds(op.bytes, cluster.node.nvme_write_bandwidth, "nvme_write_bandwidth",
+                          context);
+    default:
+      return 0;  // release, loss-scale update: bookkeeping
+  }
+}
+
+}  // namespace zerolens

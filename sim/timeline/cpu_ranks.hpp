@@ -1,0 +1,46 @@
+#pragma once
+// The step of zerolens's CPU backend, priced with the figures `zerolens calibrate` measured on the
+// machine (Cluster::calibration, device "cpu"; docs/calibrate.md):
+//   - one thread per rank runs every op in program order: no stream overlaps another;
+//   - ranks beyond the node's cores share them: every op's own work takes
+//       share = max(1, ranks on the node x threads per rank / cores)
+//     times as long;
+//   - a layer's forward, recompute or backward: its matrix-product FLOPs, attention FLOPs and
+//     activation elements (layer_work) at the calibrated seconds per unit of its layer kind;
+//   - a collective: the engine's own work per message byte, plus, over more than one rank, the
+//     calibrated latency per call and bus bandwidth of a group of that size (t = latency +
+//     traffic / bandwidth, traffic per the ring algorithm, sim/schedule/comm.hpp);
+//   - the optimizer step: its bytes touched at the calibrated cost per byte (device, 16-bit or
+//     fp32 parameters, or host); a stage-0 step also takes the gradient norm over every element;
+//   - gradient norm and overflow check: per owned element, plus a scalar collective;
+//   - host <-> device copies: per byte; NVMe: bytes / (node bandwidth / ranks on the node).
+#include "sim/hardware/hardware.hpp"
+#include "sim/model/model.hpp"
+#include "sim/schedule/schedule.hpp"
+
+namespace zerolens {
+
+// The work of one layer op, as the CPU-rank costs are counted (calibrate fits them on the same
+// figures): forward FLOPs (backward: twice) and the activation elements the layer writes
+// (ActivationTerms: what it keeps, elements + elements per position x sequence, its checkpoint,
+// and the input gradient its backward works in), per token of the micro-batch.
+struct LayerWork {
+  double matmul_flops = 0;
+  double attention_flops = 0;
+  double elements = 0;
+};
+LayerWork layer_work(const Layer& layer, std::int64_t micro_batch, std::int64_t seq_len,
+                     bool backward);
+
+// Seconds of `work` at `cost`.
+double layer_seconds(const LayerWork& work, const LayerCost& cost);
+
+// How many times longer a rank's own work takes because the ranks on its node outnumber the cores
+// (1 when they do not).
+double cpu_share(const ScheduleContext& context, const Cluster& cluster);
+
+// Seconds of one op on a CPU rank (the cluster must be calibrated with device "cpu").
+double cpu_rank_op_seconds(const Op& op, const Schedule& schedule, const Model& model,
+                           const Cluster& cluster);
+
+}  // namespace zerolens
