@@ -15,6 +15,7 @@
 #include "cli/table.hpp"
 #include "exec/backends.hpp"
 #include "exec/calibrate/calibrate.hpp"
+#include "exec/run/calibrate_executor.hpp"
 #include "sim/hardware/cluster_json.hpp"
 #include "sim/hardware/hardware.hpp"
 
@@ -155,8 +156,12 @@ void print_cpu_backend(std::ostream& out, const exec::Calibration& c) {
     }
     groups.print(out);
   }
-  Table layers({"executor layer (fitted over the grid)", "ns / GFLOP matmul",
-                "ns / GFLOP attention", "ns / element"});
+  // Seconds per FLOP shown as the rate it amounts to (GFLOP/s; "-" for none).
+  const auto per_flop = [](double seconds) {
+    return seconds > 0 ? rate(1 / seconds, "") : std::string("-");
+  };
+  Table layers({"executor layer (fitted over the grid)", "matmul GFLOP/s", "attention GFLOP/s",
+                "ns / element"});
   for (int k = 0; k < kLayerKindCount; ++k) {
     for (const bool backward : {false, true}) {
       const LayerCost& cost =
@@ -164,8 +169,8 @@ void print_cpu_backend(std::ostream& out, const exec::Calibration& c) {
       if (cost.per_matmul_flop == 0 && cost.per_attention_flop == 0 && cost.per_element == 0)
         continue;
       layers.add_row({std::string(to_string(LayerKind(k))) + (backward ? " backward" : " forward"),
-                      rate(cost.per_matmul_flop, "", 1e-18),
-                      rate(cost.per_attention_flop, "", 1e-18), rate(cost.per_element, "", 1e-9)});
+                      per_flop(cost.per_matmul_flop), per_flop(cost.per_attention_flop),
+                      rate(cost.per_element, "", 1e-9)});
     }
   }
   layers.print(out);
@@ -199,7 +204,7 @@ int run_calibrate(const CalibrateCommand& command) {
       writer && command.report ? std::make_unique<Output>(*command.report) : nullptr;
   exec::Calibration calibration;
   try {
-    calibration = exec::calibrate(*comm, options, device.get());
+    calibration = exec::calibrate(*comm, options, device.get(), exec::measure_cpu_backend);
   } catch (const exec::NvmeError& error) {
     throw InputError("--nvme-path", error.what());
   }

@@ -166,6 +166,21 @@ NvmeRate measure_nvme(Communicator& comm, const CalibrateOptions& options, NvmeS
     }
   });
   const double node_bytes = double(bytes) * comm.size();
+  // Small requests, as the engine makes them: overwrite, then read back, one object per rank.
+  const auto small = std::size_t(std::min<Bytes>(options.nvme_request_bytes, Bytes(bytes)));
+  const std::span<const std::byte> small_source(data.data(), small);
+  const std::span<std::byte> small_target(back.data(), small);
+  const std::string small_name = name + "-request";
+  on_every_rank(comm, [&] { store.write(small_name, small_source); });
+  const int request_repeats = std::max(5, 3 * repeats);
+  const double small_write =
+      median(timed_runs(comm, request_repeats, [&] { store.write(small_name, small_source); }));
+  const double small_read =
+      median(timed_runs(comm, request_repeats, [&] { store.read(small_name, small_target); }));
+  on_every_rank(comm, [&] { store.remove(small_name); });
+  const double small_node = double(small) * comm.size();
+  const double write_latency = std::max(0.0, small_write - small_node / (node_bytes / overwrite));
+  const double read_latency = std::max(0.0, small_read - small_node / (node_bytes / read));
   return {store.directory(),
           store.mode(),
           store.mode_reason(),
@@ -175,7 +190,12 @@ NvmeRate measure_nvme(Communicator& comm, const CalibrateOptions& options, NvmeS
           node_bytes / write,
           node_bytes / overwrite,
           node_bytes / read,
-          available_bytes(store.directory())};
+          available_bytes(store.directory()),
+          Bytes(small),
+          small_write,
+          small_read,
+          write_latency,
+          read_latency};
 }
 
 std::string cpu_model() {
@@ -238,6 +258,7 @@ CalibrateOptions quick_calibrate_options() {
   options.adam_parameters = std::size_t{1} << 22;
   options.message_sizes = {Bytes{4} << 10, Bytes{1} << 20};
   options.nvme_bytes = Bytes{32} << 20;
+  options.nvme_request_bytes = Bytes{128} << 10;
   options.gpu_copy_bytes = Bytes{256} << 20;
   options.gpu_transfer_bytes = Bytes{64} << 20;
   options.repeats = 3;
@@ -245,6 +266,8 @@ CalibrateOptions quick_calibrate_options() {
       {32, 2, 128, 64, 4}, {96, 6, 384, 32, 8}, {128, 8, 512, 64, 4}, {64, 4, 512, 128, 2}};
   options.layer_seconds = 2;
   options.engine_seconds = 1.5;
+  options.occupancy_seconds = 1.5;
+  options.occupancy_passes = 1;
   return options;
 }
 
@@ -277,8 +300,8 @@ std::vector<std::size_t> gpu_gemm_sizes(bool quick) {
   return {1024, 2048, 4096, 8192};
 }
 
-Calibration calibrate(Communicator& comm, const CalibrateOptions& options,
-                      DeviceCalibrator* device) {
+Calibration calibrate(Communicator& comm, const CalibrateOptions& options, DeviceCalibrator* device,
+                      const CpuBackendCosts& cpu_backend) {
   validate(options);
   // Opened first: a bad --nvme-path fails before a minute of measurements.
   const std::unique_ptr<NvmeStore> store = options.nvme_path ? open_store(comm, options) : nullptr;
@@ -293,7 +316,7 @@ Calibration calibrate(Communicator& comm, const CalibrateOptions& options,
   measure_host_memory(comm, options, result);
   result.collectives = device ? device->measure_collectives(options.message_sizes)
                               : measure_collectives(comm, options.message_sizes);
-  if (!device) measure_cpu_backend(comm, options, result);
+  if (!device && cpu_backend) cpu_backend(comm, options, result);
   if (store) result.nvme = measure_nvme(comm, options, *store);
   return result;
 }

@@ -15,6 +15,7 @@
 // With a DeviceCalibrator (exec/cuda/calibrate_gpu.hpp: `--device cuda`) each rank also measures
 // its GPU, which replaces the host GEMM, and the collectives run through the GPU communicator.
 #include <array>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -51,6 +52,7 @@ struct CalibrateOptions {
                                       Bytes{16} << 20};
   std::optional<std::string> nvme_path;  // no NVMe measurement without it
   Bytes nvme_bytes = Bytes{256} << 20;   // per rank
+  Bytes nvme_request_bytes = Bytes{256} << 10;  // per rank: a small request's time (its latency)
   NvmeOptions nvme;
   Bytes gpu_copy_bytes = Bytes{1} << 30;        // device-to-device copy (--device cuda)
   Bytes gpu_transfer_bytes = Bytes{256} << 20;  // each pinned host <-> device copy
@@ -61,6 +63,8 @@ struct CalibrateOptions {
   double layer_seconds = 15;
   CalibrateLayerShape engine_shape{128, 8, 512, 64, 4};
   double engine_seconds = 8;
+  double occupancy_seconds = 12;  // each rank count's lock-step steps, over all passes
+  int occupancy_passes = 4;
   int repeats = 5;  // timed runs of each measurement (best for compute and memory, median for I/O)
   int threads = 0;  // OpenMP threads of the STREAM and Adam kernels (0: the OpenMP default)
 };
@@ -96,6 +100,12 @@ struct NvmeRate {
   double overwrite_bytes_per_second = 0;
   double read_bytes_per_second = 0;
   Bytes available_bytes = 0;  // free space of the filesystem
+  // A request of request_bytes per rank, every rank at once (median), and what a request costs
+  // beyond its bytes at the rates above: from these small requests, or, with the CPU backend's
+  // costs, from the engine's own sub-group swaps in its steps (exec/run/calibrate_executor.hpp).
+  Bytes request_bytes = 0;
+  double write_request_seconds = 0, read_request_seconds = 0;
+  double write_latency = 0, read_latency = 0;  // >= 0
 };
 
 // One rank's GPU (docs/calibrate.md, "--device cuda").
@@ -141,6 +151,7 @@ struct Calibration {
   std::vector<LayerTiming> layer_timings;  // each the slowest measuring rank's best
   std::array<LayerCost, kLayerKindCount> layer_forward{}, layer_backward{};
   EngineCosts engine;
+  std::vector<Occupancy> occupancy;  // 1 rank (factor 1), the cores' count, all ranks
 
   double adam_over_triad() const { return adam_bytes_per_second / triad_bytes_per_second; }
 };
@@ -157,10 +168,15 @@ class DeviceCalibrator {
 // GEMM sizes n for a GPU when --gemm-sizes is not given: large enough to approach peak.
 std::vector<std::size_t> gpu_gemm_sizes(bool quick);
 
+// The CPU backend's own costs into a calibration (exec/run/calibrate_executor.hpp:
+// measure_cpu_backend, above the model and engine it times). Collective.
+using CpuBackendCosts = std::function<void(Communicator&, const CalibrateOptions&, Calibration&)>;
+
 // Every rank calls it (collective); every rank gets the same result. With `device`, each rank
-// measures its GPU as well (and the host GEMM is not run).
+// measures its GPU as well (and the host GEMM is not run); without it, `cpu_backend` (when given)
+// measures the CPU backend's own costs after the host rates.
 Calibration calibrate(Communicator& comm, const CalibrateOptions& options,
-                      DeviceCalibrator* device = nullptr);
+                      DeviceCalibrator* device = nullptr, const CpuBackendCosts& cpu_backend = {});
 
 // nccl-tests' bus bandwidth of a collective of S bytes over `ranks` ranks taking `seconds`.
 double bus_bandwidth(OpKind kind, Bytes bytes, int ranks, double seconds);

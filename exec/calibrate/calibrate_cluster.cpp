@@ -110,6 +110,11 @@ ClusterCalibration cluster_calibration(const Calibration& c) {
     return calibration;
   }
   calibration.collectives = c.group_collectives;
+  calibration.occupancy = c.occupancy;
+  if (c.nvme) {
+    calibration.nvme_read_latency = c.nvme->read_latency;
+    calibration.nvme_write_latency = c.nvme->write_latency;
+  }
   calibration.forward = c.layer_forward;
   calibration.backward = c.layer_backward;
   calibration.engine = c.engine;
@@ -151,7 +156,11 @@ nlohmann::json cpu_backend_json(const Calibration& c) {
     groups.push_back({{"ranks", g.ranks}, {"latency", g.latency}, {"bandwidth", g.bandwidth}});
   }
   const EngineCosts& e = c.engine;
+  nlohmann::json occupancy = nlohmann::json::array();
+  for (const Occupancy& o : c.occupancy)
+    occupancy.push_back({{"ranks", o.ranks}, {"factor", o.factor}});
   return {{"layer_timings", timings},
+          {"occupancy", occupancy},
           {"layer_costs", costs},
           {"group_collectives", groups},
           {"engine",
@@ -238,7 +247,12 @@ nlohmann::json calibration_to_json(const Calibration& c) {
                         {"write_bytes_per_second", n.write_bytes_per_second},
                         {"overwrite_bytes_per_second", n.overwrite_bytes_per_second},
                         {"read_bytes_per_second", n.read_bytes_per_second},
-                        {"available_bytes", n.available_bytes}};
+                        {"available_bytes", n.available_bytes},
+                        {"request_bytes", n.request_bytes},
+                        {"write_request_seconds", n.write_request_seconds},
+                        {"read_request_seconds", n.read_request_seconds},
+                        {"write_latency", n.write_latency},
+                        {"read_latency", n.read_latency}};
   }
   return document;
 }

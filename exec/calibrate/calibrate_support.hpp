@@ -28,8 +28,4 @@ std::vector<CollectiveRate> measure_collectives(
     Communicator& comm, const std::vector<Bytes>& message_sizes,
     const FloatArrayAllocator& allocate = host_float_array);
 
-// The CPU backend's own costs into `result` (calibrate_executor.cpp): collectives per group size,
-// the layers over the grid, the engine's own work. Collective.
-void measure_cpu_backend(Communicator& comm, const CalibrateOptions& options, Calibration& result);
-
 }  // namespace zerolens::exec

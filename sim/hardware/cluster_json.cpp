@@ -164,8 +164,9 @@ void read_calibration(const json& block, ClusterCalibration& c, Diagnostics& dia
   const std::string w = "calibration";
   as_object(block, w);
   warn_unknown_keys(block,
-                    {"device", "ranks", "threads_per_rank", "collectives", "layers", "engine"}, w,
-                    diagnostics);
+                    {"device", "ranks", "threads_per_rank", "collectives", "occupancy", "layers",
+                     "engine", "nvme_read_latency", "nvme_write_latency"},
+                    w, diagnostics);
   if (const json* v = member(block, "device")) {
     c.device = as_string(*v, "calibration.device");
     if (c.device != "cpu" && c.device != "cuda")
@@ -175,6 +176,12 @@ void read_calibration(const json& block, ClusterCalibration& c, Diagnostics& dia
     c.ranks = int(as_int(*v, "calibration.ranks", 1, 1 << 20));
   if (const json* v = member(block, "threads_per_rank")) {
     c.threads_per_rank = int(as_int(*v, "calibration.threads_per_rank", 1, 1 << 16));
+  }
+  if (const json* v = member(block, "nvme_read_latency")) {
+    c.nvme_read_latency = quantity(*v, "calibration.nvme_read_latency", Quantity::Seconds);
+  }
+  if (const json* v = member(block, "nvme_write_latency")) {
+    c.nvme_write_latency = quantity(*v, "calibration.nvme_write_latency", Quantity::Seconds);
   }
   if (const json* v = member(block, "collectives")) {
     if (!v->is_array())
@@ -199,6 +206,24 @@ void read_calibration(const json& block, ClusterCalibration& c, Diagnostics& dia
     std::sort(
         c.collectives.begin(), c.collectives.end(),
         [](const GroupCollectives& a, const GroupCollectives& b) { return a.ranks < b.ranks; });
+  }
+  if (const json* v = member(block, "occupancy")) {
+    if (!v->is_array())
+      throw InputError("calibration.occupancy", "must be an array, got " + type_phrase(*v));
+    for (std::size_t i = 0; i < v->size(); ++i) {
+      const std::string where = "calibration.occupancy[" + std::to_string(i) + "]";
+      const json& entry = as_object((*v)[i], where);
+      warn_unknown_keys(entry, {"ranks", "factor"}, where, diagnostics);
+      Occupancy o;
+      if (const json* x = member(entry, "ranks"))
+        o.ranks = int(as_int(*x, join_key(where, "ranks"), 1, 1 << 20));
+      if (const json* x = member(entry, "factor"))
+        o.factor = as_double(*x, join_key(where, "factor"), 0, 1e6);
+      if (!(o.factor > 0)) throw InputError(join_key(where, "factor"), "must be positive");
+      c.occupancy.push_back(o);
+    }
+    std::sort(c.occupancy.begin(), c.occupancy.end(),
+              [](const Occupancy& a, const Occupancy& b) { return a.ranks < b.ranks; });
   }
   if (const json* v = member(block, "layers")) {
     as_object(*v, "calibration.layers");
@@ -250,9 +275,18 @@ json calibration_json(const ClusterCalibration& c) {
   }
   json engine = json::object();
   for (const EngineField& f : kEngineFields) engine[f.key] = c.engine.*f.field;
-  return {
-      {"device", c.device},         {"ranks", c.ranks}, {"threads_per_rank", c.threads_per_rank},
-      {"collectives", collectives}, {"layers", layers}, {"engine", engine}};
+  json occupancy = json::array();
+  for (const Occupancy& o : c.occupancy)
+    occupancy.push_back({{"ranks", o.ranks}, {"factor", o.factor}});
+  return {{"device", c.device},
+          {"ranks", c.ranks},
+          {"threads_per_rank", c.threads_per_rank},
+          {"collectives", collectives},
+          {"occupancy", occupancy},
+          {"layers", layers},
+          {"engine", engine},
+          {"nvme_read_latency", c.nvme_read_latency},
+          {"nvme_write_latency", c.nvme_write_latency}};
 }
 
 json link_json(const LinkSpec& link) {

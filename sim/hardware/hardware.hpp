@@ -76,6 +76,16 @@ struct EngineCosts {
   double copy_per_byte = 0;             // host <-> device copies (host memory on the CPU backend)
 };
 
+// How much longer a rank's own work takes when `ranks` ranks share the node (each with its
+// threads), all working and waiting for each other, than when it has the node to itself: calibrate
+// times the engine's step in lock step at that many ranks. Beyond the cores the kernel's
+// scheduler shares them out (ideally ranks x threads / cores); at or below, siblings sharing a
+// physical core and the slowest rank set the pace.
+struct Occupancy {
+  int ranks = 1;
+  double factor = 1;
+};
+
 // What `zerolens calibrate` measured beyond the datasheet fields (docs/calibrate.md). Present only
 // in a cluster calibrate wrote: a step time predicted on it is compared with the executor's
 // (`validate`, `check-measured`); on a preset or hand-written cluster it is not.
@@ -84,9 +94,14 @@ struct ClusterCalibration {
   int ranks = 1;               // MPI ranks calibrate ran
   int threads_per_rank = 1;    // OpenMP threads of the host kernels
   std::vector<GroupCollectives> collectives;  // per group size, ascending
-  // device "cpu": what one rank's thread costs, measured with at most one rank per core.
+  // device "cpu": what one rank's thread costs with the node to itself, and how that grows with
+  // the ranks on the node (ascending; none: the ideal sharing of the cores alone).
   std::array<LayerCost, kLayerKindCount> forward{}, backward{};  // by LayerKind
+  std::vector<Occupancy> occupancy;
   EngineCosts engine;
+  // What an NVMe request costs beyond its bytes at the node's rates (seconds; 0 without
+  // --nvme-path): the engine reads and writes a sub-group, or a tensor, per request.
+  double nvme_read_latency = 0, nvme_write_latency = 0;
 
   bool cpu_ranks() const { return device == "cpu"; }
   // The collectives of a group of `ranks` (the largest measured group not above it; nullptr when

@@ -51,12 +51,13 @@ double local_collective_per_byte(OpKind kind, const EngineCosts& e) {
   }
 }
 
-double nvme_seconds(Bytes bytes, double node_bandwidth, const char* key,
+// One request: its latency, and its bytes at the node's rate, which the node's ranks share.
+double nvme_seconds(Bytes bytes, double node_bandwidth, double latency, const char* key,
                     const ScheduleContext& context) {
   if (!(node_bandwidth > 0))
     throw InputError(std::string("cluster.node.") + key,
                      "must be positive to simulate NVMe offload");
-  return double(bytes) * ranks_on_node(context) / node_bandwidth;
+  return latency + double(bytes) * ranks_on_node(context) / node_bandwidth;
 }
 
 }  // namespace
@@ -81,7 +82,16 @@ double layer_seconds(const LayerWork& work, const LayerCost& cost) {
 double cpu_share(const ScheduleContext& context, const Cluster& cluster) {
   const int threads = cluster.calibration ? std::max(1, cluster.calibration->threads_per_rank) : 1;
   const int cores = std::max(1, cluster.node.cpu_cores);
-  return std::max(1.0, double(ranks_on_node(context)) * threads / cores);
+  const auto ideal = [&](int ranks) { return std::max(1.0, double(ranks) * threads / cores); };
+  const int ranks = ranks_on_node(context);
+  const Occupancy* measured = nullptr;
+  if (cluster.calibration) {
+    for (const Occupancy& o : cluster.calibration->occupancy) {
+      if (o.ranks <= ranks && (!measured || o.ranks > measured->ranks)) measured = &o;
+    }
+  }
+  if (!measured) return ideal(ranks);
+  return measured->factor * ideal(ranks) / ideal(measured->ranks);
 }
 
 double cpu_rank_op_seconds(const Op& op, const Schedule& schedule, const Model& model,
@@ -126,11 +136,11 @@ double cpu_rank_op_seconds(const Op& op, const Schedule& schedule, const Model& 
     case OpKind::CopyD2H:
       return share * e.copy_per_byte * double(op.bytes);
     case OpKind::NvmeRead:
-      return nvme_seconds(op.bytes, cluster.node.nvme_read_bandwidth, "nvme_read_bandwidth",
-                          context);
+      return nvme_seconds(op.bytes, cluster.node.nvme_read_bandwidth, c.nvme_read_latency,
+                          "nvme_read_bandwidth", context);
     case OpKind::NvmeWrite:
-      return nvme_seconds(op.bytes, cluster.node.nvme_write_bandwidth, "nvme_write_bandwidth",
-                          context);
+      return nvme_seconds(op.bytes, cluster.node.nvme_write_bandwidth, c.nvme_write_latency,
+                          "nvme_write_bandwidth", context);
     default:
       return 0;  // release, loss-scale update: bookkeeping
   }

@@ -2,9 +2,10 @@
 // The step of zerolens's CPU backend, priced with the figures `zerolens calibrate` measured on the
 // machine (Cluster::calibration, device "cpu"; docs/calibrate.md):
 //   - one thread per rank runs every op in program order: no stream overlaps another;
-//   - ranks beyond the node's cores share them: every op's own work takes
-//       share = max(1, ranks on the node x threads per rank / cores)
-//     times as long;
+//   - the ranks on a node share its cores: every op's own work takes `share` times as long as
+//     with the node to itself: the calibrated occupancy factor of that many ranks (the largest
+//     measured count not above, scaled by the ideal sharing max(1, ranks x threads / cores)
+//     beyond it; the ideal sharing alone when none was measured);
 //   - a layer's forward, recompute or backward: its matrix-product FLOPs, attention FLOPs and
 //     activation elements (layer_work) at the calibrated seconds per unit of its layer kind;
 //   - a collective: the engine's own work per message byte, plus, over more than one rank, the
@@ -35,8 +36,7 @@ LayerWork layer_work(const Layer& layer, std::int64_t micro_batch, std::int64_t 
 // Seconds of `work` at `cost`.
 double layer_seconds(const LayerWork& work, const LayerCost& cost);
 
-// How many times longer a rank's own work takes because the ranks on its node outnumber the cores
-// (1 when they do not).
+// How many times longer a rank's own work takes with the ranks of its node than alone (above).
 double cpu_share(const ScheduleContext& context, const Cluster& cluster);
 
 // Seconds of one op on a CPU rank (the cluster must be calibrated with device "cpu").

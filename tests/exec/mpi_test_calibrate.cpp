@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "exec/calibrate/calibrate.hpp"
+#include "exec/run/calibrate_executor.hpp"
 #include "sim/schedule/comm.hpp"
 
 namespace zerolens::exec {
@@ -39,7 +40,7 @@ TEST(MpiCalibrate, EveryRankMeasuresAndAgrees) {
   options.layer_seconds = 0.2;
   options.engine_shape = {32, 2, 64, 16, 2};
   options.engine_seconds = 0.2;
-  const Calibration c = calibrate(comm, options);
+  const Calibration c = calibrate(comm, options, nullptr, measure_cpu_backend);
   EXPECT_EQ(c.ranks, n);
   ASSERT_EQ(c.gemm.size(), 1u);
   EXPECT_NEAR(c.gemm[0].flops_per_second * c.gemm[0].seconds, 2.0 * 32 * 32 * 32,

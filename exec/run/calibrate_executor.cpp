@@ -1,16 +1,18 @@
 // What the simulator's CPU-rank model needs beyond the host rates (docs/calibrate.md, "The CPU
 // backend's own costs"): collectives per group size, the executor's GPT-2 layers over a grid of
 // shapes fitted per layer kind and direction, and the engine's own work per op kind on one rank.
-// Ranks that do not take part in a measurement wait in an idle barrier (asleep, taking no core);
-// compute is measured with at most one rank per core, so that each figure is what one rank's thread
-// gets from a core of its own while the other cores work too; each is the slowest such rank's best
-// (ranks in step wait for the slowest).
+// Ranks that do not take part in a measurement wait in an idle barrier (asleep, taking no core).
+// The costs are one rank's with the node to itself; the occupancy factors say how they grow when
+// more ranks share it (the engine's step in lock step, as ranks in step wait for the slowest).
+// Every time is a mean over the fastest stretch of consecutive runs, as the executor's step time is
+// measured.
+#include "exec/run/calibrate_executor.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <functional>
 #include <limits>
-#include <map>
 #include <memory>
 #include <span>
 #include <vector>
@@ -19,6 +21,7 @@
 #include "exec/engine/zero_engine.hpp"
 #include "exec/memory/memory_ledger.hpp"
 #include "exec/model/gpt2_model.hpp"
+#include "exec/run/training_run.hpp"
 #include "sim/model/presets.hpp"
 #include "sim/plan/plan.hpp"
 #include "sim/schedule/comm.hpp"
@@ -33,93 +36,32 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// ---- least squares ------------------------------------------------------------------------------
-
-// Solves the square system a x = b (Gaussian elimination with partial pivoting); false when
-// singular.
-bool solve(std::vector<std::vector<double>> a, std::vector<double> b, std::vector<double>& x) {
-  const std::size_t n = b.size();
-  for (std::size_t i = 0; i < n; ++i) {
-    std::size_t pivot = i;
-    for (std::size_t r = i + 1; r < n; ++r) {
-      if (std::abs(a[r][i]) > std::abs(a[pivot][i])) pivot = r;
+// Per column, the mean over the `window` consecutive rows (rounds, steps) whose summed time is
+// lowest: the executor's step time is measured the same way (kStepWindow, training_run.hpp), so a
+// cost calibrate measures and a step it predicts stand on the same footing, neither the best single
+// run nor one slowed by a burst of other load.
+std::vector<double> stretch_means(const std::vector<std::vector<double>>& rows,
+                                  std::size_t window) {
+  if (rows.empty()) return {};
+  window = std::max<std::size_t>(1, std::min(window, rows.size()));
+  std::size_t best = 0;
+  double best_sum = std::numeric_limits<double>::infinity();
+  for (std::size_t first = 0; first + window <= rows.size(); ++first) {
+    double sum = 0;
+    for (std::size_t r = first; r < first + window; ++r) {
+      for (const double seconds : rows[r]) sum += seconds;
     }
-    if (!(std::abs(a[pivot][i]) > 0)) return false;
-    std::swap(a[i], a[pivot]);
-    std::swap(b[i], b[pivot]);
-    for (std::size_t r = 0; r < n; ++r) {
-      if (r == i) continue;
-      const double f = a[r][i] / a[i][i];
-      for (std::size_t c = i; c < n; ++c) a[r][c] -= f * a[i][c];
-      b[r] -= f * b[i];
+    if (sum < best_sum) {
+      best_sum = sum;
+      best = first;
     }
   }
-  x.resize(n);
-  for (std::size_t i = 0; i < n; ++i) x[i] = b[i] / a[i][i];
-  return true;
+  std::vector<double> means(rows.front().size(), 0);
+  for (std::size_t r = best; r < best + window; ++r) {
+    for (std::size_t c = 0; c < means.size(); ++c) means[c] += rows[r][c] / double(window);
+  }
+  return means;
 }
-
-}  // namespace
-
-std::vector<double> fit_nonnegative(const std::vector<std::vector<double>>& features,
-                                    const std::vector<double>& seconds) {
-  const std::size_t k = features.empty() ? 0 : features.front().size();
-  std::vector<double> best(k, 0);
-  double best_error = std::numeric_limits<double>::infinity();
-  // Every non-empty subset of the features, unconstrained on it; the best fit with no negative
-  // coefficient wins (k is at most 3: seven subsets).
-  for (unsigned subset = 1; subset < (1u << k); ++subset) {
-    std::vector<std::size_t> used;
-    for (std::size_t j = 0; j < k; ++j) {
-      if (subset & (1u << j)) used.push_back(j);
-    }
-    std::vector<std::vector<double>> a(used.size(), std::vector<double>(used.size(), 0));
-    std::vector<double> b(used.size(), 0);
-    for (std::size_t i = 0; i < seconds.size(); ++i) {
-      const double weight = 1 / (seconds[i] * seconds[i]);  // relative errors
-      for (std::size_t p = 0; p < used.size(); ++p) {
-        b[p] += weight * features[i][used[p]] * seconds[i];
-        for (std::size_t q = 0; q < used.size(); ++q)
-          a[p][q] += weight * features[i][used[p]] * features[i][used[q]];
-      }
-    }
-    std::vector<double> x;
-    if (!solve(a, b, x)) continue;
-    if (std::any_of(x.begin(), x.end(), [](double v) { return v < 0; })) continue;
-    std::vector<double> coefficients(k, 0);
-    for (std::size_t p = 0; p < used.size(); ++p) coefficients[used[p]] = x[p];
-    double error = 0;
-    for (std::size_t i = 0; i < seconds.size(); ++i) {
-      double predicted = 0;
-      for (std::size_t j = 0; j < k; ++j) predicted += coefficients[j] * features[i][j];
-      error += std::pow((predicted - seconds[i]) / seconds[i], 2);
-    }
-    if (error < best_error) {
-      best_error = error;
-      best = coefficients;
-    }
-  }
-  return best;
-}
-
-GroupCollectives fit_group_collectives(int ranks, const std::vector<CollectiveRate>& rates) {
-  // t = latency + traffic / bandwidth over every kind and size, in relative errors.
-  std::vector<std::vector<double>> features;
-  std::vector<double> seconds;
-  for (const CollectiveRate& rate : rates) {
-    const LinkTraffic traffic = collective_traffic(rate.kind, rate.bytes, GroupShape{ranks, 1});
-    features.push_back({1.0, double(traffic.intra_node + traffic.inter_node)});
-    seconds.push_back(rate.seconds);
-  }
-  const std::vector<double> fit = fit_nonnegative(features, seconds);
-  double bandwidth = fit.size() == 2 && fit[1] > 0 ? 1 / fit[1] : 0;
-  if (!(bandwidth > 0)) {  // all latency: take the largest message's bus bandwidth
-    for (const CollectiveRate& rate : rates) bandwidth = std::max(bandwidth, rate.busbw);
-  }
-  return {ranks, fit.empty() ? 0 : fit[0], bandwidth};
-}
-
-namespace {
 
 // ---- the executor's layers ----------------------------------------------------------------------
 
@@ -157,38 +99,43 @@ class LayerBench {
         net_->init_tensor(tensor++, params_[l].back());
       }
     }
-    forward_.assign(model_.layers.size(), std::numeric_limits<double>::infinity());
-    backward_ = forward_;
   }
 
-  // One micro-batch: every forward, then every backward, each timed.
-  void run(std::int64_t sample) {
+  // One micro-batch: every forward, then every backward, each timed into `row` (forward then
+  // backward of each layer, in layer order).
+  void run(std::int64_t sample, std::vector<double>& row) {
     net_->load_batch(sample, shape_.micro_batch);
     const std::size_t layers = model_.layers.size();
+    const std::size_t first = row.size();
+    row.resize(first + 2 * layers);
     for (std::size_t l = 0; l < layers; ++l) {
       const auto params = param_views(l);
       const auto start = Clock::now();
       net_->forward(l, params);
-      forward_[l] = std::min(forward_[l], seconds_since(start));
+      row[first + 2 * l] = seconds_since(start);
     }
     for (std::size_t l = layers; l-- > 0;) {
       const auto params = param_views(l);
       const auto grads = grad_views(l);
       const auto start = Clock::now();
       net_->backward(l, params, grads, 1.0f);
-      backward_[l] = std::min(backward_[l], seconds_since(start));
+      row[first + 2 * l + 1] = seconds_since(start);
     }
   }
 
-  void add_timings(std::vector<LayerTiming>& out) const {
+  // The layers' timings, their seconds taken from `means` (laid out as run() writes a row) from
+  // `next` on; returns where the next bench's start.
+  std::size_t add_timings(const std::vector<double>& means, std::size_t next,
+                          std::vector<LayerTiming>& out) const {
     for (std::size_t l = 0; l < model_.layers.size(); ++l) {
       const Layer& layer = model_.layers[l];
       for (const bool backward : {false, true}) {
         out.push_back({shape_, layer.kind, backward,
                        layer_work(layer, shape_.micro_batch, shape_.seq_len, backward),
-                       backward ? backward_[l] : forward_[l]});
+                       means[next++]});
       }
     }
+    return next;
   }
 
  private:
@@ -212,7 +159,6 @@ class LayerBench {
   MemoryLedger ledger_;
   std::unique_ptr<Gpt2Model> net_;
   std::vector<std::vector<std::vector<float>>> params_, grads_;
-  std::vector<double> forward_, backward_;
 };
 
 // The features a layer kind's cost is fitted on: blocks have all three, the head no attention,
@@ -265,29 +211,38 @@ void measure_layers(const CalibrateOptions& options, Calibration& result) {
   std::vector<std::unique_ptr<LayerBench>> benches;
   for (const CalibrateLayerShape& shape : options.layer_shapes)
     benches.push_back(std::make_unique<LayerBench>(shape));
-  // Round after round over the whole grid for the given time: the best of each is taken, so a
-  // burst of other load (a shared host) hits some rounds, not a whole shape.
+  // Round after round over the whole grid for the given time; each layer's time is its mean over
+  // the fastest stretch of consecutive rounds (stretch_means).
   const auto start = Clock::now();
-  std::int64_t round = 0;
+  std::vector<std::vector<double>> rounds;
   do {
-    for (const auto& bench : benches) bench->run(round * 64);
-    ++round;
-  } while (seconds_since(start) < options.layer_seconds || round < 2);
+    std::vector<double> row;
+    for (const auto& bench : benches) bench->run(std::int64_t(rounds.size()) * 64, row);
+    rounds.push_back(std::move(row));
+  } while (seconds_since(start) < options.layer_seconds || rounds.size() < 2);
+  rounds.erase(rounds.begin());  // the first round pays for first touches
+  const std::vector<double> means = stretch_means(rounds, kStepWindow);
   result.layer_timings.clear();
-  for (const auto& bench : benches) bench->add_timings(result.layer_timings);
+  std::size_t next = 0;
+  for (const auto& bench : benches) next = bench->add_timings(means, next, result.layer_timings);
 }
 
 // ---- the engine's own work ----------------------------------------------------------------------
 
 // A reference plan of the engine on one rank: GPT-2 of `engine_shape`, two blocks.
-Plan reference_plan(const CalibrateOptions& options, int stage, Precision precision, bool offload) {
+Plan reference_plan(const CalibrateOptions& options, int stage, Precision precision, bool offload,
+                    bool nvme = false) {
   const CalibrateLayerShape& s = options.engine_shape;
   PlanRequest request;
   request.model = grid_model(s, 2);
   TrainingConfig& c = request.config;
   c.zero.stage = stage;
   c.precision.precision = precision;
-  if (offload) c.zero.offload_optimizer.device = OffloadDevice::Cpu;
+  if (offload) c.zero.offload_optimizer.device = nvme ? OffloadDevice::Nvme : OffloadDevice::Cpu;
+  if (nvme) {
+    c.zero.offload_optimizer.nvme_path = options.nvme_path.value_or("");
+    c.zero.sub_group_size = 32768;  // several sub-groups, each swapped in one request
+  }
   c.batch.micro_batch_per_gpu = s.micro_batch;
   c.seq_len = s.seq_len;
   c.zero.reduce_bucket_size = 500000;  // as `zerolens run` plans
@@ -299,7 +254,8 @@ Plan reference_plan(const CalibrateOptions& options, int stage, Precision precis
   return make_plan(std::move(request));
 }
 
-// Best time of each op of the plan's step over `seconds` of steps (at least 3).
+// Each op's mean time over the fastest stretch of consecutive steps (stretch_means), stepping for
+// `seconds` (at least kStepWindow + 1 steps; the first left out: it pays for first touches).
 std::vector<double> op_times(const Plan& plan, Communicator& alone, double seconds) {
   MemoryLedger ledger;
   const ScheduleContext& context = plan.schedule.context;
@@ -309,18 +265,18 @@ std::vector<double> op_times(const Plan& plan, Communicator& alone, double secon
                    .activation_element_bytes = plan.request.config.precision.param_bytes()},
                   ledger);
   ZeroEngine engine(plan, alone, model, ledger);
-  std::vector<double> best(plan.schedule.ops.size(), std::numeric_limits<double>::infinity());
+  std::vector<std::vector<double>> steps;
   const auto start = Clock::now();
-  for (std::int64_t step = 0; step < 3 || seconds_since(start) < seconds; ++step) {
-    engine.step(step, [&](std::size_t op, double begin, double end) {
-      if (step > 0)
-        best[op] = std::min(best[op], end - begin);  // the first step pays first touches
-    });
+  for (std::int64_t step = 0; step <= std::int64_t(kStepWindow) || seconds_since(start) < seconds;
+       ++step) {
+    std::vector<double> row(plan.schedule.ops.size(), 0);
+    engine.step(step, [&](std::size_t op, double begin, double end) { row[op] = end - begin; });
+    if (step > 0) steps.push_back(std::move(row));
   }
-  return best;
+  return stretch_means(steps, kStepWindow);
 }
 
-// Seconds per unit: the summed best times of the plan's ops of `kind` (on `stream`, when given)
+// Seconds per unit: the summed times of the plan's ops of `kind` (on `stream`, when given)
 // over their summed sizes.
 double per_unit(const Plan& plan, const std::vector<double>& times, OpKind kind,
                 const std::function<double(const Op&)>& size, std::optional<Stream> stream = {}) {
@@ -332,6 +288,62 @@ double per_unit(const Plan& plan, const std::vector<double>& times, OpKind kind,
     units += size(op);
   }
   return units > 0 ? seconds / units : 0;
+}
+
+// The reference step (stage 0, bf16) of one-rank engines, one on each member, in lock step (a
+// barrier before each step; a step lasts as long as its slowest rank's) for occupancy_seconds: the
+// mean step over the fastest stretch of consecutive steps (the first left out). Members only.
+double lock_step(Communicator& members, const CalibrateOptions& options) {
+  const Plan plan = reference_plan(options, 0, Precision::Bf16, false);
+  const std::unique_ptr<Communicator> alone = members.alone();
+  MemoryLedger ledger;
+  const ScheduleContext& context = plan.schedule.context;
+  Gpt2Model model(plan.request.model,
+                  {.micro_batch = context.micro_batch,
+                   .seq_len = context.seq_len,
+                   .activation_element_bytes = 2},
+                  ledger);
+  ZeroEngine engine(plan, *alone, model, ledger);
+  std::vector<std::vector<double>> steps;
+  const auto start = Clock::now();
+  for (bool more = true; more;) {
+    members.barrier();
+    const auto begin = Clock::now();
+    engine.step(std::int64_t(steps.size()));
+    steps.push_back({members.all_reduce_max(seconds_since(begin))});
+    // Rank 0's clock decides, so every member stops after the same step.
+    const bool going = members.rank() == 0 && seconds_since(start) < options.occupancy_seconds;
+    more = members.all_reduce_max(going ? 1.0 : 0.0) > 0 || steps.size() <= kStepWindow;
+  }
+  steps.erase(steps.begin());  // the first step pays for first touches
+  return stretch_means(steps, kStepWindow).front();
+}
+
+// What the engine's NVMe requests cost beyond their bytes at the node's rates, in its own steps (a
+// stage-2 bf16 plan with the optimizer swapped per sub-group): a sub-group's read is waited for in
+// its update, so a read request is the read op and the update less the host optimizer's work.
+void measure_nvme_requests(const CalibrateOptions& options, Communicator& alone,
+                           Calibration& result) {
+  const Plan plan = reference_plan(options, 2, Precision::Bf16, true, true);
+  const std::vector<double> times = op_times(plan, alone, options.engine_seconds / 4);
+  const NvmeRate& nvme = *result.nvme;
+  double read = 0, write = 0;
+  int reads = 0, writes = 0;
+  for (std::size_t i = 0; i < plan.schedule.ops.size(); ++i) {
+    const Op& op = plan.schedule.ops[i];
+    if (op.sub_group < 0) continue;
+    if (op.kind == OpKind::NvmeRead) {
+      read += times[i] - double(op.bytes) / nvme.read_bytes_per_second;
+      ++reads;
+    } else if (op.kind == OpKind::OptimizerStep) {
+      read += times[i] - result.engine.host_optimizer_per_byte * double(op.memory_bytes_touched);
+    } else if (op.kind == OpKind::NvmeWrite) {
+      write += times[i] - double(op.bytes) / nvme.overwrite_bytes_per_second;
+      ++writes;
+    }
+  }
+  if (reads > 0) result.nvme->read_latency = std::max(0.0, read / reads);
+  if (writes > 0) result.nvme->write_latency = std::max(0.0, write / writes);
 }
 
 void measure_engine(const CalibrateOptions& options, Communicator& alone, Calibration& result) {
@@ -368,19 +380,7 @@ void measure_engine(const CalibrateOptions& options, Communicator& alone, Calibr
                       per_unit(plan, times, OpKind::CopyH2D, bytes) > 0;
     e.copy_per_byte = both ? copies / 2 : copies;
   }
-}
-
-// Ranks in step wait for the slowest: each figure is the slowest member's best.
-void slowest_of(Communicator& members, Calibration& result) {
-  for (LayerTiming& timing : result.layer_timings)
-    timing.seconds = members.all_reduce_max(timing.seconds);
-  fit_layers(result);
-  EngineCosts& e = result.engine;
-  for (double* field : {&e.all_reduce_per_byte, &e.reduce_scatter_per_byte, &e.all_gather_per_byte,
-                        &e.norm_per_element, &e.optimizer_per_byte, &e.mixed_optimizer_per_byte,
-                        &e.host_optimizer_per_byte, &e.copy_per_byte}) {
-    *field = members.all_reduce_max(*field);
-  }
+  if (options.nvme_path && result.nvme) measure_nvme_requests(options, alone, result);
 }
 
 // ---- sending rank 0's figures to every rank -----------------------------------------------------
@@ -408,6 +408,8 @@ std::vector<double> flatten(const Calibration& c) {
                      e.host_optimizer_per_byte, e.copy_per_byte});
   for (const GroupCollectives& g : c.group_collectives)
     v.insert(v.end(), {double(g.ranks), g.latency, g.bandwidth});
+  for (const Occupancy& o : c.occupancy) v.push_back(o.factor);
+  if (c.nvme) v.insert(v.end(), {c.nvme->read_latency, c.nvme->write_latency});
   return v;
 }
 
@@ -424,6 +426,11 @@ void unflatten(const std::vector<double>& v, Calibration& c) {
   }
   for (GroupCollectives& g : c.group_collectives)
     g = {int(std::lround(v[i])), v[i + 1], v[i + 2]}, i += 3;
+  for (Occupancy& o : c.occupancy) o.factor = v[i++];
+  if (c.nvme) {
+    c.nvme->read_latency = v[i++];
+    c.nvme->write_latency = v[i++];
+  }
 }
 
 }  // namespace
@@ -440,19 +447,39 @@ void measure_cpu_backend(Communicator& comm, const CalibrateOptions& options, Ca
     }
     comm.idle_barrier();
   }
-  // Compute with at most one rank per core, each alone (a one-rank engine of its own).
-  const int active =
-      std::max(1, std::min(comm.size(), result.cpu_cores / std::max(1, result.threads)));
-  std::unique_ptr<Communicator> members = comm.first_ranks(active);
-  if (members) {
-    std::unique_ptr<Communicator> alone = members->alone();
-    on_every_rank(*members, [&] {
+  // Compute on rank 0 with the node to itself (the others asleep): the layers over the grid and the
+  // engine on a one-rank communicator of its own.
+  if (std::unique_ptr<Communicator> first = comm.first_ranks(1)) {
+    on_every_rank(*first, [&] {
       measure_layers(options, result);
-      measure_engine(options, *alone, result);
+      measure_engine(options, *first, result);
     });
-    slowest_of(*members, result);
+    fit_layers(result);
   }
   comm.idle_barrier();
+  // How that grows with the ranks on the node: the engine's reference step in lock step on 1 rank,
+  // on as many as there are cores (per thread), and on all of them.
+  const int cores = std::max(1, result.cpu_cores / std::max(1, result.threads));
+  std::vector<int> counts = {1, std::min(comm.size(), cores), comm.size()};
+  counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+  // Passes alternate the counts, each count keeping its fastest: a shared host's speed changes
+  // over seconds, and a ratio of two moments' speeds would say more about those moments.
+  std::vector<double> fastest(counts.size(), std::numeric_limits<double>::infinity());
+  CalibrateOptions pass = options;
+  pass.occupancy_seconds = options.occupancy_seconds / std::max(1, options.occupancy_passes);
+  for (int p = 0; p < std::max(1, options.occupancy_passes); ++p) {
+    for (std::size_t i = 0; i < counts.size(); ++i) {
+      if (std::unique_ptr<Communicator> members = comm.first_ranks(counts[i])) {
+        fastest[i] = std::min(fastest[i], lock_step(*members, pass));
+      }
+      comm.idle_barrier();
+    }
+  }
+  result.occupancy.clear();
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    const bool known = std::isfinite(fastest[i]) && std::isfinite(fastest[0]) && fastest[0] > 0;
+    result.occupancy.push_back({counts[i], known ? fastest[i] / fastest[0] : 1});
+  }
   // Every rank gets rank 0's figures (the collectives' differ a little on other ranks).
   const std::size_t groups = std::size_t(std::max(0, comm.size() - 1));
   if (comm.rank() != 0) result.group_collectives.assign(groups, GroupCollectives{});
