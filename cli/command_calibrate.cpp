@@ -27,7 +27,7 @@ struct CalibrateCommand {
   std::optional<std::string> nvme_path, nvme_bytes, block_size, report;
   std::vector<std::string> sizes;
   std::vector<std::size_t> gemm_sizes;
-  std::optional<int> queue_depth, repeats, threads;
+  std::optional<int> queue_depth, repeats, threads, passes;
   std::string name, output, device = "cpu";
 };
 
@@ -78,6 +78,7 @@ exec::CalibrateOptions make_options(const CalibrateCommand& command) {
   if (command.queue_depth) options.nvme.queue_depth = *command.queue_depth;
   options.nvme.direct = !command.buffered;
   if (command.repeats) options.repeats = *command.repeats;
+  if (command.passes) options.compute_passes = *command.passes;
   if (command.threads) options.threads = *command.threads;
   exec::validate(options);
   return options;
@@ -186,6 +187,16 @@ void print_cpu_backend(std::ostream& out, const exec::Calibration& c) {
   engine.add_row({"host optimizer, per byte touched", rate(e.host_optimizer_per_byte, "", 1e-9)});
   engine.add_row({"host <-> device copy, per byte", rate(e.copy_per_byte, "", 1e-9)});
   engine.print(out);
+  if (!c.occupancy.empty()) {
+    Table occupancy({"reference step in lock step", "over 1 rank"});
+    for (const Occupancy& o : c.occupancy)
+      occupancy.add_row({std::to_string(o.ranks) + " rank(s)", rate(o.factor, "", 1)});
+    occupancy.print(out);
+  }
+  if (c.reference_step_seconds > 0) {
+    out << "  reference step on 1 rank: " << rate(c.reference_step_seconds, "ms", 1e-3)
+        << " (validate times it again beside its run: the machine's speed then)\n";
+  }
 }
 
 int run_calibrate(const CalibrateCommand& command) {
@@ -245,6 +256,9 @@ void register_calibrate_command(CLI::App& app, CommandRegistry& registry) {
       ->add_option("--gemm-sizes", command->gemm_sizes,
                    "GEMM sizes n (n x n x n), e.g. 256,512,1024 (cuda: 1024,2048,4096,8192)")
       ->delimiter(',');
+  calibrate->add_option("--passes", command->passes,
+                        "CPU backend: measure its layers and engine N times and keep the fastest "
+                        "pass (a shared host's speed drifts; default 1)");
   calibrate->add_option("--repeats", command->repeats,
                         "Timed runs per measurement (default 5, --quick 3)");
   calibrate->add_option("--threads", command->threads,

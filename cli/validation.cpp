@@ -161,6 +161,8 @@ std::vector<Check> compare_with_prediction(const Prediction& predicted, const Me
   if (!predicted.plan.request.cluster.calibration) {
     time.tolerance = std::nullopt;
     time.not_compared = "uncalibrated";
+  } else if (!tolerances.hold_step_time) {
+    time.tolerance = std::nullopt;  // information
   }
   checks.push_back(std::move(time));
   return checks;

@@ -22,6 +22,7 @@ struct Tolerances {
   double model_states = 0;        // relative, per device and model-state category (exact by default)
   double collective_bytes = 0;    // relative, per collective kind and per link (exact by default)
   double step_time = kDefaultStepTimeTolerance;  // relative; held only with a calibrated cluster
+  bool hold_step_time = true;                    // false: shown with its error, not held
 };
 
 enum class Unit { Bytes, Calls, Seconds };

@@ -61,6 +61,12 @@ void add_tolerance_options(CLI::App& command, Tolerances& tolerances) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 100.0))
       ->group(group);
+  command
+      .add_flag_function(
+          "--time-info", [&tolerances](std::int64_t) { tolerances.hold_step_time = false; },
+          "Show the step time and its error but do not hold it (traces recorded on a host whose "
+          "speed drifts)")
+      ->group(group);
 }
 
 bool all_passed(const std::vector<Check>& checks) {

@@ -27,6 +27,9 @@ options (environment variable in brackets):
   --rounds N           run the matrix N times and keep, per config, the round with the lowest
                        step time (default 1): on a shared host whose speed varies, rounds minutes
                        apart catch each config at the machine's own speed
+  --calibrate PASSES   first run `zerolens calibrate --passes PASSES` on as many ranks as the matrix's
+                       largest config into OUT/cluster.json (report: OUT/calibration.json) and
+                       predict every config on it: the step time is then compared (15 %)
   --model NAME         model of every config (default gpt2-tiny; gpt2-124m fits a GPU)
   --only REGEX         run only the configs whose name matches (keeps the other files in OUT)
   --validate-args STR  extra arguments for every validate run (e.g. a device backend flag)
@@ -49,6 +52,7 @@ TORCH_PYTHON=${TORCH_PYTHON:-auto}
 out=""
 steps=4
 rounds=1
+calibrate_passes=""
 model=gpt2-tiny
 only=""
 validate_args=""
@@ -66,6 +70,7 @@ while [[ $# -gt 0 ]]; do
     --nvme-dir) NVME_DIR=${2:?--nvme-dir needs a directory}; shift 2 ;;
     --steps) steps=${2:?--steps needs a number}; shift 2 ;;
     --rounds) rounds=${2:?--rounds needs a number}; shift 2 ;;
+    --calibrate) calibrate_passes=${2:?--calibrate needs a number of passes}; shift 2 ;;
     --model) model=${2:?--model needs a name}; shift 2 ;;
     --only) only=${2:?--only needs a regex}; shift 2 ;;
     --validate-args) validate_args=${2?}; shift 2 ;;
@@ -188,6 +193,16 @@ keep_faster() {
   mv "$from/$name.measured.json" "$from/$name.predicted.json" "$out/"
   mv "$from/logs/$name.txt" "$out/logs/"
 }
+
+if [[ -n "$calibrate_passes" ]]; then
+  [[ "$calibrate_passes" =~ ^[1-9][0-9]*$ ]] || die "--calibrate: '$calibrate_passes' is not a positive number"
+  most=$(matrix | awk '$2 > n {n = $2} END {print n}')
+  echo "calibrating on $most ranks ($calibrate_passes passes) ..."
+  "$MPIRUN" -np "$most" "$ZEROLENS" calibrate --passes "$calibrate_passes" --nvme-path "$NVME_DIR" \
+    --name "calibrated-$DEVICE_NAME" -o "$out/cluster.json" --report "$out/calibration.json" \
+    </dev/null >"$out/logs/calibrate.txt" 2>&1 || die "calibrate failed ($out/logs/calibrate.txt)"
+  validate_args="$validate_args --cluster $out/cluster.json"
+fi
 
 failed=()
 broken=()

@@ -63,6 +63,7 @@ struct CalibrateOptions {
   double layer_seconds = 15;
   CalibrateLayerShape engine_shape{128, 8, 512, 64, 4};
   double engine_seconds = 8;
+  int compute_passes = 1;  // the layers and the engine measured again, the fastest pass kept
   double occupancy_seconds = 12;  // each rank count's lock-step steps, over all passes
   int occupancy_passes = 4;
   int repeats = 5;  // timed runs of each measurement (best for compute and memory, median for I/O)
@@ -149,9 +150,17 @@ struct Calibration {
   // the layers timed over the grid and their costs fitted per kind, the engine's own work.
   std::vector<GroupCollectives> group_collectives;
   std::vector<LayerTiming> layer_timings;  // each the slowest measuring rank's best
-  std::array<LayerCost, kLayerKindCount> layer_forward{}, layer_backward{};
+  std::array<LayerCost, kLayerKindCount> layer_forward{}, layer_backward{};  // in a step
+  // What a layer costs in the engine's step over what the grid's fit gives it alone, per kind and
+  // direction (forward, backward); the costs above include it (1: not measured).
+  std::array<std::array<double, 2>, kLayerKindCount> in_step = [] {
+    std::array<std::array<double, 2>, kLayerKindCount> ones{};
+    for (auto& kind : ones) kind = {1, 1};
+    return ones;
+  }();
   EngineCosts engine;
   std::vector<Occupancy> occupancy;  // 1 rank (factor 1), the cores' count, all ranks
+  double reference_step_seconds = 0;  // the engine's reference step on 1 rank (occupancy's base)
 
   double adam_over_triad() const { return adam_bytes_per_second / triad_bytes_per_second; }
 };

@@ -111,6 +111,7 @@ ClusterCalibration cluster_calibration(const Calibration& c) {
   }
   calibration.collectives = c.group_collectives;
   calibration.occupancy = c.occupancy;
+  calibration.reference_step_seconds = c.reference_step_seconds;
   if (c.nvme) {
     calibration.nvme_read_latency = c.nvme->read_latency;
     calibration.nvme_write_latency = c.nvme->write_latency;
@@ -142,14 +143,18 @@ nlohmann::json cpu_backend_json(const Calibration& c) {
                        {"attention_flops", t.work.attention_flops},
                        {"elements", t.work.elements},
                        {"seconds", t.seconds},
-                       {"fitted_seconds",
+                       {"fitted_seconds",  // alone, as the grid was timed
                         layer_seconds(t.work, t.backward ? c.layer_backward[std::size_t(t.kind)]
-                                                         : c.layer_forward[std::size_t(t.kind)])}});
+                                                         : c.layer_forward[std::size_t(t.kind)]) /
+                            c.in_step[std::size_t(t.kind)][t.backward ? 1 : 0]}});
   }
   nlohmann::json costs = nlohmann::json::object();
+  nlohmann::json in_step = nlohmann::json::object();
   for (int k = 0; k < kLayerKindCount; ++k) {
     costs[to_string(LayerKind(k))] = {{"forward", cost_json(c.layer_forward[std::size_t(k)])},
                                       {"backward", cost_json(c.layer_backward[std::size_t(k)])}};
+    in_step[to_string(LayerKind(k))] = {{"forward", c.in_step[std::size_t(k)][0]},
+                                        {"backward", c.in_step[std::size_t(k)][1]}};
   }
   nlohmann::json groups = nlohmann::json::array();
   for (const GroupCollectives& g : c.group_collectives) {
@@ -161,7 +166,9 @@ nlohmann::json cpu_backend_json(const Calibration& c) {
     occupancy.push_back({{"ranks", o.ranks}, {"factor", o.factor}});
   return {{"layer_timings", timings},
           {"occupancy", occupancy},
+          {"reference_step_seconds", c.reference_step_seconds},
           {"layer_costs", costs},
+          {"layer_in_step", in_step},
           {"group_collectives", groups},
           {"engine",
            {{"all_reduce_per_byte", e.all_reduce_per_byte},

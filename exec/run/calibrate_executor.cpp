@@ -250,7 +250,7 @@ Plan reference_plan(const CalibrateOptions& options, int stage, Precision precis
   request.cluster = with_ranks(cluster_from_preset("dgx-a100-80gb"), 1, 1);  // memory only
   request.options.cuda_context_bytes = 0;
   request.options.library_workspace_bytes = 0;
-  request.options.fragmentation_fraction = 0;
+  request.options.allocator = {.kind = AllocatorKind::Flat};  // memory only; not timed
   return make_plan(std::move(request));
 }
 
@@ -346,6 +346,33 @@ void measure_nvme_requests(const CalibrateOptions& options, Communicator& alone,
   if (writes > 0) result.nvme->write_latency = std::max(0.0, write / writes);
 }
 
+// In a step a layer costs more than alone over the grid: the step's other data has taken the
+// caches, its allocations come between. Per layer kind and direction, the reference step's layer
+// ops over what the fitted costs give them; the costs are scaled by it (Calibration::in_step).
+void apply_in_step(const Plan& plan, const std::vector<double>& times, Calibration& result) {
+  const ScheduleContext& context = plan.schedule.context;
+  std::array<std::array<double, 2>, kLayerKindCount> measured{}, fitted{};
+  for (std::size_t i = 0; i < plan.schedule.ops.size(); ++i) {
+    const Op& op = plan.schedule.ops[i];
+    if (op.kind != OpKind::Forward && op.kind != OpKind::Backward) continue;
+    const bool backward = op.kind == OpKind::Backward;
+    const Layer& layer = plan.request.model.layers[std::size_t(op.layer)];
+    const auto k = std::size_t(layer.kind);
+    const LayerCost& cost = backward ? result.layer_backward[k] : result.layer_forward[k];
+    measured[k][backward] += times[i];
+    fitted[k][backward] += layer_seconds(layer_work(layer, context.micro_batch, context.seq_len, backward), cost);
+  }
+  for (std::size_t k = 0; k < measured.size(); ++k) {
+    for (const bool backward : {false, true}) {
+      if (!(fitted[k][backward] > 0)) continue;
+      const double factor = measured[k][backward] / fitted[k][backward];
+      LayerCost& cost = backward ? result.layer_backward[k] : result.layer_forward[k];
+      cost = {cost.per_matmul_flop * factor, cost.per_attention_flop * factor, cost.per_element * factor};
+      result.in_step[k][backward] = factor;
+    }
+  }
+}
+
 void measure_engine(const CalibrateOptions& options, Communicator& alone, Calibration& result) {
   const auto bytes = [](const Op& op) { return double(op.bytes); };
   const auto touched = [](const Op& op) { return double(op.memory_bytes_touched); };
@@ -355,6 +382,7 @@ void measure_engine(const CalibrateOptions& options, Communicator& alone, Calibr
     const Plan plan = reference_plan(options, 0, Precision::Bf16, false);
     const std::vector<double> times = op_times(plan, alone, each);
     e.all_reduce_per_byte = per_unit(plan, times, OpKind::AllReduce, bytes);
+    apply_in_step(plan, times, result);
   }
   {
     const Plan plan = reference_plan(options, 2, Precision::Bf16, false);
@@ -396,6 +424,12 @@ void share(Communicator& comm, std::vector<double>& values) {
     values[i] = double(wide[2 * i]) + double(wide[2 * i + 1]);
 }
 
+double grid_seconds(const Calibration& c) {
+  double seconds = 0;
+  for (const LayerTiming& timing : c.layer_timings) seconds += timing.seconds;
+  return seconds;
+}
+
 std::vector<double> flatten(const Calibration& c) {
   std::vector<double> v;
   for (const auto* costs : {&c.layer_forward, &c.layer_backward}) {
@@ -409,6 +443,7 @@ std::vector<double> flatten(const Calibration& c) {
   for (const GroupCollectives& g : c.group_collectives)
     v.insert(v.end(), {double(g.ranks), g.latency, g.bandwidth});
   for (const Occupancy& o : c.occupancy) v.push_back(o.factor);
+  v.push_back(c.reference_step_seconds);
   if (c.nvme) v.insert(v.end(), {c.nvme->read_latency, c.nvme->write_latency});
   return v;
 }
@@ -427,6 +462,7 @@ void unflatten(const std::vector<double>& v, Calibration& c) {
   for (GroupCollectives& g : c.group_collectives)
     g = {int(std::lround(v[i])), v[i + 1], v[i + 2]}, i += 3;
   for (Occupancy& o : c.occupancy) o.factor = v[i++];
+  c.reference_step_seconds = v[i++];
   if (c.nvme) {
     c.nvme->read_latency = v[i++];
     c.nvme->write_latency = v[i++];
@@ -449,12 +485,20 @@ void measure_cpu_backend(Communicator& comm, const CalibrateOptions& options, Ca
   }
   // Compute on rank 0 with the node to itself (the others asleep): the layers over the grid and the
   // engine on a one-rank communicator of its own.
+  // Passes minutes apart catch a shared host at different speeds: the fastest pass (the least
+  // grid time) is kept whole, as the executor's recorded step is its fastest stretch.
   if (std::unique_ptr<Communicator> first = comm.first_ranks(1)) {
     on_every_rank(*first, [&] {
-      measure_layers(options, result);
-      measure_engine(options, *first, result);
+      std::optional<Calibration> fastest;
+      for (int pass = 0; pass < std::max(1, options.compute_passes); ++pass) {
+        Calibration trial = result;
+        measure_layers(options, trial);
+        fit_layers(trial);
+        measure_engine(options, *first, trial);
+        if (!fastest || grid_seconds(trial) < grid_seconds(*fastest)) fastest = std::move(trial);
+      }
+      result = std::move(*fastest);
     });
-    fit_layers(result);
   }
   comm.idle_barrier();
   // How that grows with the ranks on the node: the engine's reference step in lock step on 1 rank,
@@ -480,12 +524,22 @@ void measure_cpu_backend(Communicator& comm, const CalibrateOptions& options, Ca
     const bool known = std::isfinite(fastest[i]) && std::isfinite(fastest[0]) && fastest[0] > 0;
     result.occupancy.push_back({counts[i], known ? fastest[i] / fastest[0] : 1});
   }
+  result.reference_step_seconds = std::isfinite(fastest[0]) ? fastest[0] : 0;
   // Every rank gets rank 0's figures (the collectives' differ a little on other ranks).
   const std::size_t groups = std::size_t(std::max(0, comm.size() - 1));
   if (comm.rank() != 0) result.group_collectives.assign(groups, GroupCollectives{});
   std::vector<double> values = flatten(result);
   share(comm, values);
   unflatten(values, result);
+}
+
+double time_reference_step(Communicator& comm, const CalibrateOptions& options) {
+  double seconds = 0;
+  if (std::unique_ptr<Communicator> first = comm.first_ranks(1)) {
+    seconds = lock_step(*first, options);
+  }
+  comm.idle_barrier();
+  return comm.all_reduce_max(seconds);  // rank 0's; the others timed nothing
 }
 
 }  // namespace zerolens::exec

@@ -164,7 +164,7 @@ void read_calibration(const json& block, ClusterCalibration& c, Diagnostics& dia
   const std::string w = "calibration";
   as_object(block, w);
   warn_unknown_keys(block,
-                    {"device", "ranks", "threads_per_rank", "collectives", "occupancy", "layers",
+                    {"device", "ranks", "threads_per_rank", "collectives", "occupancy", "reference_step_seconds", "layers",
                      "engine", "nvme_read_latency", "nvme_write_latency"},
                     w, diagnostics);
   if (const json* v = member(block, "device")) {
@@ -207,6 +207,8 @@ void read_calibration(const json& block, ClusterCalibration& c, Diagnostics& dia
         c.collectives.begin(), c.collectives.end(),
         [](const GroupCollectives& a, const GroupCollectives& b) { return a.ranks < b.ranks; });
   }
+  if (const json* v = member(block, "reference_step_seconds"))
+    c.reference_step_seconds = as_double(*v, "calibration.reference_step_seconds", 0, 1e6);
   if (const json* v = member(block, "occupancy")) {
     if (!v->is_array())
       throw InputError("calibration.occupancy", "must be an array, got " + type_phrase(*v));
@@ -283,6 +285,7 @@ json calibration_json(const ClusterCalibration& c) {
           {"threads_per_rank", c.threads_per_rank},
           {"collectives", collectives},
           {"occupancy", occupancy},
+          {"reference_step_seconds", c.reference_step_seconds},
           {"layers", layers},
           {"engine", engine},
           {"nvme_read_latency", c.nvme_read_latency},

@@ -102,6 +102,11 @@ struct ClusterCalibration {
   // What an NVMe request costs beyond its bytes at the node's rates (seconds; 0 without
   // --nvme-path): the engine reads and writes a sub-group, or a tensor, per request.
   double nvme_read_latency = 0, nvme_write_latency = 0;
+  // device "cpu": the engine's reference step (docs/calibrate.md) on one rank with the node to
+  // itself, seconds (0: not measured). A shared host's speed drifts from minute to minute, by a
+  // third on a cloud VM; `validate` times the same step beside its run and scales the predicted
+  // step time by the ratio, so it compares the model, not the moment.
+  double reference_step_seconds = 0;
 
   bool cpu_ranks() const { return device == "cpu"; }
   // The collectives of a group of `ranks` (the largest measured group not above it; nullptr when

@@ -298,13 +298,38 @@ TEST(CheckMeasuredCommitted, ADoctoredCopyOfACommittedTraceFails) {
     if (name.ends_with(".measured.json") && (first.empty() || entry.path() < first)) first = entry.path();
   }
   ASSERT_FALSE(first.empty()) << "no *.measured.json under " << root;
-  EXPECT_EQ(run("check-measured " + quote(first.string())).exit_code, 0);
+  EXPECT_EQ(run("check-measured --time-info " + quote(first.string())).exit_code, 0);
   json doctored = read_json(first.string());
   auto& gpu = doctored["summary"]["peak_bytes"]["gpu"];
   gpu = gpu.get<std::int64_t>() * 2;
-  const Result result = run("check-measured " + quote(write_json(doctored, "doctored.measured.json")));
+  const Result result =
+      run("check-measured --time-info " + quote(write_json(doctored, "doctored.measured.json")));
   EXPECT_EQ(result.exit_code, 1) << result.output;
   EXPECT_NE(result.output.find("gpu peak"), std::string::npos) << result.output;
+}
+
+// --time-info shows a calibrated trace's step time with its error but does not hold it: a step
+// time ten times the recorded one fails without the flag and passes with it.
+TEST(CheckMeasuredCommitted, TimeInfoShowsTheStepTimeWithoutHoldingIt) {
+  const fs::path root = fs::path(ZEROLENS_TEST_DATA) / ".." / ".." / "traces" / "measured";
+  fs::path calibrated;
+  for (const auto& entry : fs::recursive_directory_iterator(root)) {
+    if (!entry.path().filename().string().ends_with(".measured.json")) continue;
+    const json trace = read_json(entry.path().string());
+    if (trace["run"]["inputs"]["cluster"].contains("calibration")) {
+      calibrated = entry.path();
+      break;
+    }
+  }
+  ASSERT_FALSE(calibrated.empty()) << "no calibrated measured trace under " << root;
+  json doctored = read_json(calibrated.string());
+  doctored["summary"]["step_time_s"] = doctored["summary"]["step_time_s"].get<double>() * 10;
+  const std::string file = quote(write_json(doctored, "slow.measured.json"));
+  const Result held = run("check-measured " + file);
+  EXPECT_EQ(held.exit_code, 1) << held.output;
+  const Result shown = run("check-measured --time-info " + file);
+  EXPECT_EQ(shown.exit_code, 0) << shown.output;
+  EXPECT_NE(shown.output.find("info"), std::string::npos) << shown.output;
 }
 
 }  // namespace

@@ -257,6 +257,14 @@ TEST(Calibrate, BadOptionsNameTheFlag) {
   options = quick_calibrate_options();
   options.repeats = 0;
   EXPECT_THROW(validate(options), InputError);
+  options = quick_calibrate_options();
+  options.compute_passes = 0;
+  try {
+    validate(options);
+    FAIL();
+  } catch (const InputError& error) {
+    EXPECT_EQ(error.where(), "--passes");
+  }
 }
 
 }  // namespace

@@ -87,6 +87,20 @@ TEST(CpuRanks, ShareOfTheCoresIsRanksOverCores) {
   EXPECT_DOUBLE_EQ(cpu_share(context, cluster), 2.0);
 }
 
+// Measured occupancy replaces the ideal sharing up to the largest measured count, which scales by
+// the ideal beyond it: 2 ranks 1.1 (a core each, waiting for the slower), 4 ranks 2.6 (the
+// scheduler's and the cache's share beyond 2), 8 ranks 2.6 x 4 / 2.
+TEST(CpuRanks, MeasuredOccupancyReplacesTheIdealSharing) {
+  Cluster cluster = calibrated(2);
+  cluster.calibration->occupancy = {{1, 1.0}, {2, 1.1}, {4, 2.6}};
+  ScheduleContext context;
+  context.gpus_per_node = 8;
+  for (const auto& [ranks, share] : {std::pair{1, 1.0}, {2, 1.1}, {3, 1.1 * 1.5}, {4, 2.6}, {8, 2.6 * 2}}) {
+    context.dp_size = ranks;
+    EXPECT_DOUBLE_EQ(cpu_share(context, cluster), share) << ranks << " ranks";
+  }
+}
+
 // The step of 4 ranks on 2 cores (oversubscribed) against 2 ranks on 2 cores: the same layers, so
 // the compute doubles exactly.
 TEST(CpuRanks, OversubscribedRanksTakeTwiceTheComputeWorkedByHand) {
@@ -101,6 +115,22 @@ TEST(CpuRanks, OversubscribedRanksTakeTwiceTheComputeWorkedByHand) {
   // the all-reduce of 4000 bytes: 2 ranks send 4000 bytes (1 + 4 ms), 4 ranks 6000 (5 + 6 ms).
   EXPECT_NEAR(cpu_timeline(two, cluster).step_time, (2 + 4 + 2.4 + 5) * ms, 1e-9);
   EXPECT_NEAR(cpu_timeline(four, cluster).step_time, (2 * (2 + 4 + 2.4) + 11) * ms, 1e-9);
+}
+
+// An NVMe request: its calibrated latency, and its bytes at the node's rate shared by the ranks on
+// the node (2 here): 0.4 ms + 1 MB x 2 / 1 GB/s = 2.4 ms for a write, 0.1 + 2 ms for a read.
+TEST(CpuRanks, NvmeRequestsAreLatencyPlusTheirShareOfTheDrive) {
+  Cluster cluster = calibrated(2);
+  cluster.calibration->nvme_write_latency = 0.4 * ms;
+  cluster.calibration->nvme_read_latency = 0.1 * ms;
+  Schedule schedule;
+  schedule.context.dp_size = 2;
+  schedule.context.gpus_per_node = 8;
+  const Model model;
+  Op write{.kind = OpKind::NvmeWrite, .stream = Stream::Nvme, .link = Link::NvmeWrite, .bytes = 1'000'000};
+  Op read{.kind = OpKind::NvmeRead, .stream = Stream::Nvme, .link = Link::NvmeRead, .bytes = 1'000'000};
+  EXPECT_NEAR(cpu_rank_op_seconds(write, schedule, model, cluster), 2.4 * ms, 1e-12);
+  EXPECT_NEAR(cpu_rank_op_seconds(read, schedule, model, cluster), 2.1 * ms, 1e-12);
 }
 
 TEST(CpuRanks, LayerWorkCountsFlopsAndElementsPerToken) {
@@ -156,6 +186,9 @@ TEST(CpuRanks, CalibrationRoundTripsThroughTheClusterJson) {
   cluster.calibration->threads_per_rank = 3;
   cluster.calibration->forward[std::size_t(LayerKind::LmHead)] = {2e-11, 0, 3e-9};
   cluster.calibration->engine.copy_per_byte = 4e-10;
+  cluster.calibration->occupancy = {{4, 2.5}, {1, 1.0}};
+  cluster.calibration->nvme_write_latency = 4e-4;
+  cluster.calibration->reference_step_seconds = 0.0348;
   Diagnostics diagnostics;
   const Cluster read =
       cluster_from_json(nlohmann::json::parse(cluster_to_json(cluster).dump()), diagnostics);
@@ -170,6 +203,11 @@ TEST(CpuRanks, CalibrationRoundTripsThroughTheClusterJson) {
       read.calibration->backward[std::size_t(LayerKind::TransformerBlock)].per_matmul_flop, 1e-6);
   EXPECT_DOUBLE_EQ(read.calibration->engine.copy_per_byte, 4e-10);
   EXPECT_DOUBLE_EQ(read.calibration->engine.optimizer_per_byte, 1e-7);
+  ASSERT_EQ(read.calibration->occupancy.size(), 2u);
+  EXPECT_EQ(read.calibration->occupancy[0].ranks, 1);  // sorted
+  EXPECT_DOUBLE_EQ(read.calibration->occupancy[1].factor, 2.5);
+  EXPECT_DOUBLE_EQ(read.calibration->nvme_write_latency, 4e-4);
+  EXPECT_DOUBLE_EQ(read.calibration->reference_step_seconds, 0.0348);
   // A datasheet cluster is not calibrated, and says nothing about it.
   const nlohmann::json preset = cluster_to_json(cluster_from_preset("dgx-a100-80gb"));
   EXPECT_FALSE(preset.contains("calibration"));
