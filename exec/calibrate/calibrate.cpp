@@ -273,7 +273,8 @@ CalibrateOptions quick_calibrate_options() {
 
 void validate(const CalibrateOptions& options) {
   if (options.compute_passes < 1 || options.compute_passes > 100)
-    throw InputError("--passes", std::to_string(options.compute_passes) + " must be between 1 and 100");
+    throw InputError("--passes",
+                     std::to_string(options.compute_passes) + " must be between 1 and 100");
   if (options.gemm_sizes.empty()) throw InputError("--gemm-sizes", "give at least one size");
   for (const auto n : options.gemm_sizes) {
     if (n < 1 || n > 16384)

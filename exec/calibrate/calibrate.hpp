@@ -63,7 +63,7 @@ struct CalibrateOptions {
   double layer_seconds = 15;
   CalibrateLayerShape engine_shape{128, 8, 512, 64, 4};
   double engine_seconds = 8;
-  int compute_passes = 1;  // the layers and the engine measured again, the fastest pass kept
+  int compute_passes = 1;         // the layers and the engine measured again, the fastest pass kept
   double occupancy_seconds = 12;  // each rank count's lock-step steps, over all passes
   int occupancy_passes = 4;
   int repeats = 5;  // timed runs of each measurement (best for compute and memory, median for I/O)

@@ -360,14 +360,16 @@ void apply_in_step(const Plan& plan, const std::vector<double>& times, Calibrati
     const auto k = std::size_t(layer.kind);
     const LayerCost& cost = backward ? result.layer_backward[k] : result.layer_forward[k];
     measured[k][backward] += times[i];
-    fitted[k][backward] += layer_seconds(layer_work(layer, context.micro_batch, context.seq_len, backward), cost);
+    fitted[k][backward] +=
+        layer_seconds(layer_work(layer, context.micro_batch, context.seq_len, backward), cost);
   }
   for (std::size_t k = 0; k < measured.size(); ++k) {
     for (const bool backward : {false, true}) {
       if (!(fitted[k][backward] > 0)) continue;
       const double factor = measured[k][backward] / fitted[k][backward];
       LayerCost& cost = backward ? result.layer_backward[k] : result.layer_forward[k];
-      cost = {cost.per_matmul_flop * factor, cost.per_attention_flop * factor, cost.per_element * factor};
+      cost = {cost.per_matmul_flop * factor, cost.per_attention_flop * factor,
+              cost.per_element * factor};
       result.in_step[k][backward] = factor;
     }
   }

@@ -163,10 +163,11 @@ LayerKind layer_kind_named(const std::string& name, const std::string& where) {
 void read_calibration(const json& block, ClusterCalibration& c, Diagnostics& diagnostics) {
   const std::string w = "calibration";
   as_object(block, w);
-  warn_unknown_keys(block,
-                    {"device", "ranks", "threads_per_rank", "collectives", "occupancy", "reference_step_seconds", "layers",
-                     "engine", "nvme_read_latency", "nvme_write_latency"},
-                    w, diagnostics);
+  warn_unknown_keys(
+      block,
+      {"device", "ranks", "threads_per_rank", "collectives", "occupancy", "reference_step_seconds",
+       "layers", "engine", "nvme_read_latency", "nvme_write_latency"},
+      w, diagnostics);
   if (const json* v = member(block, "device")) {
     c.device = as_string(*v, "calibration.device");
     if (c.device != "cpu" && c.device != "cuda")

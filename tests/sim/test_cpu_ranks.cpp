@@ -95,7 +95,8 @@ TEST(CpuRanks, MeasuredOccupancyReplacesTheIdealSharing) {
   cluster.calibration->occupancy = {{1, 1.0}, {2, 1.1}, {4, 2.6}};
   ScheduleContext context;
   context.gpus_per_node = 8;
-  for (const auto& [ranks, share] : {std::pair{1, 1.0}, {2, 1.1}, {3, 1.1 * 1.5}, {4, 2.6}, {8, 2.6 * 2}}) {
+  for (const auto& [ranks, share] :
+       {std::pair{1, 1.0}, {2, 1.1}, {3, 1.1 * 1.5}, {4, 2.6}, {8, 2.6 * 2}}) {
     context.dp_size = ranks;
     EXPECT_DOUBLE_EQ(cpu_share(context, cluster), share) << ranks << " ranks";
   }
@@ -127,8 +128,12 @@ TEST(CpuRanks, NvmeRequestsAreLatencyPlusTheirShareOfTheDrive) {
   schedule.context.dp_size = 2;
   schedule.context.gpus_per_node = 8;
   const Model model;
-  Op write{.kind = OpKind::NvmeWrite, .stream = Stream::Nvme, .link = Link::NvmeWrite, .bytes = 1'000'000};
-  Op read{.kind = OpKind::NvmeRead, .stream = Stream::Nvme, .link = Link::NvmeRead, .bytes = 1'000'000};
+  Op write{.kind = OpKind::NvmeWrite,
+           .stream = Stream::Nvme,
+           .link = Link::NvmeWrite,
+           .bytes = 1'000'000};
+  Op read{
+      .kind = OpKind::NvmeRead, .stream = Stream::Nvme, .link = Link::NvmeRead, .bytes = 1'000'000};
   EXPECT_NEAR(cpu_rank_op_seconds(write, schedule, model, cluster), 2.4 * ms, 1e-12);
   EXPECT_NEAR(cpu_rank_op_seconds(read, schedule, model, cluster), 2.1 * ms, 1e-12);
 }
