@@ -3,7 +3,10 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <set>
 #include <sstream>
+#include <vector>
 
 namespace zerolens::json_read {
 
@@ -102,16 +105,99 @@ bool names_file(const std::string& spec) {
   return spec.find(".json") != std::string::npos || std::filesystem::exists(spec);
 }
 
+namespace {
+
+// Refuses what is not a regular file before reading it: a directory, and a FIFO or a device that
+// would block or never end (/dev/zero), and a file beyond kMaxJsonFileBytes.
+void check_json_input(const std::string& path, const std::string& flag) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  const fs::file_status status = fs::status(path, error);
+  if (error || !fs::exists(status))
+    throw InputError(flag, "cannot read file '" + path + "': no such file");
+  if (fs::is_directory(status))
+    throw InputError(flag, "'" + path + "' is a directory, not a JSON file");
+  if (!fs::is_regular_file(status))
+    throw InputError(flag,
+                     "'" + path + "' is not a regular file (a FIFO, socket or device is not read)");
+  const std::uintmax_t size = fs::file_size(path, error);
+  if (!error && size > kMaxJsonFileBytes) {
+    throw InputError(flag, "'" + path + "' is " + std::to_string(size) + " bytes, more than the " +
+                               std::to_string(kMaxJsonFileBytes >> 20) +
+                               " MiB a JSON input may be");
+  }
+}
+
+// Throws on a key given twice in one object (as DeepSpeed's dict_raise_error_on_duplicate_keys
+// does), naming its path: nlohmann keeps the last silently.
+class DuplicateKeyCheck {
+ public:
+  explicit DuplicateKeyCheck(std::string file) : file_(std::move(file)) {}
+  bool operator()(int /*depth*/, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+        objects_.push_back({path_.size(), {}});
+        break;
+      case json::parse_event_t::key:
+        key(parsed.get<std::string>());
+        break;
+      case json::parse_event_t::object_end:
+        objects_.pop_back();
+        break;
+      case json::parse_event_t::value:
+      case json::parse_event_t::array_end:
+        leave_value();
+        break;
+      case json::parse_event_t::array_start:
+        break;
+    }
+    return true;
+  }
+
+ private:
+  struct Object {
+    std::size_t depth;  // path_.size() when the object began
+    std::set<std::string> keys;
+  };
+  void key(const std::string& name) {
+    Object& object = objects_.back();
+    path_.resize(object.depth);
+    path_.push_back(name);
+    if (!object.keys.insert(name).second) {
+      std::string where;
+      for (const std::string& part : path_) where = join_key(where, part);
+      throw InputError(file_, "duplicate key '" + where + "' (given twice in one object)");
+    }
+  }
+  void leave_value() {
+    if (!objects_.empty()) path_.resize(objects_.back().depth);
+  }
+  std::string file_;
+  std::vector<std::string> path_;
+  std::vector<Object> objects_;
+};
+
+}  // namespace
+
+json parse_json_text(const std::string& text, const std::string& where) {
+  const std::size_t nul = text.find('\0');
+  if (nul != std::string::npos)
+    throw InputError(where, "invalid JSON: a NUL byte at offset " + std::to_string(nul));
+  try {
+    DuplicateKeyCheck check(where);
+    return json::parse(text, std::ref(check));
+  } catch (const json::parse_error& error) {
+    throw InputError(where, std::string("invalid JSON: ") + error.what());
+  }
+}
+
 json parse_json_file(const std::string& path, const std::string& flag) {
-  std::ifstream file(path);
+  check_json_input(path, flag);
+  std::ifstream file(path, std::ios::binary);
   if (!file) throw InputError(flag, "cannot read file '" + path + "'");
   std::stringstream text;
   text << file.rdbuf();
-  try {
-    return json::parse(text.str());
-  } catch (const json::parse_error& error) {
-    throw InputError(path, std::string("invalid JSON: ") + error.what());
-  }
+  return parse_json_text(text.str(), path);
 }
 
 void warn_unknown_keys(const json& object, const std::vector<std::string>& known,

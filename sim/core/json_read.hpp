@@ -33,8 +33,14 @@ const json* member(const json& object, const std::string& key);
 
 // True when `spec` names a JSON file rather than a preset (ends in .json or exists on disk).
 bool names_file(const std::string& spec);
+// The largest JSON input read (a model, config, cluster or trace file).
+inline constexpr std::uintmax_t kMaxJsonFileBytes = std::uintmax_t{1} << 30;
 // Reads and parses a JSON file; InputError names the file (or `flag` when it cannot be read).
+// Refused with a clear message: a directory, a FIFO or device, a file over kMaxJsonFileBytes, a NUL
+// byte, a key given twice in one object, anything after the document.
 json parse_json_file(const std::string& path, const std::string& flag);
+// The same for text already read; `where` names it in errors.
+json parse_json_text(const std::string& text, const std::string& where);
 
 // Warns about keys of `object` that are not in `known`, naming the closest known key.
 void warn_unknown_keys(const json& object, const std::vector<std::string>& known,

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <map>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -44,8 +45,31 @@ const std::map<std::string, double>& unit_scale(Quantity quantity) {
   return bytes;
 }
 
+// Rates and latencies a real machine can have: a rate in (0, 1 MB/s) (or 1 MFLOP/s) or a latency
+// above 1 s is a typo or a unit slip, and would price a step at infinity (no NaN or inf reaches an
+// output).
+std::string shortest(double value) {
+  std::ostringstream text;
+  text << value;  // 1e-300, 2.5
+  return text.str();
+}
+
+double physical(double value, const std::string& where, Quantity kind) {
+  constexpr double kLeastRate = 1e6;
+  // 0 says the device has none (no NVMe drive, no bf16 units); the model checks where one is
+  // needed.
+  if ((kind == Quantity::Bandwidth || kind == Quantity::Flops) && value > 0 && value < kLeastRate) {
+    throw InputError(where, std::string("must be at least 1 ") +
+                                (kind == Quantity::Flops ? "MFLOP/s" : "MB/s") + ", got " +
+                                shortest(value));
+  }
+  if (kind == Quantity::Seconds && value > 1)
+    throw InputError(where, "must be at most 1 s, got " + shortest(value) + " s");
+  return value;
+}
+
 double quantity(const json& value, const std::string& where, Quantity kind) {
-  if (value.is_number()) return as_double(value, where, 0, 1e21);
+  if (value.is_number()) return physical(as_double(value, where, 0, 1e21), where, kind);
   if (!value.is_string()) throw InputError(where, "must be a number or a string with a unit, got " + type_phrase(value));
   const std::string text = value.get<std::string>();
   std::size_t used = 0;
@@ -67,7 +91,7 @@ double quantity(const json& value, const std::string& where, Quantity kind) {
   }
   const double result = number * it->second;
   if (!std::isfinite(result) || result < 0 || result > 1e21) throw InputError(where, "must be between 0 and 1e21");
-  return result;
+  return physical(result, where, kind);
 }
 
 Bytes bytes_value(const json& value, const std::string& where) {

@@ -67,6 +67,18 @@ TEST(ClusterJson, ErrorsNameTheKey) {
   EXPECT_EQ(error_key(R"({"base":"dgx-h10"})"), "--cluster");
   EXPECT_EQ(error_key(R"({"gpu":{}})"), "node");
   EXPECT_EQ(error_key(R"({"base":"dgx-h100","inter_node":{"latency":"5 parsecs"}})"), "inter_node.latency");
+  // Rates no machine has (issue 19, finding 5: 1e-300 B/s priced the step at inf and "fit").
+  EXPECT_EQ(error_key(R"({"base":"dgx-h100","node":{"intra_node":{"bandwidth":1e-300}}})"),
+            "node.intra_node.bandwidth");
+  EXPECT_EQ(error_key(R"({"base":"dgx-h100","node":{"intra_node":{"bandwidth":"1 Mb/s"}}})"),
+            "node.intra_node.bandwidth");
+  EXPECT_EQ(error_key(R"({"base":"dgx-h100","gpu":{"peak_flops_bf16":1}})"), "gpu.peak_flops_bf16");
+  EXPECT_EQ(error_key(R"({"base":"dgx-h100","inter_node":{"latency":"2 s"}})"),
+            "inter_node.latency");
+  EXPECT_EQ(
+      error_key(
+          R"({"base":"dgx-h100","node":{"intra_node":{"bandwidth":"1 MB/s"}},"inter_node":{"latency":"1 s"}})"),
+      "(no error)");
 }
 
 TEST(ClusterJson, UnknownKeysAreWarned) {
