@@ -36,7 +36,14 @@ int run(int argc, char** argv) {
     return code == 0 ? kExitOk : kExitInvalidInput;
   }
   try {
-    return registry.run_selected();
+    const int code = registry.run_selected();
+    // What went to standard output outside an Output (tables, progress) must have been written too.
+    std::cout.flush();
+    if (!std::cout && !output_failed()) {
+      std::cerr << "error: standard output: cannot write\n";
+      return kExitInvalidInput;
+    }
+    return output_failed() ? kExitInvalidInput : code;
   } catch (const InputError& error) {
     std::cerr << "error: " << error.what() << '\n';
     return kExitInvalidInput;

@@ -14,12 +14,6 @@ int CommandRegistry::run_selected() const {
   return kExitInvalidInput;
 }
 
-Output::Output(const std::string& path) : path_(path) {
-  if (path_.empty()) return;
-  file_.open(path_);
-  if (!file_) throw InputError("--output", "cannot write '" + path_ + "'");
-}
-
 void print_warnings(const Diagnostics& diagnostics) {
   for (const auto& warning : diagnostics.warnings) std::cerr << "warning: " << warning << '\n';
 }

@@ -4,6 +4,7 @@
 #include <functional>
 #include <iostream>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -26,16 +27,31 @@ class CommandRegistry {
   std::vector<Entry> commands_;
 };
 
-// Where a command writes: stdout, or the file named by -o.
+// Where a command writes: stdout, or the file named by -o. The text is kept until the Output ends
+// and then written whole: a file through a temporary beside it (checked writes, fsync, rename), so
+// a full disk or a kill leaves the previous file as it was; a device or FIFO (/dev/stdout) written
+// in place; stdout flushed. A failed write is printed with the path and the OS error and makes the
+// command exit 2 (output_failed). Nothing is written when the Output ends by an exception.
 class Output {
  public:
   explicit Output(const std::string& path);
-  std::ostream& stream() { return path_.empty() ? std::cout : file_; }
+  Output(const Output&) = delete;
+  Output& operator=(const Output&) = delete;
+  ~Output();
+  std::ostream& stream() { return text_; }
+  // Writes now; InputError naming the path and the OS error when it fails.
+  void commit();
 
  private:
   std::string path_;
-  std::ofstream file_;
+  std::ostringstream text_;
+  bool committed_ = false;
 };
+
+// True when an Output's write failed (its error printed): the command exits 2.
+bool output_failed();
+// Writes `text` to `path` as Output does; InputError naming the path and the OS error.
+void write_file_atomically(const std::string& path, const std::string& text);
 
 void print_warnings(const Diagnostics& diagnostics);
 
