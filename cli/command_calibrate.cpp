@@ -195,7 +195,7 @@ void print_cpu_backend(std::ostream& out, const exec::Calibration& c) {
   }
   if (c.reference_step_seconds > 0) {
     out << "  reference step on 1 rank: " << rate(c.reference_step_seconds, "ms", 1e-3)
-        << " (validate times it again beside its run: the machine's speed then)\n";
+        << " (how fast the machine was: compare calibrations by it)\n";
   }
 }
 

@@ -535,13 +535,4 @@ void measure_cpu_backend(Communicator& comm, const CalibrateOptions& options, Ca
   unflatten(values, result);
 }
 
-double time_reference_step(Communicator& comm, const CalibrateOptions& options) {
-  double seconds = 0;
-  if (std::unique_ptr<Communicator> first = comm.first_ranks(1)) {
-    seconds = lock_step(*first, options);
-  }
-  comm.idle_barrier();
-  return comm.all_reduce_max(seconds);  // rank 0's; the others timed nothing
-}
-
 }  // namespace zerolens::exec

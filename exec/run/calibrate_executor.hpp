@@ -12,10 +12,4 @@ namespace zerolens::exec {
 // rank 0's figures. Collective.
 void measure_cpu_backend(Communicator& comm, const CalibrateOptions& options, Calibration& result);
 
-// The engine's reference step (stage 0, bf16, options.engine_shape) on rank 0 with the node to
-// itself (the others asleep) for options.occupancy_seconds: the mean step over the fastest stretch
-// of consecutive steps, as calibrate times it (Calibration::reference_step_seconds), on every rank.
-// Collective.
-double time_reference_step(Communicator& comm, const CalibrateOptions& options);
-
 }  // namespace zerolens::exec

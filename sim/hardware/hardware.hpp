@@ -103,9 +103,8 @@ struct ClusterCalibration {
   // --nvme-path): the engine reads and writes a sub-group, or a tensor, per request.
   double nvme_read_latency = 0, nvme_write_latency = 0;
   // device "cpu": the engine's reference step (docs/calibrate.md) on one rank with the node to
-  // itself, seconds (0: not measured). A shared host's speed drifts from minute to minute, by a
-  // third on a cloud VM; `validate` times the same step beside its run and scales the predicted
-  // step time by the ratio, so it compares the model, not the moment.
+  // itself, seconds (0: not measured): how fast the machine was when calibrated, for comparing
+  // calibrations of a host whose speed drifts. The prediction does not use it.
   double reference_step_seconds = 0;
 
   bool cpu_ranks() const { return device == "cpu"; }
