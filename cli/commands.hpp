@@ -50,8 +50,6 @@ class Output {
 
 // True when an Output's write failed (its error printed): the command exits 2.
 bool output_failed();
-// Writes `text` to `path` as Output does; InputError naming the path and the OS error.
-void write_file_atomically(const std::string& path, const std::string& text);
 
 void print_warnings(const Diagnostics& diagnostics);
 

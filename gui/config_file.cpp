@@ -1,9 +1,8 @@
 #include "gui/config_file.hpp"
 
-#include <fstream>
-
 #include "sim/config/deepspeed_json.hpp"
 #include "sim/config/overrides.hpp"
+#include "sim/core/file_io.hpp"
 #include "sim/core/json_read.hpp"
 #include "sim/hardware/cluster_json.hpp"
 #include "sim/model/layers_json.hpp"
@@ -128,10 +127,7 @@ Trace read_trace_file(const std::string& path) {
 }
 
 void write_text_file(const std::string& path, const std::string& text) {
-  std::ofstream file(path, std::ios::binary);
-  if (!file) throw InputError(path, "cannot be written");
-  file << text;
-  if (!file.flush()) throw InputError(path, "cannot be written");
+  file_io::write_file_atomically(path, text);
 }
 
 }  // namespace zerolens::gui

@@ -1,5 +1,7 @@
 #include "sim/core/json_read.hpp"
 
+#include "sim/core/file_io.hpp"
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -107,27 +109,6 @@ bool names_file(const std::string& spec) {
 
 namespace {
 
-// Refuses what is not a regular file before reading it: a directory, and a FIFO or a device that
-// would block or never end (/dev/zero), and a file beyond kMaxJsonFileBytes.
-void check_json_input(const std::string& path, const std::string& flag) {
-  namespace fs = std::filesystem;
-  std::error_code error;
-  const fs::file_status status = fs::status(path, error);
-  if (error || !fs::exists(status))
-    throw InputError(flag, "cannot read file '" + path + "': no such file");
-  if (fs::is_directory(status))
-    throw InputError(flag, "'" + path + "' is a directory, not a JSON file");
-  if (!fs::is_regular_file(status))
-    throw InputError(flag,
-                     "'" + path + "' is not a regular file (a FIFO, socket or device is not read)");
-  const std::uintmax_t size = fs::file_size(path, error);
-  if (!error && size > kMaxJsonFileBytes) {
-    throw InputError(flag, "'" + path + "' is " + std::to_string(size) + " bytes, more than the " +
-                               std::to_string(kMaxJsonFileBytes >> 20) +
-                               " MiB a JSON input may be");
-  }
-}
-
 // Throws on a key given twice in one object (as DeepSpeed's dict_raise_error_on_duplicate_keys
 // does), naming its path: nlohmann keeps the last silently.
 class DuplicateKeyCheck {
@@ -192,12 +173,8 @@ json parse_json_text(const std::string& text, const std::string& where) {
 }
 
 json parse_json_file(const std::string& path, const std::string& flag) {
-  check_json_input(path, flag);
-  std::ifstream file(path, std::ios::binary);
-  if (!file) throw InputError(flag, "cannot read file '" + path + "'");
-  std::stringstream text;
-  text << file.rdbuf();
-  return parse_json_text(text.str(), path);
+  return parse_json_text(file_io::read_regular_file(path, flag, kMaxJsonFileBytes, "a JSON file"),
+                         path);
 }
 
 void warn_unknown_keys(const json& object, const std::vector<std::string>& known,

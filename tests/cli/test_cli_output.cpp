@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "cli/commands.hpp"
+#include "sim/core/file_io.hpp"
 #include "tests/cli/cli_test_support.hpp"
 
 namespace zerolens::cli {
@@ -50,7 +51,7 @@ TEST(Output, AFailedWriteKeepsThePreviousFileWhole) {
   fs::create_directories(directory);
   const fs::path file = directory / "plan.txt";
   std::ofstream(file) << "previous\n";
-  write_file_atomically(file.string(), "new text\n");
+  file_io::write_file_atomically(file.string(), "new text\n");
   EXPECT_EQ(read_text(file), "new text\n");
   // A write that fails half-way (a file-size limit stands in for a full disk: EFBIG after 100
   // bytes, as root too): the previous file is kept whole and the error says so. In a child process,
@@ -61,7 +62,7 @@ TEST(Output, AFailedWriteKeepsThePreviousFileWhole) {
     const rlimit limit{100, 100};
     setrlimit(RLIMIT_FSIZE, &limit);
     try {
-      write_file_atomically(file.string(), std::string(1000, 'x'));
+      file_io::write_file_atomically(file.string(), std::string(1000, 'x'));
     } catch (const InputError& error) {
       const std::string message = error.what();
       _exit(message.find("previous file") != std::string::npos ? 0 : 3);
