@@ -52,7 +52,9 @@ std::vector<std::string> measured_files(const std::vector<std::string>& paths) {
   for (const std::string& path : paths) {
     std::error_code error;
     if (!fs::is_directory(path, error)) {
-      if (!fs::is_regular_file(path, error)) throw InputError(path, "no such file or directory");
+      if (!fs::exists(path, error)) throw InputError(path, "no such file or directory");
+      if (!fs::is_regular_file(path, error))
+        throw InputError(path, "is not a regular file (a FIFO, socket or device is not read)");
       files.push_back(path);
       continue;
     }

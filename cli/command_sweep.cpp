@@ -15,6 +15,7 @@
 #include "cli/plan_options.hpp"
 #include "cli/table.hpp"
 #include "cli/timeline_options.hpp"
+#include "cli/validators.hpp"
 #include "sim/predict/sweep.hpp"
 #include "sim/report/sweep_json.hpp"
 
@@ -202,19 +203,27 @@ void register_sweep_command(CLI::App& app, CommandRegistry& registry) {
   add_plan_options(*sweep, c->options);
   auto* dims = "Sweep";
   sweep->add_option("--stages", c->stages, "ZeRO stages to sweep (default 0,1,2,3)")
-      ->delimiter(',')->check(CLI::Range(0, 3))->group(dims);
+      ->delimiter(',')
+      ->check(integer_in(0, 3))
+      ->group(dims);
   sweep->add_option("--optimizer-offloads", c->optimizer_offloads, "Optimizer offload devices (default none,cpu,nvme)")
       ->delimiter(',')->check(CLI::IsMember({"none", "cpu", "nvme"}))->group(dims);
   sweep->add_option("--param-offloads", c->param_offloads, "Parameter offload devices (default none,cpu,nvme)")
       ->delimiter(',')->check(CLI::IsMember({"none", "cpu", "nvme"}))->group(dims);
-  sweep->add_option("--micro-batches", c->micro_batches,
-                    "Micro-batch sizes (default: powers of two dividing the batch per GPU)")
-      ->delimiter(',')->check(CLI::PositiveNumber)->group(dims);
+  sweep
+      ->add_option("--micro-batches", c->micro_batches,
+                   "Micro-batch sizes (default: powers of two dividing the batch per GPU)")
+      ->delimiter(',')
+      ->check(positive_integer())
+      ->group(dims);
   sweep->add_option("--checkpointing", c->checkpointing, "Activation checkpointing: on, off or on,off (default)")
       ->delimiter(',')->check(CLI::IsMember({"on", "off"}))->group(dims);
   auto* out = "Timeline and output";
   add_timeline_options(*sweep, c->timeline, out);
-  sweep->add_option("--top", c->top, "Rows to show (0: all)")->check(CLI::NonNegativeNumber)->capture_default_str()->group(out);
+  sweep->add_option("--top", c->top, "Rows to show (0: all)")
+      ->check(non_negative_integer())
+      ->capture_default_str()
+      ->group(out);
   sweep->add_flag("--all", c->all, "Also show the configurations that do not fit (after the ranked ones)")->group(out);
   sweep->add_flag("--json", c->json, "Versioned JSON (schema zerolens.sweep, docs/sweep.md), every result")->group(out);
   sweep->add_flag("--csv", c->csv, "CSV, every result")->group(out);

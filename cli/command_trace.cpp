@@ -11,6 +11,7 @@
 #include "cli/commands.hpp"
 #include "cli/plan_options.hpp"
 #include "cli/timeline_options.hpp"
+#include "cli/validators.hpp"
 #include "sim/plan/walkthrough.hpp"
 #include "sim/predict/prediction.hpp"
 #include "sim/trace/chrome_trace.hpp"
@@ -102,7 +103,8 @@ void register_trace_command(CLI::App& app, CommandRegistry& registry) {
   trace->add_option("-o,--output", command->output, "Write the zerolens trace JSON (traces/README.md)")->group(group);
   trace->add_option("--chrome", command->chrome, "Write Chrome Trace Event JSON (opens in Perfetto)")->group(group);
   trace->add_option("--ranks", command->ranks, "Ranks to record (symmetric; default min(dp, 8))")
-      ->check(CLI::Range(1, 1 << 20))->group(group);
+      ->check(integer_in(1, 1 << 20))
+      ->group(group);
   add_timeline_options(*trace, command->timeline, group);
   trace->add_flag("--walkthrough", command->walkthrough,
                   "The 4-GPU toy step of the ZeRO walkthrough (gpt2-tiny, stage 3, every tensor partitioned)")

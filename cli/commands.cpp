@@ -15,7 +15,9 @@ int CommandRegistry::run_selected() const {
 }
 
 void print_warnings(const Diagnostics& diagnostics) {
-  for (const auto& warning : diagnostics.warnings) std::cerr << "warning: " << warning << '\n';
+  // A finding that is only informative says "note: " itself; the rest are warnings.
+  for (const auto& warning : diagnostics.warnings)
+    std::cerr << (warning.rfind("note: ", 0) == 0 ? "" : "warning: ") << warning << '\n';
 }
 
 }  // namespace zerolens::cli

@@ -1,4 +1,5 @@
 #include "cli/plan_options.hpp"
+#include "cli/validators.hpp"
 
 #include <cmath>
 
@@ -87,10 +88,11 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
   app.add_option("--cluster", o.cluster,
                  "Cluster preset (dgx-2, dgx-a100-40gb, dgx-a100-80gb, dgx-h100, h100-x1) or JSON file")
       ->capture_default_str();
-  app.add_option("-g,--gpus", o.gpus, "Data-parallel ranks (GPUs); default: all GPUs of the cluster preset")
-      ->check(CLI::Range(1, 10'000'000));
+  app.add_option("-g,--gpus", o.gpus,
+                 "Data-parallel ranks (GPUs); default: all GPUs of the cluster preset")
+      ->check(integer_in(1, 10'000'000));
   app.add_option("--gpus-per-node", o.gpus_per_node, "GPUs per node (default: the cluster's)")
-      ->check(CLI::Range(1, 1024));
+      ->check(integer_in(1, 1024));
   app.add_option("--attention", o.attention, "Attention implementation for activation memory: eager|flash")
       ->check(CLI::IsMember({"eager", "flash"}));
   app.add_option("--dropout", o.dropout,
@@ -99,7 +101,8 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
       ->check(CLI::Range(0.0, 0.999));
   auto* zero = "DeepSpeed fields";
   app.add_option("-s,--stage", o.stage, "zero_optimization.stage (0 = plain data parallelism)")
-      ->check(CLI::Range(0, 3))->group(zero);
+      ->check(integer_in(0, 3))
+      ->group(zero);
   add_named(app, "--offload-optimizer", "--offload-optimizer", o.offload_optimizer,
             parse_offload_device, "zero_optimization.offload_optimizer.device: none|cpu|nvme",
             {"none", "cpu", "nvme"})
@@ -125,13 +128,20 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
       ->group(zero);
   app.add_option("--pin-memory", o.pin_memory, "pin_memory of both offload blocks (true|false)")->group(zero);
   app.add_option("-b,--micro-batch", o.micro_batch,
-                 "train_micro_batch_size_per_gpu (keeps gradient_accumulation_steps; train_batch_size follows)")
-      ->check(CLI::PositiveNumber)->group(zero);
-  app.add_option("--grad-accum", o.grad_accum, "gradient_accumulation_steps")->check(CLI::PositiveNumber)->group(zero);
-  app.add_option("--train-batch", o.train_batch, "train_batch_size (= micro x accumulation x ranks)")
-      ->check(CLI::PositiveNumber)->group(zero);
+                 "train_micro_batch_size_per_gpu (keeps gradient_accumulation_steps; "
+                 "train_batch_size follows)")
+      ->check(positive_integer())
+      ->group(zero);
+  app.add_option("--grad-accum", o.grad_accum, "gradient_accumulation_steps")
+      ->check(positive_integer())
+      ->group(zero);
+  app.add_option("--train-batch", o.train_batch,
+                 "train_batch_size (= micro x accumulation x ranks)")
+      ->check(positive_integer())
+      ->group(zero);
   app.add_option("--seq-len", o.seq_len, "Sequence length (default: the model's maximum)")
-      ->check(CLI::PositiveNumber)->group(zero);
+      ->check(positive_integer())
+      ->group(zero);
   add_named(app, "-p,--precision", "--precision", o.precision, parse_precision,
             "fp32|fp16|bf16 (sets the fp16/bf16 blocks; DeepSpeed's default is fp32)",
             {"fp32", "fp16", "bf16"})

@@ -7,6 +7,7 @@
 
 #include "cli/app.hpp"
 #include "cli/commands.hpp"
+#include "cli/validators.hpp"
 #include "sim/core/error.hpp"
 #include "sim/core/units.hpp"
 
@@ -24,18 +25,26 @@ void add_run_options(CLI::App& command, RunFlags& flags) {
   add_plan_options(command, flags.plan);
   const char* group = "Training run";
   command.add_option("--steps", flags.training.steps, "Optimizer steps to run")
-      ->capture_default_str()->check(CLI::Range(1, 1000000))->group(group);
+      ->capture_default_str()
+      ->check(integer_in(1, 1000000))
+      ->group(group);
   command.add_option("--seed", flags.training.seed, "Seed of the synthetic data and the initial weights")
       ->capture_default_str()->group(group);
   command.add_option("--log-every", flags.log_every, "Print every N-th step (0: none)")
-      ->capture_default_str()->check(CLI::Range(0, 1000000))->group(group);
+      ->capture_default_str()
+      ->check(integer_in(0, 1000000))
+      ->group(group);
   command.add_option("--measured-trace", flags.measured_trace,
                      "Write the last step as measured in the shared trace schema (traces/README.md)")
       ->group(group);
   command.add_option("--save", flags.training.save_directory,
                      "Save ZeRO checkpoints here (each rank its partition; see docs/executor.md)")->group(group);
-  command.add_option("--save-every", flags.training.save_every, "Steps between checkpoints (0: after the last step)")
-      ->capture_default_str()->check(CLI::Range(0, 1000000))->group(group);
+  command
+      .add_option("--save-every", flags.training.save_every,
+                  "Steps between checkpoints (0: after the last step)")
+      ->capture_default_str()
+      ->check(integer_in(0, 1000000))
+      ->group(group);
   command.add_option("--resume", flags.training.resume_from,
                      "Resume from a checkpoint directory (saved by any number of ranks; --steps counts from step 0)")
       ->group(group);

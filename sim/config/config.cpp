@@ -23,7 +23,7 @@ void validate_offload(const OffloadConfig& offload, const std::string& block) {
   require(offload.device != OffloadDevice::Nvme || !offload.nvme_path.empty(), where + ".nvme_path",
           "is required when device is \"nvme\"");
   require(offload.buffer_count >= 1, where + ".buffer_count", "must be at least 1");
-  require(offload.ratio > 0 && offload.ratio <= 1, where + ".ratio", "must be in (0, 1]");
+  require(offload.ratio >= 0 && offload.ratio <= 1, where + ".ratio", "must be in [0, 1]");
 }
 
 }  // namespace

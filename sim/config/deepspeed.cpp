@@ -17,7 +17,8 @@ using namespace json_read;
 
 constexpr std::int64_t kMaxElements = kMaxConfigElements;
 
-// Top-level keys DeepSpeed accepts; the ones zerolens does not model are accepted silently.
+// Top-level keys DeepSpeed accepts; the ones zerolens does not model get one note
+// (kUnmodelledKeys).
 const std::vector<std::string> kTopLevelKeys = {
     "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer",
     "scheduler", "fp16", "bf16", "bfloat16", "amp", "zero_optimization", "activation_checkpointing",
@@ -51,6 +52,140 @@ const std::vector<std::string> kZeroKeys = {
 const std::vector<std::string> kOffloadKeys = {"device", "nvme_path", "pin_memory", "buffer_count", "buffer_size",
                                                "max_in_cpu", "pipeline_read", "pipeline_write", "pipeline",
                                                "fast_init", "ratio"};
+
+// Keys DeepSpeed accepts whose effect zerolens does not predict: they change speed, numerics,
+// logging or what a checkpoint holds, not a step's bytes or traffic (or, where they would, the
+// mechanism is not modelled yet). One note lists the ones a config sets (docs/config.md).
+struct UnmodelledKeys {
+  const char* block;  // "" for the top level
+  std::vector<std::string> keys;
+};
+const std::vector<UnmodelledKeys> kUnmodelledKeys = {
+    {"",
+     {"scheduler",
+      "prescale_gradients",
+      "gradient_predivide_factor",
+      "steps_per_print",
+      "wall_clock_breakdown",
+      "dump_state",
+      "zero_allow_untested_optimizer",
+      "zero_force_ds_cpu_optimizer",
+      "communication_data_type",
+      "flops_profiler",
+      "tensorboard",
+      "wandb",
+      "csv_monitor",
+      "comet",
+      "comms_logger",
+      "aio",
+      "elasticity",
+      "autotuning",
+      "checkpoint",
+      "sparse_attention",
+      "curriculum_learning",
+      "data_efficiency",
+      "compression_training",
+      "memory_breakdown",
+      "sparse_gradients",
+      "disable_allgather",
+      "fp32_allreduce",
+      "seq_parallel_communication_data_type",
+      "timers",
+      "pipeline",
+      "nebula",
+      "eigenvalue",
+      "progressive_layer_drop",
+      "quantize_training",
+      "weight_quantization",
+      "hybrid_engine",
+      "graph_harvesting",
+      "use_data_before_expert_parallelism",
+      "compile",
+      "torch_autocast",
+      "dataloader_drop_last",
+      "load_universal_checkpoint",
+      "use_node_local_storage",
+      "zero_optimization_stage",
+      "amp"}},
+    {"zero_optimization",
+     {"allgather_partitions",
+      "round_robin_gradients",
+      "cpu_offload_use_pin_memory",
+      "stage3_gather_16bit_weights_on_model_save",
+      "stage3_gather_fp16_weights_on_model_save",
+      "gather_16bit_weights_on_model_save",
+      "elastic_checkpoint",
+      "load_from_fp32_weights",
+      "ignore_unused_parameters",
+      "legacy_stage1",
+      "memory_efficient_linear",
+      "pipeline_loading_checkpoint",
+      "override_module_apply",
+      "use_multi_rank_bucket_allreduce",
+      "log_trace_cache_warnings",
+      "module_granularity_threshold",
+      "use_all_reduce_for_fetch_params",
+      "stage3_use_all_reduce_for_fetch_params",
+      "zeropp_loco_param",
+      "offload_optimizer_config",
+      "mics_hierarchical_params_gather"}},
+    {"zero_optimization.offload_optimizer", {"pin_memory", "fast_init"}},
+    {"zero_optimization.offload_param", {"pin_memory", "max_in_cpu", "fast_init"}},
+    {"fp16", {"auto_cast", "fp16_master_weights_and_grads"}},
+    {"bf16", {"immediate_grad_update", "check_grad_overflow"}},
+    {"activation_checkpointing",
+     {"contiguous_memory_optimization", "number_checkpoints", "synchronize_checkpoint_boundary",
+      "profile"}},
+};
+
+// The object at a dotted path of `root`, or nullptr.
+const json* block_at(const json& root, const std::string& path) {
+  const json* node = &root;
+  std::size_t start = 0;
+  while (node && node->is_object() && start < path.size()) {
+    const std::size_t dot = path.find('.', start);
+    node = member(*node,
+                  path.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+    start = dot == std::string::npos ? path.size() : dot + 1;
+  }
+  return node && node->is_object() ? node : nullptr;
+}
+
+// DeepSpeed's defaults of the unmodelled keys zerolens itself writes (deepspeed_json.cpp): a key
+// set to its default changes nothing, so it gets no note.
+bool is_deepspeed_default(const std::string& key, const json& value) {
+  static const std::vector<std::pair<std::string, json>> defaults = {
+      {"allgather_partitions", true},
+      {"round_robin_gradients", false},
+      {"pin_memory", false},
+      {"fast_init", false},
+      {"max_in_cpu", 1'000'000'000},
+      {"prescale_gradients", false},
+      {"gradient_predivide_factor", 1.0}};
+  for (const auto& [name, fallback] : defaults) {
+    if (name == key) return value == fallback;
+  }
+  return false;
+}
+
+void note_unmodelled_keys(const json& root, Diagnostics& diagnostics) {
+  std::string listed;
+  for (const UnmodelledKeys& block : kUnmodelledKeys) {
+    const json* object = block_at(root, block.block);
+    if (!object) continue;
+    for (const std::string& key : block.keys) {
+      const json* value = member(*object, key);
+      if (!value || is_deepspeed_default(key, *value)) continue;
+      listed += (listed.empty() ? "" : ", ") + join_key(block.block, key);
+    }
+  }
+  if (listed.empty()) return;
+  diagnostics.warn(
+      "",
+      "note: parsed, not modelled (zerolens does not predict their effect; docs/config.md "
+      "says what each changes): " +
+          listed);
+}
 
 struct Reader {
   const json& root;
@@ -282,6 +417,7 @@ void read_deepspeed_onto(const json& root, Diagnostics& diagnostics,
                          std::optional<std::int64_t> hidden_size, TrainingConfig& c) {
   as_object(root, "config");
   warn_unknown_keys(root, kTopLevelKeys, "", diagnostics);
+  note_unmodelled_keys(root, diagnostics);
   const Reader reader{root, diagnostics, hidden_size};
   if (const json* zero = member(root, "zero_optimization")) read_zero(*zero, reader, c.zero);
   read_precision(root, diagnostics, c.precision);

@@ -329,6 +329,14 @@ Cluster cluster_from_json(const json& document, Diagnostics& diagnostics) {
       document,
       {"format", "version", "base", "name", "nodes", "gpu", "node", "inter_node", "calibration"},
       "", diagnostics);
+  // A file of another kind or a newer format is refused, not read by guesswork.
+  if (const json* v = member(document, "format");
+      v && as_string(*v, "format") != "zerolens.cluster")
+    throw InputError("format", "'" + v->get<std::string>() +
+                                   "' is not a cluster (expected \"zerolens.cluster\")");
+  if (const json* v = member(document, "version"); v && as_int(*v, "version") != 1)
+    throw InputError("version", "unsupported cluster format version " + v->dump() +
+                                    " (this zerolens reads version 1)");
   Cluster cluster;
   if (const json* base = member(document, "base")) {
     cluster = cluster_from_preset(as_string(*base, "base"));

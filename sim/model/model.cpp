@@ -92,9 +92,14 @@ void TransformerShape::validate(const std::string& where) const {
   require(vocab <= (1 << 24), "vocab", "must be at most 2^24");
   require(max_positions <= (1 << 24), "max_positions", "must be at most 2^24");
   require(extra_params <= (std::int64_t(1) << 40), "extra_params", "must be at most 2^40");
+  // The attention heads are checked against the hidden size first: a wrong head count is reported
+  // as such, not as a key/value head count that fails to divide it.
+  require(head_dim > 0 || hidden % heads == 0, "heads",
+          "must divide the hidden size " + std::to_string(hidden) + " (got " +
+              std::to_string(heads) + ")");
   require(kv_heads > 0 && kv_heads <= heads && heads % kv_heads == 0, "kv_heads",
-          "must be positive and divide the number of attention heads");
-  require(head_dim > 0 || hidden % heads == 0, "heads", "must divide the hidden size");
+          "must be positive and divide the number of attention heads " + std::to_string(heads) +
+              " (got " + std::to_string(kv_heads) + ")");
   require(ffn_hidden > 0, "ffn_hidden", "must be positive");
   require(vocab > 0, "vocab", "must be positive");
   require(max_positions > 0, "max_positions", "must be positive");

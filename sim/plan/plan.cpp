@@ -1,6 +1,8 @@
 #include "sim/plan/plan.hpp"
 
 #include <algorithm>
+#include <sstream>
+#include <string>
 
 #include "sim/core/error.hpp"
 #include "sim/schedule/builder.hpp"
@@ -8,6 +10,12 @@
 
 namespace zerolens {
 namespace {
+
+std::string format_ratio(double ratio) {
+  std::ostringstream text;
+  text << ratio;
+  return text.str();
+}
 
 DeviceReport device_report(Device device, const DevicePeak& peak, const Cluster& cluster,
                            int ranks_per_node) {
@@ -31,6 +39,36 @@ DeviceReport device_report(Device device, const DevicePeak& peak, const Cluster&
   return report;
 }
 
+// DeepSpeed reads offload_optimizer.ratio only in ZeRO-3's optimizer
+// (runtime/zero/offload_config.py: "Only valid with ZeRO Stage 3"); stage 1/2 offload everything
+// whatever it says.
+void add_offload_ratio_note(Plan& plan) {
+  const ZeroConfig& zero = plan.request.config.zero;
+  const double ratio = zero.offload_optimizer.ratio;
+  if (ratio == 1.0 || zero.offload_optimizer.device == OffloadDevice::None) return;
+  if (zero.stage < 3) {
+    plan.notes.push_back("zero_optimization.offload_optimizer.ratio " + format_ratio(ratio) +
+                         " is ignored: DeepSpeed applies it only at ZeRO-3; stage " +
+                         std::to_string(zero.stage) + " offloads every optimizer state");
+  } else {
+    plan.notes.push_back(
+        "zero_optimization.offload_optimizer.ratio " + format_ratio(ratio) +
+        ": partial optimizer offload is parsed, not modelled; predicted as ratio 1 (every "
+        "optimizer state offloaded)");
+  }
+}
+
+// A learned position table (GPT-2's wpe) has max_positions rows: a longer sequence cannot run.
+void add_positions_note(Plan& plan) {
+  const auto& shape = plan.request.model.shape;
+  if (!shape || !shape->learned_positions || plan.seq_len <= shape->max_positions) return;
+  plan.notes.push_back(
+      "seq_len " + std::to_string(plan.seq_len) + " is beyond the model's " +
+      std::to_string(shape->max_positions) +
+      " learned positions: a real run fails at its position table (predicted as if it "
+      "were longer)");
+}
+
 void add_notes(Plan& plan) {
   const auto& config = plan.request.config;
   if (config.activation_checkpointing.partition_activations) {
@@ -50,6 +88,8 @@ void add_notes(Plan& plan) {
                          std::to_string(2 * optimizer_swap_buffers_per_sub_group(optimizer_states)) + "); with buffer_count " +
                          std::to_string(swap.buffer_count) + " sub-groups are swapped one at a time");
   }
+  add_offload_ratio_note(plan);
+  add_positions_note(plan);
   if (config.zero.partitions_parameters()) {
     plan.notes.push_back("stage 3: parameters are gathered per layer; prefetch and release follow "
                          "stage3_prefetch_bucket_size, stage3_max_live_parameters and "

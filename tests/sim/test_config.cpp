@@ -83,7 +83,10 @@ TEST(DeepSpeedConfig, ResolvesAutoLikeTheHuggingFaceIntegration) {
   EXPECT_EQ(c.zero.stage3_param_persistence_threshold, 10 * 4096);
   EXPECT_EQ(c.zero.offload_param.device, OffloadDevice::Cpu);
   EXPECT_FALSE(c.batch.micro_batch_per_gpu.has_value());
-  EXPECT_EQ(diagnostics.warnings.size(), 2u);  // fp16.enabled and bf16.enabled "auto"
+  // fp16.enabled and bf16.enabled "auto", and the note naming the keys set but not modelled.
+  ASSERT_EQ(diagnostics.warnings.size(), 3u);
+  EXPECT_EQ(diagnostics.warnings[0].rfind("note: parsed, not modelled", 0), 0u)
+      << diagnostics.warnings[0];
   EXPECT_EQ(error_key(read("deepspeed/zero3_hf_auto.json")), "zero_optimization.reduce_bucket_size");
 }
 
@@ -161,7 +164,9 @@ TEST(DeepSpeedConfig, WrittenConfigParsesToTheSameConfig) {
     Diagnostics diagnostics;
     const json rewritten = to_deepspeed_json(parse_deepspeed_config(written, diagnostics));
     EXPECT_EQ(written, rewritten) << file;
-    EXPECT_TRUE(diagnostics.warnings.empty()) << file;
+    // Nothing but the note naming what the file sets and zerolens does not model (issue 19).
+    for (const std::string& warning : diagnostics.warnings)
+      EXPECT_EQ(warning.rfind("note: parsed, not modelled", 0), 0u) << file << ": " << warning;
   }
 }
 

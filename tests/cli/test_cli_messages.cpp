@@ -1,0 +1,66 @@
+// Issue 19's smaller findings, through the real binary: flag errors say what was expected in a
+// line, a FIFO given to check-measured is named as such, notes reach the user.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "cli_test_support.hpp"
+
+namespace {
+
+using zerolens::cli_testing::quote;
+using zerolens::cli_testing::Result;
+using zerolens::cli_testing::run;
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+TEST(CliMessages, IntegerFlagsSayWhatTheyExpectInOneLine) {
+  for (const char* arguments :
+       {"plan --micro-batch 0", "plan --micro-batch x", "sweep --micro-batches 2,0"}) {
+    const Result result = run(arguments);
+    EXPECT_EQ(result.exit_code, 2) << arguments << "\n" << result.output;
+    EXPECT_TRUE(contains(result.output, "must be a positive integer, got '")) << arguments << "\n"
+                                                                              << result.output;
+    // CLI11's PositiveNumber printed the range of a double: over 300 digits.
+    EXPECT_LT(result.output.size(), 200u) << arguments << "\n" << result.output;
+  }
+  const Result steps = run("run --steps 0");
+  EXPECT_EQ(steps.exit_code, 2) << steps.output;
+  EXPECT_TRUE(contains(steps.output, "--steps: must be an integer from 1 to 1000000, got '0'"))
+      << steps.output;
+  EXPECT_FALSE(contains(steps.output, "error: error:")) << steps.output;
+}
+
+TEST(CliMessages, CheckMeasuredNamesAFifoAsSuch) {
+  const std::string fifo =
+      (std::filesystem::temp_directory_path() / ("zerolens-fifo-" + std::to_string(::getpid())))
+          .string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const Result result = run("check-measured " + quote(fifo));
+  std::filesystem::remove(fifo);
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  EXPECT_TRUE(contains(result.output, "is not a regular file")) << result.output;
+  EXPECT_FALSE(contains(result.output, "no such file")) << result.output;
+}
+
+TEST(CliMessages, PlanNotesTheUnmodelledAndTheImpossible) {
+  const Result positions = run("plan --seq-len 4096");
+  EXPECT_EQ(positions.exit_code, 0) << positions.output;
+  EXPECT_TRUE(
+      contains(positions.output, "note: seq_len 4096 is beyond the model's 1024 learned positions"))
+      << positions.output;
+  const Result keys =
+      run("plan --set steps_per_print=5 --set zero_optimization.round_robin_gradients=true");
+  EXPECT_EQ(keys.exit_code, 0) << keys.output;
+  EXPECT_TRUE(contains(keys.output, "note: parsed, not modelled")) << keys.output;
+  EXPECT_TRUE(contains(keys.output, "zero_optimization.round_robin_gradients")) << keys.output;
+  EXPECT_FALSE(contains(keys.output, "warning: note:")) << keys.output;
+}
+
+}  // namespace
