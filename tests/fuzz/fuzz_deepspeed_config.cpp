@@ -2,6 +2,7 @@
 // whatever parses writes back to DeepSpeed JSON that parses to the same document.
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -9,10 +10,16 @@
 #include "sim/config/deepspeed.hpp"
 #include "sim/config/deepspeed_json.hpp"
 #include "sim/config/overrides.hpp"
+#include "sim/core/json_read.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  const auto document = nlohmann::json::parse(data, data + size, nullptr, false);
-  if (document.is_discarded()) return 0;
+  nlohmann::json document;
+  try {  // the strict reader every input goes through (duplicate keys, NUL bytes, trailing text)
+    document = zerolens::json_read::parse_json_text(
+        std::string(reinterpret_cast<const char*>(data), size), "fuzz");
+  } catch (const zerolens::InputError&) {
+    return 0;
+  }
   for (const std::optional<std::int64_t> hidden : {std::optional<std::int64_t>(), std::optional<std::int64_t>(4096)}) {
     zerolens::Diagnostics diagnostics;
     try {

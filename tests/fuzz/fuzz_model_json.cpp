@@ -2,9 +2,11 @@
 // builds a model with a positive parameter count or raises InputError; layer lists round trip.
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "sim/core/json_read.hpp"
 #include "sim/model/layers_json.hpp"
 #include "sim/model/model_io.hpp"
 
@@ -18,8 +20,13 @@ void check(const zerolens::Model& model) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  const auto document = nlohmann::json::parse(data, data + size, nullptr, false);
-  if (document.is_discarded()) return 0;
+  nlohmann::json document;
+  try {  // the strict reader every input goes through (duplicate keys, NUL bytes, trailing text)
+    document = zerolens::json_read::parse_json_text(
+        std::string(reinterpret_cast<const char*>(data), size), "fuzz");
+  } catch (const zerolens::InputError&) {
+    return 0;
+  }
   zerolens::Diagnostics diagnostics;
   try {
     check(zerolens::model_from_hf_config(document, diagnostics, "config.json"));

@@ -3,15 +3,22 @@
 // never fails.
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "sim/core/json_read.hpp"
 #include "sim/trace/chrome_trace.hpp"
 #include "sim/trace/trace.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  const auto document = nlohmann::json::parse(data, data + size, nullptr, false);
-  if (document.is_discarded()) return 0;
+  nlohmann::json document;
+  try {  // the strict reader every input goes through (duplicate keys, NUL bytes, trailing text)
+    document = zerolens::json_read::parse_json_text(
+        std::string(reinterpret_cast<const char*>(data), size), "fuzz");
+  } catch (const zerolens::InputError&) {
+    return 0;
+  }
   try {
     const zerolens::Trace trace = zerolens::trace_from_json(document);
     const nlohmann::json written = zerolens::trace_to_json(trace);
