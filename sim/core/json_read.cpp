@@ -167,7 +167,7 @@ json parse_json_text(const std::string& text, const std::string& where) {
   try {
     DuplicateKeyCheck check(where);
     return json::parse(text, std::ref(check));
-  } catch (const json::parse_error& error) {
+  } catch (const json::exception& error) {  // parse_error, and out_of_range for numbers such as 1E999
     throw InputError(where, std::string("invalid JSON: ") + error.what());
   }
 }

@@ -52,6 +52,9 @@ TEST(JsonInput, NulBytesAndTrailingTextAreRefused) {
       << error_of(with_nul);
   EXPECT_NE(error_of(R"({"a": 1} {"b": 2})").find("invalid JSON"), std::string::npos);
   EXPECT_EQ(parse_json_text(R"({"a": 1})", "x").at("a"), 1);
+  // A number beyond a double is an input error too, not an internal one (nlohmann's out_of_range).
+  EXPECT_NE(error_of(R"({"train_batch_size": 1E999})").find("invalid JSON"), std::string::npos)
+      << error_of(R"({"train_batch_size": 1E999})");
 }
 
 TEST(JsonInput, DirectoriesDevicesAndMissingFilesAreNamed) {
