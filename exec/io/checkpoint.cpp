@@ -200,6 +200,8 @@ FullState load_checkpoint(const fs::path& step_directory) {
     manifest = json_read::parse_json_text(manifest_text, manifest_file.string());
   } catch (const InputError& error) {
     throw CheckpointError(std::string(error.what()));
+  } catch (const json::exception& error) {  // a number past double's range (out_of_range.406)
+    throw CheckpointError(manifest_file.string() + ": invalid JSON: " + error.what());
   }
   FullState state;
   state.meta = meta_from_json(manifest, manifest_file.string());

@@ -413,6 +413,11 @@ TEST(Checkpoint, AManifestKeyGivenTwiceIsRefused) {
   std::ofstream(step / "manifest.json", std::ios::trunc) << text;
   expect_refused(dir, "step");
   expect_refused(dir, "twice");
+  // A number past double's range is a CheckpointError too (the strict reader lets nlohmann's
+  // out_of_range through; fuzz_checkpoint found it).
+  text.replace(text.find("\"step\": 5,"), 10, "\"x\": 1E999,");
+  std::ofstream(step / "manifest.json", std::ios::trunc) << text;
+  expect_refused(dir, "invalid JSON");
 }
 
 // A model tensor named __metadata__ replaced the safetensors metadata in the header written.
