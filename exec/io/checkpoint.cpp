@@ -2,7 +2,10 @@
 // safetensors export of ZeRO checkpoints.
 #include "exec/io/checkpoint.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -54,8 +57,13 @@ void create_partial(const fs::path& directory, const fs::path& partial) {
 std::uint64_t shared_save_id(Communicator& comm) {
   std::uint64_t id = 0;
   if (comm.rank() == 0) {
-    std::random_device random;
-    id = (std::uint64_t(random()) << 32) ^ std::uint64_t(random());
+    try {  // never throw before the sums: the other ranks wait in them
+      std::random_device random;
+      id = (std::uint64_t(random()) << 32) ^ std::uint64_t(random());
+    } catch (const std::exception&) {
+      id = std::uint64_t(std::chrono::system_clock::now().time_since_epoch().count()) ^
+           (std::uint64_t(::getpid()) << 40);
+    }
   }
   const double high = comm.report_sum(comm.rank() == 0 ? double(id >> 32) : 0.0);
   const double low = comm.report_sum(comm.rank() == 0 ? double(id & 0xffffffffu) : 0.0);
