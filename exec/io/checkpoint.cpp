@@ -2,14 +2,20 @@
 // safetensors export of ZeRO checkpoints.
 #include "exec/io/checkpoint.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "exec/comm/communicator.hpp"
 #include "exec/io/checkpoint_file.hpp"
+#include "sim/core/error.hpp"
+#include "sim/core/json_read.hpp"
 
 namespace zerolens::exec {
 namespace {
@@ -45,18 +51,65 @@ void create_partial(const fs::path& directory, const fs::path& partial) {
   }
 }
 
+// A fresh identifier for one save, made by rank 0 and shared (two exact 32-bit halves through the
+// uncounted sum), so every rank file of the save carries it and a file of another save (another
+// run, another step) is told apart on load.
+std::uint64_t shared_save_id(Communicator& comm) {
+  std::uint64_t id = 0;
+  if (comm.rank() == 0) {
+    try {  // never throw before the sums: the other ranks wait in them
+      std::random_device random;
+      id = (std::uint64_t(random()) << 32) ^ std::uint64_t(random());
+    } catch (const std::exception&) {
+      id = std::uint64_t(std::chrono::system_clock::now().time_since_epoch().count()) ^
+           (std::uint64_t(::getpid()) << 40);
+    }
+  }
+  const double high = comm.report_sum(comm.rank() == 0 ? double(id >> 32) : 0.0);
+  const double low = comm.report_sum(comm.rank() == 0 ? double(id & 0xffffffffu) : 0.0);
+  return (std::uint64_t(high) << 32) | std::uint64_t(low);
+}
+
+// The size a rank file may be: what the manifest says (load), or any size up to 2^62 (verify).
+constexpr std::uintmax_t kAnyRankFile = std::uintmax_t{1} << 62;
+
+// Rank file `r` of the save `save_id`: read (bounded), decoded, its header's save identifier and
+// rank checked against the manifest and its name. Returns the shard; `body_crc32` gets the file's.
+RankShard read_rank_file(const fs::path& file, std::uintmax_t max_bytes, int rank,
+                         std::uint64_t save_id, int states, std::uint32_t& body_crc32,
+                         std::uint64_t& size) {
+  const std::string bytes = read_file(file, max_bytes, "a rank file listed in the manifest");
+  std::uint64_t saved_by = 0;
+  RankShard shard = decode_rank_file(as_bytes(bytes), file.string(), states, &saved_by);
+  if (saved_by != save_id) {
+    throw CheckpointError(file.string() + ": belongs to another save (its save_id " +
+                          save_id_text(saved_by) + ", the manifest's " + save_id_text(save_id) +
+                          "): a file from another run or step was copied in");
+  }
+  if (shard.rank != rank) {
+    throw CheckpointError(file.string() + ": holds rank " + std::to_string(shard.rank) +
+                          "'s partition, not rank " + std::to_string(rank) +
+                          "'s as its name and place in the manifest say");
+  }
+  body_crc32 = body_crc32_of(as_bytes(bytes));
+  size = bytes.size();
+  return shard;
+}
+
 // Rank 0, once every rank file is written: verify them, write the manifest, publish atomically.
-void publish(const fs::path& directory, const fs::path& partial, const fs::path& final_dir, const CheckpointMeta& meta) {
-  json manifest = meta_to_json(meta);
+void publish(const fs::path& directory, const fs::path& partial, const fs::path& final_dir,
+             const CheckpointMeta& meta, std::uint64_t save_id) {
+  json manifest = meta_to_json(meta, save_id);
   json files = json::array();
   for (int r = 0; r < meta.dp_size; ++r) {
-    const fs::path file = partial / rank_file_name(r);
-    const auto bytes = read_file(file);
-    decode_rank_file(bytes, file.string(), meta.optimizer_states);  // what was written reads back
-    files.push_back({{"name", rank_file_name(r)}, {"bytes", bytes.size()}, {"crc32", crc32_of(bytes, bytes.size())}});
+    std::uint32_t crc = 0;
+    std::uint64_t size = 0;
+    read_rank_file(partial / rank_file_name(r), kAnyRankFile, r, save_id, meta.optimizer_states,
+                   crc, size);  // reads back
+    files.push_back({{"name", rank_file_name(r)}, {"bytes", size}, {"body_crc32", crc}});
   }
   manifest["files"] = files;
-  replace_file(partial / "manifest.json", manifest.dump(1));
+  write_file(partial / "manifest.json", manifest.dump(1));
   std::error_code error;
   const fs::path previous = final_dir.string() + ".old";
   fs::remove_all(previous, error);
@@ -64,7 +117,7 @@ void publish(const fs::path& directory, const fs::path& partial, const fs::path&
   if (error) throw CheckpointError(final_dir.string() + ": cannot move aside: " + error.message());
   fs::rename(partial, final_dir, error);
   if (error) throw CheckpointError(final_dir.string() + ": cannot publish: " + error.message());
-  replace_file(directory / "latest", final_dir.filename().string() + "\n");
+  write_file(directory / "latest", final_dir.filename().string() + "\n");
   fs::remove_all(previous, error);
 }
 
@@ -99,11 +152,17 @@ fs::path save_checkpoint(const fs::path& directory, const CheckpointMeta& meta, 
   const fs::path final_dir = directory / step_name(meta.step);
   const fs::path partial = final_dir.string() + ".partial";
   const bool leader = comm.rank() == 0;
+  const std::uint64_t save_id = shared_save_id(comm);
   agree(comm, leader ? attempt([&] { create_partial(directory, partial); }) : std::string());
-  std::string error = attempt([&] { write_file(partial / rank_file_name(comm.rank()), encode_rank_file(shard)); });
+  std::string error = attempt([&] {
+    const std::vector<unsigned char> bytes = encode_rank_file(shard, save_id);
+    write_file(partial / rank_file_name(comm.rank()),
+               std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  });
   try {
     agree(comm, error);
-    agree(comm, leader ? attempt([&] { publish(directory, partial, final_dir, meta); }) : std::string());
+    agree(comm, leader ? attempt([&] { publish(directory, partial, final_dir, meta, save_id); })
+                       : std::string());
   } catch (const CheckpointError&) {
     std::error_code ignored;
     if (leader) fs::remove_all(partial, ignored);
@@ -134,8 +193,7 @@ fs::path resolve_checkpoint(const fs::path& directory) {
     throw CheckpointError(directory.string() + ": no checkpoint here (no manifest.json or latest)" +
                           checkpoints_beside(directory));
   }
-  const auto bytes = read_file(latest);
-  std::string name(bytes.begin(), bytes.end());
+  std::string name = read_file(latest, kMaxLatestBytes, "a checkpoint's latest file");
   while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
   if (name.empty() || name.find('/') != std::string::npos) throw CheckpointError(latest.string() + ": does not name a step directory");
   return directory / name;
@@ -143,16 +201,20 @@ fs::path resolve_checkpoint(const fs::path& directory) {
 
 FullState load_checkpoint(const fs::path& step_directory) {
   const fs::path manifest_file = step_directory / "manifest.json";
-  const auto manifest_bytes = read_file(manifest_file);
+  const std::string manifest_text =
+      read_file(manifest_file, kMaxManifestBytes, "a checkpoint manifest");
   json manifest;
   try {
-    manifest = json::parse(manifest_bytes.begin(), manifest_bytes.end());
-  } catch (const json::exception& error) {
-    throw CheckpointError(manifest_file.string() + ": not JSON: " + error.what());
+    manifest = json_read::parse_json_text(manifest_text, manifest_file.string());
+  } catch (const InputError& error) {
+    throw CheckpointError(std::string(error.what()));
+  } catch (const json::exception& error) {  // a number past double's range (out_of_range.406)
+    throw CheckpointError(manifest_file.string() + ": invalid JSON: " + error.what());
   }
   FullState state;
   state.meta = meta_from_json(manifest, manifest_file.string());
   const std::vector<ManifestFile> files = files_from_json(manifest, manifest_file.string(), state.meta.dp_size);
+  const std::uint64_t save_id = save_id_from_manifest(manifest, manifest_file.string());
   // The rank files hold every element once: their sizes on disk bound what the manifest's tensors
   // may claim, checked before the whole tensors are allocated.
   std::uint64_t stored = 0;
@@ -182,13 +244,19 @@ FullState load_checkpoint(const fs::path& step_directory) {
     seen.emplace_back(std::size_t(t.numel), 0);
   }
   state.states.assign(std::size_t(state.meta.optimizer_states), state.master);
-  for (const ManifestFile& entry : files) {
-    const fs::path file = step_directory / entry.name;
-    const auto bytes = read_file(file);
-    if (bytes.size() != entry.bytes || crc32_of(bytes, bytes.size()) != entry.crc32) {
-      throw CheckpointError(file.string() + ": size or checksum differs from the manifest: the file is corrupted or was replaced");
+  for (std::size_t r = 0; r < files.size(); ++r) {
+    const fs::path file = step_directory / files[r].name;
+    std::uint32_t crc = 0;
+    std::uint64_t size = 0;
+    const RankShard shard = read_rank_file(file, files[r].bytes, int(r), save_id,
+                                           state.meta.optimizer_states, crc, size);
+    if (size != files[r].bytes || crc != files[r].body_crc32) {
+      throw CheckpointError(
+          file.string() + ": size or checksum differs from the manifest (body CRC-32 " +
+          std::to_string(crc) + ", the manifest's " + std::to_string(files[r].body_crc32) +
+          "): the file is corrupted or was replaced");
     }
-    place(decode_rank_file(bytes, file.string(), state.meta.optimizer_states), file.string(), state, seen);
+    place(shard, file.string(), state, seen);
   }
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     for (std::size_t i = 0; i < seen[t].size(); ++i) {
@@ -204,13 +272,18 @@ void write_safetensors(const fs::path& file, const FullState& state) {
                             {"step", std::to_string(state.meta.step)}};
   std::size_t offset = 0;
   for (std::size_t t = 0; t < state.meta.tensors.size(); ++t) {
+    if (state.meta.tensors[t].name == "__metadata__") {
+      throw CheckpointError(file.string() + ": tensor " + std::to_string(t) +
+                            " is named __metadata__, the key safetensors reserves for its "
+                            "metadata: rename it in the model");
+    }
     const std::size_t bytes = state.master[t].size() * sizeof(float);
     header[state.meta.tensors[t].name] = {{"dtype", "F32"}, {"shape", state.meta.tensors[t].shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
-  std::vector<unsigned char> out(sizeof(std::uint64_t) + text.size() + offset);
+  std::string out(sizeof(std::uint64_t) + text.size() + offset, '\0');
   const std::uint64_t length = text.size();
   std::memcpy(out.data(), &length, sizeof length);  // little-endian on every target zerolens builds for
   std::memcpy(out.data() + sizeof length, text.data(), text.size());

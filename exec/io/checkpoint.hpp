@@ -5,11 +5,11 @@
 // writes the whole fp32 model in the safetensors layout (as DeepSpeed's zero_to_fp32 does).
 //
 // On disk, under a checkpoint directory:
-//   step_<N>/manifest.json     model tensors (names, shapes), run facts, and per rank file its size
-//                              and CRC-32
-//   step_<N>/rank_<R>.bin      "ZLCKPT01", u64 header length, JSON header (rank, segments, counts),
-//                              the float32 payload (master, then each optimizer state), CRC-32 of all
-//                              that precedes it
+//   step_<N>/manifest.json     version 2, the save's save_id, model tensors (names, shapes), run
+//                              facts, and per rank file its size and body CRC-32
+//   step_<N>/rank_<R>.bin      "ZLCKPT02", u64 header length, JSON header (version, save_id, rank,
+//                              segments, counts), the float32 payload (master, then each optimizer
+//                              state), CRC-32 of all that precedes it (the body CRC-32)
 //   latest                     the name of the newest complete step directory
 // A save writes step_<N>.partial/ and renames it only when every rank's file is complete, then
 // replaces `latest` by rename, so a failed save (full or unwritable disk) leaves the previous
@@ -80,12 +80,14 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& directory, co
 // it is a step directory. Throws CheckpointError when there is none.
 std::filesystem::path resolve_checkpoint(const std::filesystem::path& directory);
 
-// Reads and verifies (sizes, CRC-32, segments inside their tensors, every element owned exactly
-// once) all rank files of a step directory and assembles whole tensors. Throws CheckpointError.
+// Reads (bounded, regular files only) and verifies (sizes, body CRC-32s against the manifest, each
+// header's save_id and rank, segments inside their tensors, every element owned exactly once) all
+// rank files of a step directory and assembles whole tensors. Throws CheckpointError.
 FullState load_checkpoint(const std::filesystem::path& step_directory);
 
 // The fp32 master weights as one safetensors file (8-byte little-endian header length, JSON
-// header with dtype F32, shape and data_offsets per tensor, then the data). Throws CheckpointError.
+// header with dtype F32, shape and data_offsets per tensor, then the data), written whole or not at
+// all. Throws CheckpointError (a tensor named __metadata__, a failed write naming the OS error).
 void write_safetensors(const std::filesystem::path& file, const FullState& state);
 
 }  // namespace zerolens::exec

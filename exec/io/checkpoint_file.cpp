@@ -1,19 +1,17 @@
 // Checkpoint file formats: the rank file (magic, JSON header, float32 payload, CRC-32) and the
 // manifest, and file writes whose failures name the file and the reason.
-#include <fcntl.h>
-#include <unistd.h>
 #include <zlib.h>
 
-#include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <iomanip>
 #include <limits>
 #include <set>
 #include <sstream>
 
 #include "exec/io/checkpoint_file.hpp"
+#include "sim/core/error.hpp"
+#include "sim/core/file_io.hpp"
 
 namespace zerolens::exec::checkpoint_detail {
 namespace {
@@ -63,14 +61,15 @@ std::string text(const json& value, const std::string& file, const std::string& 
 }
 
 template <typename T>
-T read_at(const std::vector<unsigned char>& bytes, std::size_t offset) {
+T read_at(std::span<const unsigned char> bytes, std::size_t offset) {
   T value{};
   std::memcpy(&value, bytes.data() + offset, sizeof value);
   return value;
 }
 
 // `count` floats from `offset` (which the caller checked lie inside `bytes`).
-std::vector<float> floats_at(const std::vector<unsigned char>& bytes, std::size_t offset, std::size_t count) {
+std::vector<float> floats_at(std::span<const unsigned char> bytes, std::size_t offset,
+                             std::size_t count) {
   std::vector<float> values(count);
   if (count > 0) std::memcpy(values.data(), bytes.data() + offset, count * sizeof(float));
   return values;
@@ -78,7 +77,7 @@ std::vector<float> floats_at(const std::vector<unsigned char>& bytes, std::size_
 
 }  // namespace
 
-std::uint32_t crc32_of(const std::vector<unsigned char>& bytes, std::size_t count) {
+std::uint32_t crc32_of(std::span<const unsigned char> bytes, std::size_t count) {
   uLong crc = crc32(0L, Z_NULL, 0);
   for (std::size_t offset = 0; offset < count;) {
     const std::size_t chunk = std::min<std::size_t>(count - offset, 1u << 30);
@@ -88,51 +87,56 @@ std::uint32_t crc32_of(const std::vector<unsigned char>& bytes, std::size_t coun
   return std::uint32_t(crc);
 }
 
-void write_file(const std::filesystem::path& file, const std::vector<unsigned char>& bytes) {
-  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail(file, std::string("cannot create: ") + std::strerror(errno));
-  std::size_t written = 0;
-  while (written < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int error = n < 0 ? errno : ENOSPC;
-      ::close(fd);
-      fail(file, "write failed after " + std::to_string(written) + " of " + std::to_string(bytes.size()) +
-                     " bytes: " + std::strerror(error));
-    }
-    written += std::size_t(n);
+std::uint32_t body_crc32_of(std::span<const unsigned char> bytes) {
+  return crc32_of(bytes,
+                  bytes.size() < sizeof(std::uint32_t) ? 0 : bytes.size() - sizeof(std::uint32_t));
+}
+
+void write_file(const std::filesystem::path& file, std::string_view bytes) {
+  try {
+    file_io::write_file_atomically(file.string(), bytes);
+  } catch (const InputError& error) {
+    throw CheckpointError(error.what());
   }
-  if (::fsync(fd) != 0) {
-    const int error = errno;
-    ::close(fd);
-    fail(file, std::string("fsync failed: ") + std::strerror(error));
+}
+
+std::string read_file(const std::filesystem::path& file, std::uintmax_t max_bytes,
+                      const std::string& kind) {
+  try {
+    return file_io::read_regular_file(file.string(), file.string(), max_bytes, kind);
+  } catch (const InputError& error) {
+    throw CheckpointError(error.what());
   }
-  if (::close(fd) != 0) fail(file, std::string("close failed: ") + std::strerror(errno));
 }
 
-std::vector<unsigned char> read_file(const std::filesystem::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) fail(file, "cannot open (missing or unreadable)");
-  std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) fail(file, "read failed");
-  return bytes;
+std::span<const unsigned char> as_bytes(const std::string& text) {
+  return {reinterpret_cast<const unsigned char*>(text.data()), text.size()};
 }
 
-void replace_file(const std::filesystem::path& file, const std::string& text) {
-  const std::filesystem::path temporary = file.string() + ".tmp";
-  write_file(temporary, std::vector<unsigned char>(text.begin(), text.end()));
-  std::error_code error;
-  std::filesystem::rename(temporary, file, error);
-  if (error) fail(file, "cannot replace: " + error.message());
+std::string save_id_text(std::uint64_t save_id) {
+  std::ostringstream out;
+  out << std::hex << std::setw(16) << std::setfill('0') << save_id;
+  return out.str();
 }
 
-std::vector<unsigned char> encode_rank_file(const RankShard& shard) {
+std::uint64_t save_id_from(const json& value, const std::string& file, const std::string& field) {
+  const std::string digits = text(value, file, field);
+  if (digits.size() != 16 || digits.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    fail(file, field + " must be 16 lowercase hex digits, got " + shown(value));
+  }
+  return std::stoull(digits, nullptr, 16);
+}
+
+std::vector<unsigned char> encode_rank_file(const RankShard& shard, std::uint64_t save_id) {
   json segments = json::array();
   for (const auto& s : shard.segments) segments.push_back({s.tensor, s.begin, s.length});
-  const std::string header =
-      json{{"rank", shard.rank}, {"segments", segments}, {"elements", shard.master.size()}, {"states", shard.states.size()}}
-          .dump();
+  const std::string header = json{{"version", kVersion},
+                                  {"save_id", save_id_text(save_id)},
+                                  {"rank", shard.rank},
+                                  {"segments", segments},
+                                  {"elements", shard.master.size()},
+                                  {"states", shard.states.size()}}
+                                 .dump();
   std::vector<unsigned char> out;
   append(out, kMagic, sizeof kMagic);
   const std::uint64_t header_length = header.size();
@@ -145,8 +149,16 @@ std::vector<unsigned char> encode_rank_file(const RankShard& shard) {
   return out;
 }
 
-RankShard decode_rank_file(const std::vector<unsigned char>& bytes, const std::string& file, int states) {
+RankShard decode_rank_file(std::span<const unsigned char> bytes, const std::string& file,
+                           int states, std::uint64_t* save_id) {
   constexpr std::size_t kLead = sizeof kMagic + sizeof(std::uint64_t);
+  if (bytes.size() >= sizeof kMagic && std::memcmp(bytes.data(), kMagic, sizeof kMagic - 2) == 0 &&
+      std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
+    fail(file, "a rank file of another checkpoint format version (" +
+                   std::string(bytes.begin() + 6, bytes.begin() + 8) +
+                   "; this zerolens reads version " + std::to_string(kVersion) +
+                   " only): save the checkpoint again");
+  }
   if (bytes.size() < kLead + sizeof(std::uint32_t) || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
     fail(file, "not a zerolens checkpoint rank file (bad magic or truncated)");
   }
@@ -160,6 +172,13 @@ RankShard decode_rank_file(const std::vector<unsigned char>& bytes, const std::s
   const std::size_t payload_offset = kLead + std::size_t(header_length);
   const json header = json::parse(bytes.begin() + std::ptrdiff_t(kLead), bytes.begin() + std::ptrdiff_t(payload_offset), nullptr, false);
   if (header.is_discarded() || !header.is_object()) fail(file, "bad header: not a JSON object");
+  const std::int64_t version =
+      integer(member(header, "version", file, "header"), file, "header version", 0, kMaxElements);
+  if (version != kVersion)
+    fail(file, "header version " + std::to_string(version) + " is not " + std::to_string(kVersion));
+  const std::uint64_t id =
+      save_id_from(member(header, "save_id", file, "header"), file, "header save_id");
+  if (save_id != nullptr) *save_id = id;
   RankShard shard;
   shard.rank = int(integer(member(header, "rank", file, "header"), file, "header rank", 0, std::numeric_limits<int>::max()));
   const std::int64_t declared = integer(member(header, "states", file, "header"), file, "header states", 0, 2);
@@ -200,13 +219,22 @@ RankShard decode_rank_file(const std::vector<unsigned char>& bytes, const std::s
   return shard;
 }
 
-json meta_to_json(const CheckpointMeta& meta) {
+json meta_to_json(const CheckpointMeta& meta, std::uint64_t save_id) {
   json tensors = json::array();
   for (const auto& t : meta.tensors) tensors.push_back({{"name", t.name}, {"shape", t.shape}, {"numel", t.numel}});
-  return {{"schema", "zerolens.checkpoint"}, {"version", kVersion}, {"model", meta.model}, {"tensors", tensors},
-          {"step", meta.step}, {"dp_size", meta.dp_size}, {"stage", meta.stage}, {"optimizer", meta.optimizer},
-          {"optimizer_states", meta.optimizer_states}, {"loss_scale", meta.loss_scale},
-          {"good_steps", meta.good_steps}, {"hysteresis_left", meta.hysteresis_left}};
+  return {{"schema", "zerolens.checkpoint"},
+          {"version", kVersion},
+          {"model", meta.model},
+          {"tensors", tensors},
+          {"step", meta.step},
+          {"dp_size", meta.dp_size},
+          {"stage", meta.stage},
+          {"optimizer", meta.optimizer},
+          {"optimizer_states", meta.optimizer_states},
+          {"loss_scale", meta.loss_scale},
+          {"good_steps", meta.good_steps},
+          {"hysteresis_left", meta.hysteresis_left},
+          {"save_id", save_id_text(save_id)}};
 }
 
 CheckpointMeta meta_from_json(const json& document, const std::string& file) {
@@ -215,7 +243,11 @@ CheckpointMeta meta_from_json(const json& document, const std::string& file) {
     const json& schema = member(document, "schema", file, "manifest");
     if (schema != "zerolens.checkpoint") fail(file, "not a zerolens checkpoint manifest (schema " + shown(schema) + ")");
     const std::int64_t version = integer(member(document, "version", file, "manifest"), file, "version", 0, kMaxElements);
-    if (version != kVersion) fail(file, "unsupported checkpoint version " + std::to_string(version));
+    if (version != kVersion) {
+      fail(file, "unsupported checkpoint version " + std::to_string(version) +
+                     " (this zerolens reads version " + std::to_string(kVersion) +
+                     " only; version 1 had no save identifier or body checksums: save it again)");
+    }
     CheckpointMeta meta;
     meta.model = text(member(document, "model", file, "manifest"), file, "model");
     const json& tensors = member(document, "tensors", file, "manifest");
@@ -278,10 +310,16 @@ std::vector<ManifestFile> files_from_json(const json& document, const std::strin
     entry.name = text(member(files[r], "name", file, field), file, field + " name");
     if (entry.name != rank_file_name(int(r))) fail(file, field + " name must be " + rank_file_name(int(r)) + ", got '" + entry.name + "'");
     entry.bytes = std::uint64_t(integer(member(files[r], "bytes", file, field), file, field + " bytes", 0, kMaxElements));
-    entry.crc32 = std::uint32_t(integer(member(files[r], "crc32", file, field), file, field + " crc32", 0, std::numeric_limits<std::uint32_t>::max()));
+    entry.body_crc32 =
+        std::uint32_t(integer(member(files[r], "body_crc32", file, field), file,
+                              field + " body_crc32", 0, std::numeric_limits<std::uint32_t>::max()));
     out.push_back(std::move(entry));
   }
   return out;
+}
+
+std::uint64_t save_id_from_manifest(const json& document, const std::string& file) {
+  return save_id_from(member(document, "save_id", file, "manifest"), file, "save_id");
 }
 
 std::string step_name(std::int64_t step) {

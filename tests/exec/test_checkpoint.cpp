@@ -4,15 +4,19 @@
 // them accepting or crashing on (each test below the fuzzer's comment failed before its fix).
 #include <sched.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <cstring>
-#include <limits>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "exec/comm/communicator.hpp"
@@ -164,7 +168,8 @@ TEST(Checkpoint, AFullDiskKeepsThePreviousCheckpoint) {
 
 // A rank file as a writer with another idea of the layout might make it: any header, any payload,
 // a correct CRC-32.
-std::vector<unsigned char> rank_file(const std::string& header, std::size_t payload_floats) {
+std::vector<unsigned char> rank_file(std::string header, std::size_t payload_floats) {
+  header.insert(1, R"("version":2,"save_id":"0000000000000000",)");
   const std::uint64_t length = header.size();
   std::vector<unsigned char> out(8 + 8 + header.size() + payload_floats * sizeof(float), 0);
   std::memcpy(out.data(), checkpoint_detail::kMagic, 8);
@@ -275,6 +280,162 @@ TEST(Checkpoint, AManifestClaimingMoreThanItsFilesHoldIsRefusedBeforeAllocating)
     m["tensors"][0]["numel"] = 1LL << 60;
   });
   expect_refused(dir, "tensors claim more elements than the rank files'");
+}
+
+// --- Issue 19 (reliability): what identifies a rank file, bounded reads, the safetensors key. ---
+
+std::vector<char> bytes_of(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_bytes(const fs::path& file, const std::vector<char>& bytes) {
+  std::ofstream(file, std::ios::binary | std::ios::trunc)
+      .write(bytes.data(), std::streamsize(bytes.size()));
+}
+
+// Every manifest entry's checksum was 0x2144DF1C, the CRC-32 residue of any file that ends in its
+// own CRC: a valid rank file of another run (another seed) copied into a checkpoint loaded.
+TEST(Checkpoint, ARankFileFromAnotherSaveIsRefusedNamingIt) {
+  SoloCommunicator comm;
+  const fs::path dir = fresh_directory("ckpt_ours");
+  const fs::path other = fresh_directory("ckpt_theirs");
+  const fs::path step = save_checkpoint(dir, two_tensors(3), whole_shard(0), comm);
+  const fs::path theirs = save_checkpoint(other, two_tensors(3), whole_shard(99), comm);
+  fs::copy_file(theirs / "rank_00000.bin", step / "rank_00000.bin",
+                fs::copy_options::overwrite_existing);
+  expect_refused(dir, "rank_00000.bin: belongs to another save");
+  // The same save twice (the same seed and step): still two saves, told apart.
+  save_checkpoint(other, two_tensors(3), whole_shard(0), comm);
+  fs::copy_file(theirs / "rank_00000.bin", step / "rank_00000.bin",
+                fs::copy_options::overwrite_existing);
+  expect_refused(dir, "rank_00000.bin: belongs to another save");
+}
+
+// A rank file whose payload changed and whose trailing CRC-32 was made right again (a
+// self-consistent file with other content) loaded: the manifest's checksum did not depend on the
+// content.
+TEST(Checkpoint, AManifestChecksumThatDiffersFromTheContentIsRefused) {
+  SoloCommunicator comm;
+  const fs::path dir = fresh_directory("ckpt_resealed");
+  const fs::path step = save_checkpoint(dir, two_tensors(3), whole_shard(0), comm);
+  std::vector<char> bytes = bytes_of(step / "rank_00000.bin");
+  bytes[bytes.size() - 8] ^= 0x40;  // a float of the last optimizer state
+  std::vector<unsigned char> unsigned_bytes(bytes.begin(), bytes.end());
+  const std::uint32_t crc = checkpoint_detail::crc32_of(unsigned_bytes, unsigned_bytes.size() - 4);
+  std::memcpy(bytes.data() + bytes.size() - 4, &crc, 4);
+  write_bytes(step / "rank_00000.bin", bytes);
+  expect_refused(dir, "rank_00000.bin: size or checksum differs from the manifest");
+}
+
+// The header's rank was never compared with the file's name or its place in the manifest.
+TEST(Checkpoint, ARankFileHoldingAnotherRanksPartitionIsRefused) {
+  SoloCommunicator comm;
+  const fs::path dir = fresh_directory("ckpt_rank_swapped");
+  RankShard shard = whole_shard(0);
+  shard.rank = 1;
+  try {
+    save_checkpoint(dir, two_tensors(3), shard, comm);
+    load_checkpoint(resolve_checkpoint(dir));
+    ADD_FAILURE() << "saved and loaded rank 1's partition as rank_00000.bin";
+  } catch (const CheckpointError& error) {
+    EXPECT_NE(
+        std::string(error.what()).find("rank_00000.bin: holds rank 1's partition, not rank 0's"),
+        std::string::npos)
+        << error.what();
+  }
+}
+
+TEST(Checkpoint, AnOlderFormatVersionIsRefusedWithAClearMessage) {
+  SoloCommunicator comm;
+  const fs::path dir = fresh_directory("ckpt_version");
+  save_checkpoint(dir, two_tensors(1), whole_shard(0), comm);
+  edit_manifest(dir, [](nlohmann::json& m) { m["version"] = 1; });
+  expect_refused(dir, "unsupported checkpoint version 1 (this zerolens reads version 2 only");
+}
+
+// In a child (a read that never ends must not take the test or the machine with it: 20 s, 1 GiB):
+// exit 0 when loading `dir` is refused with a message containing `what`.
+int refused_in_child(const fs::path& dir, const std::string& what) {
+  ::alarm(20);
+  const rlimit memory{1u << 30, 1u << 30};
+  ::setrlimit(RLIMIT_AS, &memory);
+  try {
+    load_checkpoint(resolve_checkpoint(dir));
+    return 3;
+  } catch (const CheckpointError& error) {
+    return std::string(error.what()).find(what) != std::string::npos ? 0 : 4;
+  } catch (...) {
+    return 5;
+  }
+}
+
+void expect_refused_without_hanging(const fs::path& dir, const std::string& what) {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(refused_in_child(dir, what));
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "expected '" << what << "'; child status " << status
+      << " (exit 3: loaded, 4: another message, 5: another exception; killed by SIGALRM: it "
+         "blocked or read forever)";
+}
+
+// `latest` or manifest.json as a link to /dev/zero grew memory forever; a FIFO blocked the load.
+TEST(Checkpoint, LatestOrManifestThatIsADeviceOrFifoIsRefusedWithoutBlocking) {
+  SoloCommunicator comm;
+  const fs::path dir = fresh_directory("ckpt_devices");
+  const fs::path step = save_checkpoint(dir, two_tensors(1), whole_shard(0), comm);
+  fs::remove(dir / "latest");
+  fs::create_symlink("/dev/zero", dir / "latest");
+  expect_refused_without_hanging(dir, "latest' is not a regular file");
+  fs::remove(dir / "latest");
+  std::ofstream(dir / "latest") << step.filename().string() << "\n";
+  fs::remove(step / "manifest.json");
+  fs::create_symlink("/dev/zero", step / "manifest.json");
+  expect_refused_without_hanging(dir, "manifest.json' is not a regular file");
+  fs::remove(step / "manifest.json");
+  ASSERT_EQ(::mkfifo((step / "manifest.json").c_str(), 0600), 0);
+  expect_refused_without_hanging(dir, "manifest.json' is not a regular file");
+}
+
+// A manifest key given twice was read as the last one (nlohmann's json::parse).
+TEST(Checkpoint, AManifestKeyGivenTwiceIsRefused) {
+  SoloCommunicator comm;
+  const fs::path dir = fresh_directory("ckpt_duplicate_key");
+  const fs::path step = save_checkpoint(dir, two_tensors(1), whole_shard(0), comm);
+  std::string text;
+  {
+    std::ifstream in(step / "manifest.json");
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  text.insert(text.find('{') + 1, "\"step\": 5,");
+  std::ofstream(step / "manifest.json", std::ios::trunc) << text;
+  expect_refused(dir, "step");
+  expect_refused(dir, "twice");
+  // A number past double's range is a CheckpointError too (the strict reader lets nlohmann's
+  // out_of_range through; fuzz_checkpoint found it).
+  text.replace(text.find("\"step\": 5,"), 10, "\"x\": 1E999,");
+  std::ofstream(step / "manifest.json", std::ios::trunc) << text;
+  expect_refused(dir, "invalid JSON");
+}
+
+// A model tensor named __metadata__ replaced the safetensors metadata in the header written.
+TEST(Checkpoint, ATensorNamedLikeTheSafetensorsMetadataKeyIsRefused) {
+  SoloCommunicator comm;
+  const fs::path dir = fresh_directory("ckpt_metadata_name");
+  CheckpointMeta meta = two_tensors(1);
+  meta.tensors[1].name = "__metadata__";
+  save_checkpoint(dir, meta, whole_shard(0), comm);
+  const FullState state = load_checkpoint(resolve_checkpoint(dir));
+  try {
+    write_safetensors(dir / "model.safetensors", state);
+    ADD_FAILURE() << "wrote a tensor named __metadata__";
+  } catch (const CheckpointError& error) {
+    EXPECT_NE(std::string(error.what()).find("named __metadata__"), std::string::npos)
+        << error.what();
+  }
+  EXPECT_FALSE(fs::exists(dir / "model.safetensors"));
 }
 
 }  // namespace
