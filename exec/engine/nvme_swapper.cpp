@@ -73,6 +73,12 @@ NvmeSwapper::NvmeSwapper(EngineContext& context, std::size_t optimizer_states)
   if (ctx_.param_device == Device::Nvme) open_param_store();
 }
 
+NvmeSwapper::~NvmeSwapper() {
+  // The stores drain their queues as they close (NvmeStore's destructor), while the buffers live.
+  param_store_.reset();
+  optimizer_store_.reset();
+}
+
 void NvmeSwapper::open_optimizer_store() {
   const ZeroConfig& zero = ctx_.config().zero;
   const auto owned = ctx_.layout.owned;

@@ -99,12 +99,15 @@ fs::path save_checkpoint(const fs::path& directory, const CheckpointMeta& meta, 
   const fs::path final_dir = directory / step_name(meta.step);
   const fs::path partial = final_dir.string() + ".partial";
   const bool leader = comm.rank() == 0;
-  agree(comm, leader ? attempt([&] { create_partial(directory, partial); }) : std::string());
-  std::string error = attempt([&] { write_file(partial / rank_file_name(comm.rank()), encode_rank_file(shard)); });
+  // A failed save, or one a signal interrupts (Interrupted from a collective), leaves no partial
+  // directory behind.
   try {
+    agree(comm, leader ? attempt([&] { create_partial(directory, partial); }) : std::string());
+    std::string error = attempt(
+        [&] { write_file(partial / rank_file_name(comm.rank()), encode_rank_file(shard)); });
     agree(comm, error);
     agree(comm, leader ? attempt([&] { publish(directory, partial, final_dir, meta); }) : std::string());
-  } catch (const CheckpointError&) {
+  } catch (...) {
     std::error_code ignored;
     if (leader) fs::remove_all(partial, ignored);
     throw;
