@@ -3,7 +3,8 @@
 (exit 143 / 130, the message, no swap files or partial checkpoint left in nvme_path), on one process
 and on 2 ranks under mpirun whose ranks get the signal; a rank that stops (kill -STOP) makes the
 collective watchdog (--collective-timeout) abort the job with a message naming the rank and the
-collective, instead of hanging; bad --collective-timeout values are refused naming the flag.
+collective, instead of hanging; a rank killed with SIGKILL leaves only its own swap directories,
+which the next run in that nvme_path removes; bad --collective-timeout values are refused naming the flag.
 The time bounds are hang guards, not performance checks.
 usage: check_interrupt.py MPIEXEC ZEROLENS WORKDIR"""
 import os
@@ -102,6 +103,32 @@ def stuck_rank(mpiexec, zerolens, work):
     assert "made no progress for 2 s; a peer is stuck or dead; aborting" in output, output
 
 
+def killed_rank(mpiexec, zerolens, work):
+    """A rank killed with SIGKILL cannot remove its swap directories; the survivor removes its own as
+    the job aborts, and the next run in that nvme_path removes the dead one's, saying so."""
+    nvme = os.path.join(work, "killed")
+    os.makedirs(nvme)
+    process = start([mpiexec, "-np", "2", zerolens, "run", "--steps", "1000000", "--log-every", "1",
+                     "--nvme-path", nvme, *NVME])
+    wait_for(lambda: len(swap_files(nvme)) > 0 and len(os.listdir(nvme)) == 4, 120, "the swap files")
+    time.sleep(1)
+    ranks = children(process.pid)
+    assert len(ranks) == 2, ranks
+    victim = max(ranks)
+    os.kill(victim, signal.SIGKILL)
+    code, output = finish(process, 60)
+    assert code != 0, output
+    left = sorted(os.listdir(nvme))
+    assert all(("-pid%d@" % victim) in d for d in left), (left, victim, output)
+    done = subprocess.run([zerolens, "run", "--steps", "1", "--log-every", "0", "--nvme-path", nvme, *NVME],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert left, output  # SIGKILL: the victim removed nothing
+    assert "removed the stale swap directory" in done.stderr and "process %d is gone" % victim in done.stderr, \
+        done.stderr
+    assert os.listdir(nvme) == [], os.listdir(nvme)
+
+
 def bad_timeouts(zerolens):
     for value in ["-1", "nan", "abc", "inf", ""]:
         done = subprocess.run([zerolens, "run", "--steps", "1", "--collective-timeout", value],
@@ -119,6 +146,7 @@ def main():
     interrupted_run([], zerolens, work, "int1", signal.SIGINT, 1)
     interrupted_run([mpiexec, "-np", "2"], zerolens, work, "term2", signal.SIGTERM, 2)
     stuck_rank(mpiexec, zerolens, work)
+    killed_rank(mpiexec, zerolens, work)
     print("ok")
 
 
