@@ -130,6 +130,9 @@ def killed_rank(mpiexec, zerolens, work):
 
 
 def bad_timeouts(zerolens):
+    done = subprocess.run([zerolens, "run", "--steps", "1", "--log-every", "0", "--collective-timeout", "0.5"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
     for value in ["-1", "nan", "abc", "inf", ""]:
         done = subprocess.run([zerolens, "run", "--steps", "1", "--collective-timeout", value],
                               capture_output=True, text=True, timeout=60)
