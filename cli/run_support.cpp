@@ -1,5 +1,6 @@
 #include "cli/run_support.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <iomanip>
@@ -8,6 +9,7 @@
 #include "cli/app.hpp"
 #include "cli/commands.hpp"
 #include "cli/validators.hpp"
+#include "exec/comm/interrupt.hpp"
 #include "sim/core/error.hpp"
 #include "sim/core/units.hpp"
 
@@ -54,6 +56,13 @@ void add_run_options(CLI::App& command, RunFlags& flags) {
           "Where to train: cpu (the CPU backend, MPI) or cuda (each rank's GPU, NCCL; CUDA builds)")
       ->capture_default_str()
       ->check(CLI::IsMember(exec::backend_names()))
+      ->group(group);
+  command
+      .add_option("--collective-timeout", flags.collective_timeout,
+                  "Seconds a collective may make no progress before the job is aborted with a "
+                  "message naming "
+                  "the rank and the collective (a peer stopped or dead; 0: wait forever)")
+      ->capture_default_str()
       ->group(group);
   command.add_option("--inject-fault", flags.inject_fault,
                      "Testing: die:RANK:STEP makes that rank exit abruptly after that step (the others must stop)")
@@ -108,6 +117,20 @@ Fault parse_fault(const std::string& text) {
   return fault;
 }
 
+double parse_collective_timeout(const std::string& text) {
+  char* end = nullptr;
+  const double seconds = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(seconds) || seconds < 0) {
+    throw InputError("--collective-timeout",
+                     "'" + text + "' is not a number of seconds >= 0 (0: no timeout)");
+  }
+  return seconds;
+}
+
+exec::TrainingResult train_steps(const Plan& plan, exec::Communicator& comm,
+                                 const exec::TrainingOptions& training, const RunFlags& flags,
+                                 const Fault& fault, bool speak, bool fp16, std::ostream& out);
+
 }  // namespace
 
 exec::TrainingResult run_steps(const Plan& plan, exec::Backend& backend, const RunFlags& flags,
@@ -119,6 +142,29 @@ exec::TrainingResult run_steps(const Plan& plan, exec::Backend& backend, const R
   const Fault fault = parse_fault(flags.inject_fault);
   const bool fp16 = plan.request.config.precision.precision == Precision::Fp16;
   if (speak) out << "  step        loss   grad norm    time (ms)" << (fp16 ? "   loss scale" : "") << '\n';
+  exec::set_collective_timeout(parse_collective_timeout(flags.collective_timeout));
+  exec::install_interrupt_handlers();
+  try {
+    return train_steps(plan, comm, training, flags, fault, speak, fp16, out);
+  } catch (const exec::Interrupted& interrupted) {
+    // The engine and a partial checkpoint are gone (unwound); MPI is left unfinalised, since
+    // peers may be anywhere in a collective or dead.
+    if (comm.rank() == 0) {
+      out << std::flush;
+      std::fprintf(stderr, "zerolens run: interrupted by %s at step %lld; swap files removed\n",
+                   exec::signal_name(interrupted.signal()).c_str(),
+                   static_cast<long long>(exec::current_step() + 1));
+    }
+    std::fflush(stderr);
+    std::_Exit(128 + interrupted.signal());
+  }
+}
+
+namespace {
+
+exec::TrainingResult train_steps(const Plan& plan, exec::Communicator& comm,
+                                 const exec::TrainingOptions& training, const RunFlags& flags,
+                                 const Fault& fault, bool speak, bool fp16, std::ostream& out) {
   return exec::train_gpt2(plan, comm, training, [&](const exec::StepRecord& s) {
     if (comm.rank() == fault.rank && s.step + 1 == fault.step) {
       std::fprintf(stderr, "zerolens: injected fault: rank %d exits after step %lld\n", fault.rank, (long long)fault.step);
@@ -133,5 +179,7 @@ exec::TrainingResult run_steps(const Plan& plan, exec::Backend& backend, const R
     out << '\n' << std::flush;
   });
 }
+
+}  // namespace
 
 }  // namespace zerolens::cli

@@ -20,6 +20,7 @@ struct RunFlags {
   std::string measured_trace;  // path of the measured trace, or empty
   std::string inject_fault;    // testing: "die:RANK:STEP" ends that rank abruptly after that step
   std::string device = "cpu";  // the backend, by name: exec::make_backend(device)
+  std::string collective_timeout = "300";  // seconds a collective may make no progress (0: off)
 };
 
 // The plan flags with run-appropriate defaults (gpt2-tiny, sequence 64, micro-batch 4) plus
@@ -33,7 +34,10 @@ void add_run_options(CLI::App& command, RunFlags& flags);
 Plan make_run_plan(const RunFlags& flags, const exec::Backend& backend, Diagnostics& diagnostics);
 
 // Runs the steps on the backend's communicator and model, printing a line per --log-every steps
-// on rank 0.
+// on rank 0. SIGINT/SIGTERM end the run cleanly: the steps unwind (the NVMe swap files and a
+// partial checkpoint removed), rank 0 says so, and the process exits 130 (SIGINT) or 143
+// (SIGTERM). A collective stuck for --collective-timeout seconds aborts the job
+// (exec/comm/interrupt.hpp).
 exec::TrainingResult run_steps(const Plan& plan, exec::Backend& backend, const RunFlags& flags,
                                std::ostream& out);
 

@@ -1,14 +1,18 @@
-// The MPI communicator: each collective is one MPI call on MPI_COMM_WORLD (or a group of its
-// first ranks, first_ranks()).
+// The MPI communicator: each collective is one nonblocking MPI call on MPI_COMM_WORLD (or a group
+// of its first ranks, first_ranks()), waited for by polling: the wait notices SIGINT/SIGTERM
+// (exec/comm/interrupt.hpp) and a collective that makes no progress for the watchdog's timeout.
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <thread>
 
 #include "exec/comm/communicator.hpp"
+#include "exec/comm/interrupt.hpp"
 #include "kernels/precision.hpp"
 
 namespace zerolens::exec {
@@ -86,25 +90,26 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
 
   void all_reduce_sum(std::span<float> buffer) override {
-    check(MPI_Allreduce(MPI_IN_PLACE, buffer.data(), mpi_count(buffer.size()), MPI_FLOAT, MPI_SUM,
-                        comm_),
-          "MPI_Allreduce");
+    collective(MPI_Iallreduce(MPI_IN_PLACE, buffer.data(), mpi_count(buffer.size()), MPI_FLOAT,
+                              MPI_SUM, comm_, &request_),
+               "MPI_Iallreduce", float_bytes(buffer.size()));
     record(OpKind::AllReduce, float_bytes(buffer.size()));
   }
 
   void reduce_scatter_sum(std::span<const float> input, std::span<float> output) override {
     require_blocks(input.size(), output.size(), "reduce_scatter_sum");
-    check(MPI_Reduce_scatter_block(input.data(), output.data(), mpi_count(output.size()), MPI_FLOAT,
-                                   MPI_SUM, comm_),
-          "MPI_Reduce_scatter_block");
+    collective(MPI_Ireduce_scatter_block(input.data(), output.data(), mpi_count(output.size()),
+                                         MPI_FLOAT, MPI_SUM, comm_, &request_),
+               "MPI_Ireduce_scatter_block", float_bytes(input.size()));
     record(OpKind::ReduceScatter, float_bytes(input.size()));
   }
 
   void reduce_scatter_sum(std::span<const float> input, std::span<const int> counts,
                           std::span<float> output) override {
     require_counts(input.size(), counts, output.size());
-    check(MPI_Reduce_scatter(input.data(), output.data(), counts.data(), MPI_FLOAT, MPI_SUM, comm_),
-          "MPI_Reduce_scatter");
+    collective(MPI_Ireduce_scatter(input.data(), output.data(), counts.data(), MPI_FLOAT, MPI_SUM,
+                                   comm_, &request_),
+               "MPI_Ireduce_scatter", float_bytes(input.size()));
     record(OpKind::ReduceScatter, float_bytes(input.size()));
   }
 
@@ -117,53 +122,57 @@ class MpiCommunicator final : public Communicator {
 
   void all_gather(std::span<const float> input, std::span<float> output) override {
     require_blocks(output.size(), input.size(), "all_gather");
-    check(MPI_Allgather(send_buffer(input, output), mpi_count(input.size()), MPI_FLOAT,
-                        output.data(), mpi_count(input.size()), MPI_FLOAT, comm_),
-          "MPI_Allgather");
+    collective(MPI_Iallgather(send_buffer(input, output), mpi_count(input.size()), MPI_FLOAT,
+                              output.data(), mpi_count(input.size()), MPI_FLOAT, comm_, &request_),
+               "MPI_Iallgather", float_bytes(output.size()));
     record(OpKind::AllGather, float_bytes(output.size()));
   }
 
   void broadcast(std::span<float> buffer, int root) override {
-    check(MPI_Bcast(buffer.data(), mpi_count(buffer.size()), MPI_FLOAT, root, comm_), "MPI_Bcast");
+    collective(
+        MPI_Ibcast(buffer.data(), mpi_count(buffer.size()), MPI_FLOAT, root, comm_, &request_),
+        "MPI_Ibcast", float_bytes(buffer.size()));
     record(OpKind::Broadcast, float_bytes(buffer.size()));
   }
 
   void all_reduce_sum(std::span<std::uint16_t> buffer, Precision format) override {
-    check(MPI_Allreduce(MPI_IN_PLACE, buffer.data(), mpi_count(buffer.size()), MPI_UINT16_T,
-                        sum_op(format), comm_),
-          "MPI_Allreduce");
+    collective(MPI_Iallreduce(MPI_IN_PLACE, buffer.data(), mpi_count(buffer.size()), MPI_UINT16_T,
+                              sum_op(format), comm_, &request_),
+               "MPI_Iallreduce", half_bytes(buffer.size()));
     record(OpKind::AllReduce, half_bytes(buffer.size()));
   }
 
   void reduce_scatter_sum(std::span<const std::uint16_t> input, std::span<std::uint16_t> output,
                           Precision format) override {
     require_blocks(input.size(), output.size(), "reduce_scatter_sum");
-    check(MPI_Reduce_scatter_block(input.data(), output.data(), mpi_count(output.size()),
-                                   MPI_UINT16_T, sum_op(format), comm_),
-          "MPI_Reduce_scatter_block");
+    collective(MPI_Ireduce_scatter_block(input.data(), output.data(), mpi_count(output.size()),
+                                         MPI_UINT16_T, sum_op(format), comm_, &request_),
+               "MPI_Ireduce_scatter_block", half_bytes(input.size()));
     record(OpKind::ReduceScatter, half_bytes(input.size()));
   }
 
   void reduce_scatter_sum(std::span<const std::uint16_t> input, std::span<const int> counts,
                           std::span<std::uint16_t> output, Precision format) override {
     require_counts(input.size(), counts, output.size());
-    check(MPI_Reduce_scatter(input.data(), output.data(), counts.data(), MPI_UINT16_T,
-                             sum_op(format), comm_),
-          "MPI_Reduce_scatter");
+    collective(MPI_Ireduce_scatter(input.data(), output.data(), counts.data(), MPI_UINT16_T,
+                                   sum_op(format), comm_, &request_),
+               "MPI_Ireduce_scatter", half_bytes(input.size()));
     record(OpKind::ReduceScatter, half_bytes(input.size()));
   }
 
   void all_gather(std::span<const std::uint16_t> input, std::span<std::uint16_t> output) override {
     require_blocks(output.size(), input.size(), "all_gather");
-    check(MPI_Allgather(send_buffer(input, output), mpi_count(input.size()), MPI_UINT16_T,
-                        output.data(), mpi_count(input.size()), MPI_UINT16_T, comm_),
-          "MPI_Allgather");
+    collective(
+        MPI_Iallgather(send_buffer(input, output), mpi_count(input.size()), MPI_UINT16_T,
+                       output.data(), mpi_count(input.size()), MPI_UINT16_T, comm_, &request_),
+        "MPI_Iallgather", half_bytes(output.size()));
     record(OpKind::AllGather, half_bytes(output.size()));
   }
 
   bool all_reduce_flag(bool flag, OpKind counted_as) override {
     std::uint8_t value = flag ? 1 : 0, result = 0;
-    check(MPI_Allreduce(&value, &result, 1, MPI_UINT8_T, MPI_MAX, comm_), "MPI_Allreduce");
+    collective(MPI_Iallreduce(&value, &result, 1, MPI_UINT8_T, MPI_MAX, comm_, &request_),
+               "MPI_Iallreduce", Bytes(1));
     record(counted_as, Bytes(1));
     return result != 0;
   }
@@ -178,12 +187,13 @@ class MpiCommunicator final : public Communicator {
   }
   float all_reduce_sum_float(float value, OpKind counted_as) override {
     float result = 0;
-    check(MPI_Allreduce(&value, &result, 1, MPI_FLOAT, MPI_SUM, comm_), "MPI_Allreduce");
+    collective(MPI_Iallreduce(&value, &result, 1, MPI_FLOAT, MPI_SUM, comm_, &request_),
+               "MPI_Iallreduce", Bytes(sizeof(float)));
     record(counted_as, Bytes(sizeof(float)));
     return result;
   }
   double report_sum(double value) override { return scalar(value, MPI_SUM); }
-  void barrier() override { check(MPI_Barrier(comm_), "MPI_Barrier"); }
+  void barrier() override { collective(MPI_Ibarrier(comm_, &request_), "MPI_Ibarrier", 0); }
   void idle_barrier() override {
     MPI_Request request = MPI_REQUEST_NULL;
     check(MPI_Ibarrier(comm_, &request), "MPI_Ibarrier");
@@ -230,10 +240,52 @@ class MpiCommunicator final : public Communicator {
 
   double scalar(double value, MPI_Op op) {
     double result = 0;
-    check(MPI_Allreduce(&value, &result, 1, MPI_DOUBLE, op, comm_), "MPI_Allreduce");
+    collective(MPI_Iallreduce(&value, &result, 1, MPI_DOUBLE, op, comm_, &request_),
+               "MPI_Iallreduce", Bytes(sizeof(double)));
     return result;
   }
 
+  // Waits for request_, the collective `call` just started (`bytes` its message): polls, spinning
+  // for a moment and then sleeping with a growing back-off (a rank that waits for a slower one
+  // takes no core from it); throws Interrupted on SIGINT/SIGTERM; aborts the job when the
+  // collective has not completed after the watchdog's timeout (a peer stopped or died).
+  void collective(int status, const char* call, Bytes bytes) {
+    check(status, call);
+    using Clock = std::chrono::steady_clock;
+    const auto start = Clock::now();
+    const double timeout = collective_timeout();
+    auto pause = std::chrono::microseconds(0);
+    for (int polls = 0;; ++polls) {
+      int done = 0;
+      check(MPI_Test(&request_, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      if (done) return;
+      throw_if_interrupted();
+      if (polls < kSpinPolls) continue;
+      const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+      if (timeout > 0 && waited > timeout) stuck(call, bytes, waited);
+      pause = std::min(kMaxPause, std::max(kMinPause, pause * 2));
+      std::this_thread::sleep_for(pause);
+    }
+  }
+
+  [[noreturn]] void stuck(const char* call, Bytes bytes, double waited) const {
+    const std::int64_t step = current_step();
+    const std::string at = step >= 0 ? ", step " + std::to_string(step + 1) : std::string();
+    std::fprintf(
+        stderr,
+        "zerolens run: rank %d: %s (%lld bytes%s) made no progress for %.0f s; a peer is stuck or "
+        "dead; aborting (--collective-timeout)\n",
+        rank_, call, static_cast<long long>(bytes), at.c_str(), waited);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, kStuckExitCode);
+    std::_Exit(kStuckExitCode);
+  }
+
+  static constexpr int kSpinPolls = 2000;  // about the latency of a small collective, spun
+  static constexpr std::chrono::microseconds kMinPause{20}, kMaxPause{2000};
+  static constexpr int kStuckExitCode = 3;
+
+  MPI_Request request_ = MPI_REQUEST_NULL;
   MPI_Comm comm_ = MPI_COMM_WORLD;
   bool owned_ = false;
   int rank_ = 0;

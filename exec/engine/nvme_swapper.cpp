@@ -1,6 +1,12 @@
 #include "exec/engine/nvme_swapper.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <stdexcept>
@@ -30,11 +36,49 @@ std::string param_object(std::size_t tensor) {
   return "param_partition_" + std::to_string(tensor);
 }
 
-// <nvme_path>/zerolens-rank<r>-<kind>: ranks sharing a drive keep apart.
+// "-pid<pid>@<host>": the process that owns a swap directory.
+std::string owner_suffix() {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) host[0] = 0;
+  return "-pid" + std::to_string(getpid()) + "@" + host;
+}
+
+// Swap directories in `parent` of processes on this host that no longer run (killed with SIGKILL,
+// or by a power loss: they could not remove their own) are removed, each named on stderr.
+void remove_stale(const std::filesystem::path& parent) {
+  const std::string own = owner_suffix();
+  const std::string host = own.substr(own.find('@') + 1);
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(parent, error)) {
+    const std::string name = entry.path().filename().string();
+    const auto pid_at = name.rfind("-pid");
+    const auto at = name.rfind('@');
+    if (name.rfind("zerolens-rank", 0) != 0 || pid_at == std::string::npos ||
+        at == std::string::npos || at < pid_at || name.substr(at + 1) != host) {
+      continue;
+    }
+    char* end = nullptr;
+    const std::string digits = name.substr(pid_at + 4, at - pid_at - 4);
+    const long pid = std::strtol(digits.c_str(), &end, 10);
+    if (digits.empty() || *end != 0 || pid <= 0 || pid == long(getpid())) continue;
+    if (kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;  // running (or not ours to judge)
+    std::error_code ignored;
+    if (std::filesystem::remove_all(entry.path(), ignored) > 0) {
+      std::fprintf(stderr,
+                   "zerolens run: removed the stale swap directory %s (process %ld is gone)\n",
+                   entry.path().c_str(), pid);
+    }
+  }
+}
+
+// <nvme_path>/zerolens-rank<r>-<kind>-pid<pid>@<host>: ranks sharing a drive keep apart, and a
+// later run on this host removes the directories of processes that died without removing them.
 std::unique_ptr<NvmeStore> open_store(const OffloadConfig& offload, const std::string& key,
                                       int rank, const std::string& kind, SwapDirectories& made) {
-  const std::filesystem::path directory = std::filesystem::path(offload.nvme_path) /
-                                          ("zerolens-rank" + std::to_string(rank) + "-" + kind);
+  remove_stale(offload.nvme_path);
+  const std::filesystem::path directory =
+      std::filesystem::path(offload.nvme_path) /
+      ("zerolens-rank" + std::to_string(rank) + "-" + kind + owner_suffix());
   std::error_code error;
   std::filesystem::create_directories(directory, error);
   if (error) throw InputError(key, "cannot create " + directory.string() + ": " + error.message());
@@ -71,6 +115,12 @@ NvmeSwapper::NvmeSwapper(EngineContext& context, std::size_t optimizer_states)
     : ctx_(context), states_(optimizer_states) {
   if (ctx_.optimizer_device == Device::Nvme) open_optimizer_store();
   if (ctx_.param_device == Device::Nvme) open_param_store();
+}
+
+NvmeSwapper::~NvmeSwapper() {
+  // The stores drain their queues as they close (NvmeStore's destructor), while the buffers live.
+  param_store_.reset();
+  optimizer_store_.reset();
 }
 
 void NvmeSwapper::open_optimizer_store() {

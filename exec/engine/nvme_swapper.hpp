@@ -55,6 +55,11 @@ class NvmeSwapper {
   // Opens the stores the plan offloads to NVMe (none: an idle swapper); throws InputError where
   // the swap buffers cannot hold a sub-group or a layer.
   NvmeSwapper(EngineContext& context, std::size_t optimizer_states);
+  // Finishes the I/O in flight before the swap buffers it reads and writes go: a run that unwinds
+  // mid-step (an error, SIGINT/SIGTERM) leaves requests queued.
+  ~NvmeSwapper();
+  NvmeSwapper(const NvmeSwapper&) = delete;
+  NvmeSwapper& operator=(const NvmeSwapper&) = delete;
 
   bool optimizer_in_files() const { return optimizer_store_ != nullptr; }
   bool params_in_files() const { return param_store_ != nullptr; }

@@ -153,17 +153,19 @@ fs::path save_checkpoint(const fs::path& directory, const CheckpointMeta& meta, 
   const fs::path partial = final_dir.string() + ".partial";
   const bool leader = comm.rank() == 0;
   const std::uint64_t save_id = shared_save_id(comm);
-  agree(comm, leader ? attempt([&] { create_partial(directory, partial); }) : std::string());
-  std::string error = attempt([&] {
-    const std::vector<unsigned char> bytes = encode_rank_file(shard, save_id);
-    write_file(partial / rank_file_name(comm.rank()),
-               std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
-  });
+  // A failed save, or one a signal interrupts (Interrupted from a collective), leaves no partial
+  // directory behind.
   try {
+    agree(comm, leader ? attempt([&] { create_partial(directory, partial); }) : std::string());
+    std::string error = attempt([&] {
+      const std::vector<unsigned char> bytes = encode_rank_file(shard, save_id);
+      write_file(partial / rank_file_name(comm.rank()),
+                 std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+    });
     agree(comm, error);
     agree(comm, leader ? attempt([&] { publish(directory, partial, final_dir, meta, save_id); })
                        : std::string());
-  } catch (const CheckpointError&) {
+  } catch (...) {
     std::error_code ignored;
     if (leader) fs::remove_all(partial, ignored);
     throw;

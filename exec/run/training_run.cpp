@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "exec/comm/interrupt.hpp"
 #include "exec/engine/zero_engine.hpp"
 #include "exec/io/checkpoint.hpp"
 #include "exec/model/gpt2_model.hpp"
@@ -123,6 +124,10 @@ TrainingResult train_gpt2(const Plan& plan, Communicator& comm, const TrainingOp
   std::vector<OpRecord> ops(plan.schedule.ops.size());
   StretchTracker stretch(std::size_t(options.steps - result.first_step), kStepWindow);
   for (std::int64_t step = result.first_step; step < options.steps; ++step) {
+    // SIGINT/SIGTERM: unwind, so that the engine removes its swap files (and a save its partial
+    // directory); the collectives poll too (exec/comm/interrupt.hpp).
+    throw_if_interrupted();
+    set_current_step(step);
     ledger.reset_peaks();
     const auto counts_before = counts_of(comm);
     const LinkBytes links_before = engine.link_bytes();
@@ -131,6 +136,7 @@ TrainingResult train_gpt2(const Plan& plan, Communicator& comm, const TrainingOp
       ops[op].start = begin;
       ops[op].duration = end - begin;
       for (int d = 0; d < kDeviceCount; ++d) ops[op].memory_after[std::size_t(d)] = ledger.current(Device(d));
+      throw_if_interrupted();  // after every op: a signal ends the run within an op's time
     });
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     result.collectives = difference(counts_of(comm), counts_before);
