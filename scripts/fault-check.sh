@@ -6,7 +6,7 @@
 set -u
 cd "$(dirname "$0")/.."
 build=${1:-build/nocuda}
-zl=$(realpath "$build/cli/zerolens" 2>/dev/null) || { echo "no $build/cli/zerolens: build first" >&2; exit 2; }
+zl=$(realpath -e "$build/cli/zerolens" 2>/dev/null) || { echo "no $build/cli/zerolens: build first" >&2; exit 2; }
 work=$(mktemp -d /tmp/zerolens-fault-XXXXXX)
 trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none \
@@ -83,11 +83,69 @@ small_faults() {
   expect_exit "run --steps 0" 2 "--steps: must be an integer from 1" -- "$zl" run --steps 0
 }
 
+nvme_run=(run --stage 3 --precision bf16 --offload-optimizer nvme --offload-param nvme --log-every 0)
+
+# wait_until SECONDS COMMAND...: polls COMMAND every 0.2 s.
+wait_until() {
+  local deadline=$((SECONDS + $1)); shift
+  until "$@"; do [ $SECONDS -lt $deadline ] || return 1; sleep 0.2; done
+}
+has_swap_files() { [ -n "$(find "$1" -type f 2>/dev/null | head -n1)" ]; }
+
+checkpoint_faults() {
+  local a=$work/ckpt-a b=$work/ckpt-b
+  "$zl" run --steps 2 --log-every 0 --save "$a" >/dev/null 2>&1 &&
+    "$zl" run --steps 2 --log-every 0 --seed 99 --save "$b" >/dev/null 2>&1 ||
+    { record "2 checkpoints to tamper with" "saved" 1 "run --save failed"; return; }
+  local step; step=$(tr -d '\n' <"$a/latest")
+  cp "$b/$step/rank_00000.bin" "$work/rank-from-b.bin" 2>/dev/null || cp "$(ls "$b/$step"/rank* | head -n1)" "$work/rank-from-b.bin"
+  local rank_file; rank_file=$(ls "$a/$step"/rank* | head -n1)
+  cp "$rank_file" "$work/rank-a.bin"
+  cp "$work/rank-from-b.bin" "$rank_file"
+  expect_exit "2 rank file of another run (--seed 99)" 2 "belongs to another save" -- "$zl" run --steps 3 --log-every 0 --resume "$a"
+  cp "$work/rank-a.bin" "$rank_file"
+  expect_exit "6 consolidate -o ckpt/latest" 2 "" -- "$zl" consolidate "$a" -o "$a/latest"
+  expect_exit "6 consolidate -o a rank file" 2 "" -- "$zl" consolidate "$a" -o "$rank_file"
+  expect_exit "1 consolidate -o /dev/full" 2 "/dev/full" -- "$zl" consolidate "$a" -o /dev/full
+  cp -r "$a" "$work/ckpt-zero" && ln -sf /dev/zero "$work/ckpt-zero/latest"
+  expect_exit "3 checkpoint latest -> /dev/zero" 2 "not a regular file" -- "$zl" run --steps 3 --log-every 0 --resume "$work/ckpt-zero"
+}
+
+signal_fault() {  # SIGNAL CODE
+  local nvme=$work/nvme-$1; mkdir -p "$nvme"
+  "$zl" "${nvme_run[@]}" --steps 1000000 --nvme-path "$nvme" >"$work/$1.log" 2>&1 &
+  local pid=$!
+  wait_until 60 has_swap_files "$nvme"; sleep 1
+  kill -"$1" $pid; wait $pid; local rc=$?
+  local left; left=$(find "$nvme" -mindepth 1 | wc -l)
+  local ok=0; { [ $rc = "$2" ] && [ "$left" = 0 ] && grep -q "interrupted by SIG$1" "$work/$1.log"; } || ok=1
+  record "7 SIG$1 during an NVMe-offload run" "exit $2, swap files removed" $ok "exit $rc, $left entries left in nvme_path"
+}
+
+stuck_rank_fault() {
+  command -v mpirun >/dev/null || { record "8 a stopped rank" "watchdog aborts" 0 "skipped: no mpirun"; return; }
+  local nvme=$work/nvme-stuck; mkdir -p "$nvme"
+  mpirun -np 2 "$zl" "${nvme_run[@]}" --steps 1000000 --collective-timeout 2 --nvme-path "$nvme" >"$work/stuck.log" 2>&1 &
+  local launcher=$!
+  wait_until 60 has_swap_files "$nvme"; sleep 1
+  local stopped; stopped=$(pgrep -P $launcher | sort -n | tail -n1)
+  kill -STOP "$stopped"
+  local start=$SECONDS
+  wait_until 60 sh -c "! kill -0 $launcher 2>/dev/null"; local ended=$?
+  kill -9 "$stopped" 2>/dev/null; wait $launcher 2>/dev/null
+  local ok=0; { [ $ended = 0 ] && grep -q "made no progress for 2 s" "$work/stuck.log"; } || ok=1
+  record "8 kill -STOP of rank 1 (--collective-timeout 2)" "aborted, naming rank and op" $ok \
+    "ended after $((SECONDS - start)) s; $(grep -m1 -o 'rank [0-9]*: [^;]*' "$work/stuck.log")"
+}
+
 cluster_faults
 write_faults
 read_faults
 small_faults
-if [ -f "$(dirname "$0")/fault-check-exec.sh" ]; then . "$(dirname "$0")/fault-check-exec.sh"; fi
+checkpoint_faults
+signal_fault TERM 143
+signal_fault INT 130
+stuck_rank_fault
 
 printf '%-48s | %-52s | %s\n' fault expected outcome
 printf '%s\n' "$(printf -- '-%.0s' {1..150})"

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -75,6 +76,18 @@ void remove_stale(const std::filesystem::path& parent) {
 // later run on this host removes the directories of processes that died without removing them.
 std::unique_ptr<NvmeStore> open_store(const OffloadConfig& offload, const std::string& key,
                                       int rank, const std::string& kind, SwapDirectories& made) {
+  // DeepSpeed creates a missing swap folder (os.makedirs in its swappers); so does zerolens, but
+  // says so: a mistyped path would otherwise fill whatever drive holds its parent unnoticed.
+  std::error_code exists_error;
+  if (!std::filesystem::exists(offload.nvme_path, exists_error)) {
+    std::filesystem::create_directories(offload.nvme_path, exists_error);
+    if (exists_error)
+      throw InputError(key, "cannot create '" + offload.nvme_path + "': " + exists_error.message());
+    std::cerr << "note: " << key << ": '" << offload.nvme_path
+              << "' did not exist; created it (rank " << rank << ")\n";
+  } else if (!std::filesystem::is_directory(offload.nvme_path, exists_error)) {
+    throw InputError(key, "'" + offload.nvme_path + "' is not a directory");
+  }
   remove_stale(offload.nvme_path);
   const std::filesystem::path directory =
       std::filesystem::path(offload.nvme_path) /

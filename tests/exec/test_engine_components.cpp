@@ -189,7 +189,14 @@ TEST(EngineNvme, SubGroupTrafficMatchesAHandCountAndRoundTrips) {
   MemoryLedger ledger;
   EngineContext context(plan, comm, ledger);
   const std::size_t states = 2;  // AdamW
+  std::filesystem::remove_all(directory);
+  ::testing::internal::CaptureStderr();
   NvmeSwapper nvme(context, states);
+  // A missing nvme_path is created as DeepSpeed does, but not silently (issue 19).
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("offload_optimizer.nvme_path: '" + directory + "' did not exist; created it"),
+            std::string::npos)
+      << said;
   ASSERT_TRUE(nvme.optimizer_in_files());
   ASSERT_FALSE(nvme.params_in_files());
   const Elements owned = context.layout.owned, group_size = 50;  // variant_plan's sub_group_size

@@ -3,15 +3,16 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
-#include "sim/core/json_read.hpp"
 #include "sim/hardware/cluster_json.hpp"
 #include "sim/hardware/hardware.hpp"
 #include "sim/model/presets.hpp"
 #include "sim/predict/prediction.hpp"
+#include "tests/fuzz/fuzz_input.hpp"
 
 namespace {
 
@@ -37,13 +38,9 @@ void check_finite_step(const zerolens::Cluster& cluster) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  nlohmann::json document;
-  try {  // the strict reader every input goes through (duplicate keys, NUL bytes, trailing text)
-    document = zerolens::json_read::parse_json_text(
-        std::string(reinterpret_cast<const char*>(data), size), "fuzz");
-  } catch (const zerolens::InputError&) {
-    return 0;
-  }
+  const std::optional<nlohmann::json> parsed = zerolens::fuzzing::strict_document(data, size);
+  if (!parsed) return 0;
+  const nlohmann::json& document = *parsed;
   zerolens::Diagnostics diagnostics;
   try {
     const zerolens::Cluster cluster = zerolens::cluster_from_json(document, diagnostics);

@@ -2,6 +2,7 @@
 // whatever parses writes back to DeepSpeed JSON that parses to the same document.
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -10,16 +11,12 @@
 #include "sim/config/deepspeed.hpp"
 #include "sim/config/deepspeed_json.hpp"
 #include "sim/config/overrides.hpp"
-#include "sim/core/json_read.hpp"
+#include "tests/fuzz/fuzz_input.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  nlohmann::json document;
-  try {  // the strict reader every input goes through (duplicate keys, NUL bytes, trailing text)
-    document = zerolens::json_read::parse_json_text(
-        std::string(reinterpret_cast<const char*>(data), size), "fuzz");
-  } catch (const zerolens::InputError&) {
-    return 0;
-  }
+  const std::optional<nlohmann::json> parsed = zerolens::fuzzing::strict_document(data, size);
+  if (!parsed) return 0;
+  const nlohmann::json& document = *parsed;
   for (const std::optional<std::int64_t> hidden : {std::optional<std::int64_t>(), std::optional<std::int64_t>(4096)}) {
     zerolens::Diagnostics diagnostics;
     try {

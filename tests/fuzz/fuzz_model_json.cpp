@@ -2,13 +2,14 @@
 // builds a model with a positive parameter count or raises InputError; layer lists round trip.
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
-#include "sim/core/json_read.hpp"
 #include "sim/model/layers_json.hpp"
 #include "sim/model/model_io.hpp"
+#include "tests/fuzz/fuzz_input.hpp"
 
 namespace {
 
@@ -20,13 +21,9 @@ void check(const zerolens::Model& model) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  nlohmann::json document;
-  try {  // the strict reader every input goes through (duplicate keys, NUL bytes, trailing text)
-    document = zerolens::json_read::parse_json_text(
-        std::string(reinterpret_cast<const char*>(data), size), "fuzz");
-  } catch (const zerolens::InputError&) {
-    return 0;
-  }
+  const std::optional<nlohmann::json> parsed = zerolens::fuzzing::strict_document(data, size);
+  if (!parsed) return 0;
+  const nlohmann::json& document = *parsed;
   zerolens::Diagnostics diagnostics;
   try {
     check(zerolens::model_from_hf_config(document, diagnostics, "config.json"));

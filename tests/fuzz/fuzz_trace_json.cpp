@@ -3,22 +3,19 @@
 // never fails.
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
-#include "sim/core/json_read.hpp"
 #include "sim/trace/chrome_trace.hpp"
 #include "sim/trace/trace.hpp"
+#include "tests/fuzz/fuzz_input.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  nlohmann::json document;
-  try {  // the strict reader every input goes through (duplicate keys, NUL bytes, trailing text)
-    document = zerolens::json_read::parse_json_text(
-        std::string(reinterpret_cast<const char*>(data), size), "fuzz");
-  } catch (const zerolens::InputError&) {
-    return 0;
-  }
+  const std::optional<nlohmann::json> parsed = zerolens::fuzzing::strict_document(data, size);
+  if (!parsed) return 0;
+  const nlohmann::json& document = *parsed;
   try {
     const zerolens::Trace trace = zerolens::trace_from_json(document);
     const nlohmann::json written = zerolens::trace_to_json(trace);
