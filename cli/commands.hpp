@@ -31,7 +31,8 @@ class CommandRegistry {
 // and then written whole: a file through a temporary beside it (checked writes, fsync, rename), so
 // a full disk or a kill leaves the previous file as it was; a device or FIFO (/dev/stdout) written
 // in place; stdout flushed. A failed write is printed with the path and the OS error and makes the
-// command exit 2 (output_failed). Nothing is written when the Output ends by an exception.
+// command exit 2 (output_failed). Nothing is written when the Output ends by an exception, nor
+// over a file the command read (file_io::files_read: `-c x.json -o x.json` keeps x.json).
 class Output {
  public:
   explicit Output(const std::string& path);

@@ -31,7 +31,11 @@ Output::Output(const std::string& path) : path_(path) {
 void Output::commit() {
   committed_ = true;
   const std::string text = text_.str();
-  if (!path_.empty()) return file_io::write_file_atomically(path_, text);
+  if (!path_.empty()) {
+    // `plan -c config.json -o config.json` would replace the config it read (issue 19).
+    file_io::refuse_output_over_inputs(path_, file_io::files_read());
+    return file_io::write_file_atomically(path_, text);
+  }
   std::cout << text;
   std::cout.flush();
   if (!std::cout)

@@ -5,9 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 
 namespace zerolens::file_io {
 namespace {
@@ -80,7 +82,21 @@ std::string read_bounded(int fd, const std::string& path, std::uintmax_t max_byt
   return bytes;
 }
 
+std::mutex g_files_read_mutex;
+std::vector<std::string> g_files_read;
+
+void remember_read(const std::string& path) {
+  const std::lock_guard<std::mutex> lock(g_files_read_mutex);
+  if (std::find(g_files_read.begin(), g_files_read.end(), path) == g_files_read.end())
+    g_files_read.push_back(path);
+}
+
 }  // namespace
+
+std::vector<std::string> files_read() {
+  const std::lock_guard<std::mutex> lock(g_files_read_mutex);
+  return g_files_read;
+}
 
 std::string read_regular_file(const std::string& path, const std::string& where,
                               std::uintmax_t max_bytes, const std::string& kind) {
@@ -107,6 +123,7 @@ std::string read_regular_file(const std::string& path, const std::string& where,
     throw InputError(where,
                      "'" + path + "' is not a regular file (a FIFO, socket or device is not read)");
   }
+  remember_read(path);
   return read_bounded(fd, path, max_bytes, where, kind);
 }
 

@@ -26,4 +26,8 @@ void write_file_atomically(const std::string& path, std::string_view bytes);
 // device and inode, so a link or another spelling of the path is caught too).
 void refuse_output_over_inputs(const std::string& output, const std::vector<std::string>& inputs);
 
+// Every path read_regular_file has read in this process, in order: the inputs a command's outputs
+// must not overwrite.
+std::vector<std::string> files_read();
+
 }  // namespace zerolens::file_io

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <string>
 
@@ -61,6 +62,36 @@ TEST(CliMessages, PlanNotesTheUnmodelledAndTheImpossible) {
   EXPECT_TRUE(contains(keys.output, "note: parsed, not modelled")) << keys.output;
   EXPECT_TRUE(contains(keys.output, "zero_optimization.round_robin_gradients")) << keys.output;
   EXPECT_FALSE(contains(keys.output, "warning: note:")) << keys.output;
+}
+
+TEST(CliMessages, AnOutputOverAnInputIsRefusedAndTheInputKept) {
+  namespace fs = std::filesystem;
+  const fs::path directory =
+      fs::temp_directory_path() / ("zerolens-overwrite-" + std::to_string(::getpid()));
+  fs::create_directories(directory);
+  const fs::path config = directory / "ds.json", link = directory / "link.json";
+  const std::string text =
+      R"({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2}})";
+  {
+    std::FILE* file = std::fopen(config.c_str(), "w");
+    ASSERT_NE(file, nullptr);
+    std::fputs(text.c_str(), file);
+    std::fclose(file);
+  }
+  fs::create_hard_link(config, link);
+  for (const fs::path& output : {config, link}) {
+    const Result result =
+        run("plan -c " + quote(config.string()) + " --json -o " + quote(output.string()));
+    EXPECT_EQ(result.exit_code, 2) << result.output;
+    EXPECT_TRUE(contains(result.output, "is also an input")) << result.output;
+  }
+  std::FILE* file = std::fopen(config.c_str(), "r");
+  ASSERT_NE(file, nullptr);
+  char kept[256] = {};
+  const std::size_t read = std::fread(kept, 1, sizeof kept - 1, file);
+  std::fclose(file);
+  EXPECT_EQ(std::string(kept, read), text);
+  fs::remove_all(directory);
 }
 
 }  // namespace
