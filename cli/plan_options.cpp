@@ -147,6 +147,15 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
             {"fp32", "fp16", "bf16"})
       ->group(zero);
   app.add_option("--optimizer", o.optimizer, "optimizer.type: adam|adamw|sgd")->group(zero);
+  add_named(app, "--optimizer-kernel", "--optimizer-kernel", o.optimizer_kernel,
+            parse_optimizer_kernel,
+            "Adam's GPU kernel: fused (DeepSpeed's FusedAdam, torch fused=True), foreach "
+            "(torch.optim's default since 2.0: a sqrt(v) temporary of every stepped element) or "
+            "for-loop (foreach=False, PyTorch 1.x's default: two temporaries of one tensor); "
+            "default fused under DeepSpeed (optimizer.params.torch_adam=true: foreach), foreach "
+            "under FSDP",
+            {"fused", "foreach", "for-loop"})
+      ->group(zero);
   app.add_option("--momentum", o.momentum, "optimizer.params.momentum (SGD)")->group(zero);
   app.add_option("--activation-checkpointing", o.activation_checkpointing,
                  "Checkpoint every transformer block (true|false)")->group(zero);

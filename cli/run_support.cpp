@@ -80,6 +80,21 @@ Plan make_run_plan(const RunFlags& flags, const exec::Backend& backend, Diagnost
   // the model; without a config file, run-sized buckets keep a laptop run small.
   if (!options.deepspeed_config && !options.reduce_bucket_size) options.reduce_bucket_size = kRunReduceBucket;
   PlanRequest request = make_plan_request(options, diagnostics);
+  if (request.config.is_fsdp()) {
+    throw InputError("--framework", std::string("the executor runs DeepSpeed's ZeRO, not ") +
+                                        to_string(request.config.framework) +
+                                        "; plan FSDP with `zerolens plan --framework`");
+  }
+  // The executor's Adam is one fused kernel (kernels/optimizer): it builds none of torch.optim's
+  // temporaries, so the plan it is held to leaves them out.
+  std::string kernel_note;
+  if (request.config.effective_optimizer_kernel() != OptimizerKernel::Fused) {
+    kernel_note = std::string("the executor runs a fused Adam: the ") +
+                  to_string(request.config.effective_optimizer_kernel()) +
+                  " kernel's temporaries (optimizer.params.torch_adam, --optimizer-kernel) are "
+                  "planned by `zerolens plan`, not run or held here";
+    request.config.optimizer.kernel = OptimizerKernel::Fused;
+  }
   // A calibrated cluster's gpus_per_node is the ranks calibrate ran; a run's node holds the ranks
   // started on this host (which share its cores: sim/timeline/cpu_ranks.hpp).
   if (request.cluster.calibration && !options.gpus_per_node) {
@@ -95,6 +110,7 @@ Plan make_run_plan(const RunFlags& flags, const exec::Backend& backend, Diagnost
   }
   Plan plan = make_plan(std::move(request));
   plan.notes.push_back(backend.plan_note());
+  if (!kernel_note.empty()) plan.notes.push_back(kernel_note);
   return plan;
 }
 

@@ -40,6 +40,7 @@ constexpr std::array kStackOrder = {Component::CudaContext,
                                     Component::UnreducedGrads,
                                     Component::ReduceBucket,
                                     Component::Fp32GradCast,
+                                    Component::OptimizerTemporaries,
                                     Component::OffloadStaging,
                                     Component::NvmeSwapBuffers};
 static_assert(kStackOrder.size() == kComponentCount);
@@ -165,6 +166,8 @@ const char* block_label(Component component) {
       return "swap buf";
     case Component::Fp32GradCast:
       return "fp32 grads";
+    case Component::OptimizerTemporaries:
+      return "optimizer temp";
     default:
       return category_label(category_of(component));
   }

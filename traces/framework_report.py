@@ -57,6 +57,9 @@ def plan_arguments(run):
     framework = run["framework"]
     if framework == "deepspeed":
         return args, run["deepspeed_config"]
+    # framework_reference.py steps with torch.optim.AdamW(fused=True) on the GPU (CPU offload steps
+    # on the host): no foreach temporaries, which the FSDP profile assumes by default.
+    args += ["--optimizer-kernel", run.get("optimizer_kernel", "fused")]
     if framework == "fsdp2":  # FULL_SHARD; CPUOffloadPolicy moves parameters, gradients and the step to the CPU
         offload = run.get("offload_param", "none")
         args += ["--framework", "fsdp2", "--offload-param", offload, "--offload-optimizer", offload]

@@ -187,6 +187,31 @@ const char* to_string(Framework framework) {
   return "deepspeed";
 }
 
+const char* to_string(OptimizerKernel kernel) {
+  switch (kernel) {
+    case OptimizerKernel::Fused:
+      return "fused";
+    case OptimizerKernel::Foreach:
+      return "foreach";
+    case OptimizerKernel::ForLoop:
+      return "for-loop";
+  }
+  return "fused";
+}
+
+OptimizerKernel parse_optimizer_kernel(const std::string& text, const std::string& where) {
+  for (const auto kernel :
+       {OptimizerKernel::Fused, OptimizerKernel::Foreach, OptimizerKernel::ForLoop}) {
+    if (text == to_string(kernel)) return kernel;
+  }
+  throw InputError(where, "expected fused, foreach or for-loop, got '" + text + "'");
+}
+
+OptimizerKernel TrainingConfig::effective_optimizer_kernel() const {
+  if (optimizer.kernel) return *optimizer.kernel;
+  return is_fsdp() ? OptimizerKernel::Foreach : OptimizerKernel::Fused;
+}
+
 Framework parse_framework(const std::string& text, const std::string& where) {
   for (const auto framework : {Framework::DeepSpeed, Framework::Fsdp2, Framework::Fsdp1}) {
     if (text == to_string(framework)) return framework;

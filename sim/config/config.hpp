@@ -121,8 +121,22 @@ struct ActivationCheckpointingConfig {
   std::optional<int> number_checkpoints;
 };
 
+// How the optimizer's arithmetic runs on the GPU, which decides its temporaries. Fused: one kernel
+// per element (DeepSpeed's FusedAdam, torch's fused=True): none. Foreach: torch.optim's default on
+// CUDA tensors since PyTorch 2.0 (_multi_tensor_adam[w]), which builds sqrt(exp_avg_sq) as new
+// tensors (torch._foreach_sqrt) of all the stepped elements before the update divides by them.
+// ForLoop: foreach=False, PyTorch 1.x's default (_single_tensor_adam[w]): per tensor,
+// denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt), two temporaries of that tensor at once.
+enum class OptimizerKernel : std::uint8_t { Fused, Foreach, ForLoop };
+const char* to_string(OptimizerKernel kernel);
+OptimizerKernel parse_optimizer_kernel(const std::string& text,
+                                       const std::string& where);  // throws InputError
+
 struct OptimizerConfig {
   OptimizerType type = OptimizerType::Adam;
+  // Unset: the framework's default (DeepSpeed FusedAdam; FSDP runs take torch.optim, foreach).
+  // DeepSpeed's optimizer.params.torch_adam = true selects torch.optim: Foreach.
+  std::optional<OptimizerKernel> kernel;
   double lr = 1e-3;
   double beta1 = 0.9;
   double beta2 = 0.999;
@@ -182,6 +196,9 @@ struct TrainingConfig {
   // InputError naming the key.
   void validate() const;
   bool is_fsdp() const { return framework != Framework::DeepSpeed; }
+  // The optimizer kernel the framework runs: as set, else fused under DeepSpeed, foreach under
+  // FSDP.
+  OptimizerKernel effective_optimizer_kernel() const;
   // The ZeRO settings the framework really runs with: DeepSpeed's as written; FSDP's coordinator
   // expressed in them (every parameter sharded, one unit prefetched, released after use, each
   // unit's gradients reduced alone, no flat reduce buffer).

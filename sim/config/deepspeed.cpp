@@ -355,6 +355,12 @@ void read_optimizer_params(const json& params, OptimizerConfig& o) {
     o.beta1 = as_double((*betas)[0], "optimizer.params.betas[0]", 0, 1);
     o.beta2 = as_double((*betas)[1], "optimizer.params.betas[1]", 0, 1);
   }
+  // DeepSpeed builds torch.optim.Adam[W] instead of FusedAdam (ops/adam, engine
+  // _configure_basic_optimizer): torch's foreach kernel on the GPU.
+  if (const json* v = member(params, "torch_adam")) {
+    o.kernel = as_bool(*v, "optimizer.params.torch_adam") ? OptimizerKernel::Foreach
+                                                          : OptimizerKernel::Fused;
+  }
   // Read only for Adam, where it means something.
   if (const json* v = member(params, "adam_w_mode"); v && o.type == OptimizerType::Adam) {
     o.adam_w_mode = as_bool(*v, "optimizer.params.adam_w_mode");

@@ -114,6 +114,7 @@ void apply_optimizer(OptimizerConfig& optimizer, const ConfigOverrides& o) {
     optimizer.type =
         type == OptimizerType::Adam && optimizer.adam_w_mode ? OptimizerType::AdamW : type;
   }
+  if (o.optimizer_kernel) optimizer.kernel = *o.optimizer_kernel;
   if (o.momentum)
     optimizer.momentum = json_read::as_double(json(*o.momentum), "optimizer.params.momentum");
 }

@@ -731,14 +731,47 @@ class ScheduleBuilder {
     // already): stages 1-2 the whole partition (stage_1_and_2.py step), stage 3 one sub-group at a
     // time, freeing each after its update (stage3.py _prepare_fp32_grad_for_sub_group,
     // _release_sub_group).
-    const Bytes cast = config_.precision.mixed() && !fsdp_ ? fp32_gradient_elements() * 4 : 0;
+    const Elements stepped = fsdp_ ? p.owned : fp32_gradient_elements();
+    const Bytes cast = config_.precision.mixed() && !fsdp_ ? stepped * 4 : 0;
     fx.add(Device::Gpu, Component::Fp32GradCast, cast);
+    const Bytes temporaries = optimizer_temporary_bytes(stepped);
+    fx.add(Device::Gpu, Component::OptimizerTemporaries, temporaries);
+    fx.add(Device::Gpu, Component::OptimizerTemporaries, -temporaries);
     fx.add(Device::Gpu, Component::Fp32GradCast, -cast);
     free_step_gradients(fx);
     const Bytes touched = p.owned * (4 + 2 * (master_bytes_ + state_bytes_) + param_bytes_);
     return emit(Op{.kind = OpKind::OptimizerStep, .stream = Stream::Compute, .phase = Phase::Optimizer,
                    .flops = double(p.owned) * optimizer_flops_per_element(), .memory_bytes_touched = touched},
                 fx, {before});
+  }
+
+  // FSDP shards every parameter tensor evenly: this rank's share of the largest.
+  Elements largest_shard_elements() const {
+    Elements largest = 0;
+    for (const Layer& layer : model_.layers) {
+      for (const TensorSpec& tensor : layer.params) largest = std::max(largest, tensor.numel());
+    }
+    return ceil_div(largest, Elements(dp()));
+  }
+
+  // The fp32 tensors torch.optim's Adam builds in one step() over `stepped` elements, freed when
+  // it returns. DeepSpeed steps one flat tensor (a partition, or a stage-3 sub-group) at a time;
+  // FSDP all its shards in one call, one tensor per parameter.
+  // - foreach (_multi_tensor_adam[w]): sqrt(exp_avg_sq) of every stepped tensor (_foreach_sqrt),
+  //   divided and shifted in place (PyTorch >= 2.0);
+  // - for-loop (_single_tensor_adam[w]): exp_avg_sq.sqrt() and its quotient by
+  //   bias_correction2_sqrt, both alive at the division, for the largest tensor.
+  Bytes optimizer_temporary_bytes(Elements stepped) const {
+    if (config_.optimizer.type == OptimizerType::Sgd) return 0;
+    switch (config_.effective_optimizer_kernel()) {
+      case OptimizerKernel::Fused:
+        return 0;
+      case OptimizerKernel::Foreach:
+        return stepped * 4;
+      case OptimizerKernel::ForLoop:
+        return 2 * 4 * (fsdp_ ? largest_shard_elements() : stepped);
+    }
+    return 0;
   }
 
   // Elements of the fp32 gradient copy DeepSpeed's optimizer holds at once: the partition (stages

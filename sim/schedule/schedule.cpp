@@ -56,6 +56,8 @@ const char* to_string(Component component) {
     case Component::UnreducedGrads: return "unreduced_grads";
     case Component::ReduceBucket: return "reduce_bucket";
     case Component::Fp32GradCast: return "fp32_grad_cast";
+    case Component::OptimizerTemporaries:
+      return "optimizer_temporaries";
     case Component::OffloadStaging: return "offload_staging";
     case Component::NvmeSwapBuffers: return "nvme_swap_buffers";
     case Component::CudaContext: return "cuda_context";
@@ -81,6 +83,7 @@ Category category_of(Component component) {
     case Component::UnreducedGrads:
     case Component::ReduceBucket:
     case Component::Fp32GradCast:
+    case Component::OptimizerTemporaries:
     case Component::OffloadStaging:
     case Component::NvmeSwapBuffers: return Category::Buffers;
     case Component::CudaContext:
@@ -97,6 +100,7 @@ Sharing sharing_of(Component component) {
     case Component::MasterPartition:
     case Component::OptimizerStatePartition:
     case Component::Fp32GradCast:
+    case Component::OptimizerTemporaries:
       return Sharing::Partitioned;
     case Component::ParamsFull:
     case Component::ParamsPersistent:

@@ -93,6 +93,7 @@ json framework_json(const TrainingConfig& config) {
   json framework = {{"name", to_string(config.framework)},
                     {"reshard_after_forward", config.fsdp.reshard_after_forward}};
   if (config.fsdp.reduce_dtype) framework["reduce_dtype"] = to_string(*config.fsdp.reduce_dtype);
+  if (config.optimizer.kernel) framework["optimizer_kernel"] = to_string(*config.optimizer.kernel);
   return framework;
 }
 
@@ -109,6 +110,11 @@ void read_framework(const json& object, const std::string& where, TrainingConfig
   if (framework.contains("reduce_dtype")) {
     config.fsdp.reduce_dtype = parse_precision(
         as_string(framework.at("reduce_dtype"), w + ".reduce_dtype"), w + ".reduce_dtype");
+  }
+  if (framework.contains("optimizer_kernel")) {  // optional: traces before it ran fused Adam
+    config.optimizer.kernel =
+        parse_optimizer_kernel(as_string(framework.at("optimizer_kernel"), w + ".optimizer_kernel"),
+                               w + ".optimizer_kernel");
   }
 }
 

@@ -50,6 +50,24 @@ TEST(CliMessages, CheckMeasuredNamesAFifoAsSuch) {
   EXPECT_FALSE(contains(result.output, "no such file")) << result.output;
 }
 
+// The executor runs DeepSpeed's ZeRO with a fused Adam: an FSDP profile is refused, torch_adam's
+// temporaries are named as planned but not run; a kernel flag outside its names is refused.
+TEST(CliMessages, TheExecutorSaysWhatItDoesNotRun) {
+  const Result fsdp = run("run -m gpt2-tiny --framework fsdp2 --steps 1");
+  EXPECT_EQ(fsdp.exit_code, 2) << fsdp.output;
+  EXPECT_TRUE(contains(fsdp.output, "--framework: the executor runs DeepSpeed's ZeRO, not fsdp2"))
+      << fsdp.output;
+  const Result torch_adam =
+      run("run -m gpt2-tiny -s 2 --steps 1 --set optimizer.params.torch_adam=true");
+  EXPECT_EQ(torch_adam.exit_code, 0) << torch_adam.output;
+  EXPECT_TRUE(
+      contains(torch_adam.output, "note: the executor runs a fused Adam: the foreach kernel"))
+      << torch_adam.output;
+  const Result kernel = run("plan --optimizer-kernel fast");
+  EXPECT_EQ(kernel.exit_code, 2) << kernel.output;
+  EXPECT_TRUE(contains(kernel.output, "--optimizer-kernel")) << kernel.output;
+}
+
 TEST(CliMessages, PlanNotesTheUnmodelledAndTheImpossible) {
   const Result positions = run("plan --seq-len 4096");
   EXPECT_EQ(positions.exit_code, 0) << positions.output;

@@ -142,6 +142,26 @@ TEST(DeepSpeedConfig, InvalidInputNamesTheKey) {
             "zero_optimization.offload_optimizer.device");
 }
 
+// DeepSpeed builds FusedAdam unless optimizer.params.torch_adam asks for torch.optim (engine
+// _configure_basic_optimizer), whose default on CUDA is the foreach kernel; FSDP runs torch.optim.
+TEST(DeepSpeedConfig, TorchAdamSelectsTorchOptimsForeachKernel) {
+  EXPECT_EQ(parse(json::object()).effective_optimizer_kernel(), OptimizerKernel::Fused);
+  const auto kernel_of = [](bool torch_adam) {
+    return parse({{"optimizer", {{"type", "AdamW"}, {"params", {{"torch_adam", torch_adam}}}}}})
+        .effective_optimizer_kernel();
+  };
+  EXPECT_EQ(kernel_of(true), OptimizerKernel::Foreach);
+  EXPECT_EQ(kernel_of(false), OptimizerKernel::Fused);
+  TrainingConfig fsdp;
+  fsdp.framework = Framework::Fsdp2;
+  EXPECT_EQ(fsdp.effective_optimizer_kernel(), OptimizerKernel::Foreach);
+  EXPECT_EQ(
+      error_key(json::parse(R"({"optimizer":{"type":"AdamW","params":{"torch_adam":"yes"}}})")),
+      "optimizer.params.torch_adam");
+  EXPECT_EQ(parse_optimizer_kernel("for-loop", "--optimizer-kernel"), OptimizerKernel::ForLoop);
+  EXPECT_THROW(parse_optimizer_kernel("fast", "--optimizer-kernel"), InputError);
+}
+
 TEST(BatchRule, FollowsDeepSpeed) {
   auto resolve = [](std::optional<std::int64_t> train, std::optional<std::int64_t> micro,
                     std::optional<std::int64_t> accum, int dp) {

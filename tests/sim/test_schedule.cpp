@@ -272,5 +272,51 @@ TEST(ScheduleMemory, GradientLargerThanABucketLivesUntilItsReduction) {
   }
 }
 
+// The temporaries torch.optim's Adam builds during step(), worked by hand for a 1000-element and
+// a 100-element tensor on 2 ranks (550 elements owned each):
+// - DeepSpeed steps one flat fp32 tensor: foreach sqrt(v) of its elements, 4 B each (550 x 4);
+//   for-loop sqrt(v) and its quotient at once (2 x 550 x 4); stage 3 one sub-group (here 200);
+// - FSDP steps every shard in one call: foreach 550 x 4; for-loop two copies of the largest
+//   shard (1000 / 2 = 500 elements);
+// - fused Adam (DeepSpeed's default) and SGD build none.
+TEST(ScheduleMemory, OptimizerTemporariesFollowTheKernel) {
+  Model model = testing::flat_model(2, 100);
+  model.layers[0].params[0].shape = {1000};
+  const auto temporaries_of = [&](TrainingConfig config) {
+    const Plan plan = testing::plan_of(model, config, 2);
+    Bytes peak = 0, total = 0;
+    for (const Op& op : plan.schedule.ops) {
+      for (const auto& effect : plan.schedule.effects_of(op)) {
+        if (effect.component != Component::OptimizerTemporaries) continue;
+        EXPECT_EQ(op.kind, OpKind::OptimizerStep);
+        total += effect.bytes;
+        peak = std::max(peak, total);
+      }
+    }
+    EXPECT_EQ(total, 0) << "freed when step() returns";
+    return peak;
+  };
+  const auto with = [](TrainingConfig config, std::optional<OptimizerKernel> kernel) {
+    config.optimizer.kernel = kernel;
+    return config;
+  };
+  const TrainingConfig stage2 = testing::mixed_adam(2);
+  EXPECT_EQ(temporaries_of(stage2), 0);
+  EXPECT_EQ(temporaries_of(with(stage2, OptimizerKernel::Foreach)), 550 * 4);
+  EXPECT_EQ(temporaries_of(with(stage2, OptimizerKernel::ForLoop)), 2 * 550 * 4);
+  TrainingConfig stage3 = testing::mixed_adam(3);
+  stage3.zero.sub_group_size = 200;
+  EXPECT_EQ(temporaries_of(with(stage3, OptimizerKernel::Foreach)), 200 * 4);
+  TrainingConfig fsdp = testing::mixed_adam(3, Precision::Bf16);
+  fsdp.framework = Framework::Fsdp2;
+  fsdp.zero.sub_group_size = 200;  // not FSDP's: it steps every shard at once
+  EXPECT_EQ(temporaries_of(fsdp), 550 * 4) << "FSDP runs torch.optim, foreach by default";
+  EXPECT_EQ(temporaries_of(with(fsdp, OptimizerKernel::ForLoop)), 2 * 500 * 4);
+  EXPECT_EQ(temporaries_of(with(fsdp, OptimizerKernel::Fused)), 0);
+  TrainingConfig sgd = with(stage2, OptimizerKernel::Foreach);
+  sgd.optimizer.type = OptimizerType::Sgd;
+  EXPECT_EQ(temporaries_of(sgd), 0);
+}
+
 }  // namespace
 }  // namespace zerolens
