@@ -126,9 +126,10 @@ void OptimizerRunner::write_back_params() {
   params_.write_back(master_.view(), ctx_.optimizer_device == Device::Nvme);
 }
 
-// On the device: fp32 trains its parameters in place; mixed precision casts the owned gradients
-// to fp32 (the schedule's Fp32GradCast), updates the master and writes the parameters back. Stage 3
-// casts one sub-group of sub_group_size elements at a time, as DeepSpeed does.
+// On the device: the owned gradients become one fp32 tensor (the schedule's Fp32GradCast), the
+// optimizer updates the master (mixed precision) or the fp32 parameters in place, and mixed
+// precision writes the parameters back. Stage 3 converts one sub-group of sub_group_size elements
+// at a time, as DeepSpeed does.
 void OptimizerRunner::device_update(float factor) {
   const Elements owned = ctx_.layout.owned;
   const Elements group =
@@ -140,25 +141,47 @@ void OptimizerRunner::device_update(float factor) {
   }
 }
 
+// DeepSpeed's ZeRO optimizer flattens the range's gradient pieces into one new tensor of their
+// dtype and casts that to fp32 (`self.flatten(self.averaged_gradients[i]).to(fp32)`,
+// stage_1_and_2.py step, stage3.py _prepare_fp32_grad_for_sub_group): the 16-bit flat copy lives
+// until the cast is made; fp32 gradients are flattened into the fp32 copy itself. Without ZeRO
+// only mixed precision casts; fp32 steps on the gradients where they are.
+NumberBuffer OptimizerRunner::fp32_gradients(Elements begin, Elements end) {
+  const bool zero = ctx_.stage.partitions_optimizer_states();
+  if (!ctx_.mixed && !zero) return {};
+  const auto count = std::size_t(end - begin);
+  NumberBuffer flat;
+  if (zero && ctx_.grad_format != NumberFormat::Fp32) {
+    flat = {ctx_.ledger, Device::Gpu, Component::Fp32GradCast, ctx_.grad_format, count};
+  }
+  NumberBuffer fp32 = {ctx_.ledger, Device::Gpu, Component::Fp32GradCast, NumberFormat::Fp32,
+                       count};
+  for (const OwnedSegment& whole : ctx_.segments) {
+    const OwnedSegment segment = clip(whole, begin, end);
+    if (segment.length == 0) continue;
+    const std::size_t at = std::size_t(segment.owned_offset - begin),
+                      length = std::size_t(segment.length);
+    (flat.size() > 0 ? flat : fp32).view(at, length).copy_from(grads_.owned_grads(segment));
+  }
+  if (flat.size() > 0) fp32.view().copy_from(flat.view());
+  return fp32;
+}
+
 void OptimizerRunner::device_update_range(Elements begin, Elements end, float factor) {
-  NumberBuffer cast;
+  const NumberBuffer fp32 = fp32_gradients(begin, end);
   const bool mixed = ctx_.mixed;
-  if (mixed)
-    cast = {ctx_.ledger, Device::Gpu, Component::Fp32GradCast, NumberFormat::Fp32,
-            std::size_t(end - begin)};
   for (const OwnedSegment& whole : ctx_.segments) {
     const OwnedSegment segment = clip(whole, begin, end);
     if (segment.length == 0) continue;
     const auto length = std::size_t(segment.length), offset = std::size_t(segment.owned_offset);
-    const Numbers grads = grads_.owned_grads(segment);
     const Numbers params = mixed ? master_.view(offset, length) : params_.device_params(segment);
-    const Numbers fp32_grads = mixed ? cast.view(offset - std::size_t(begin), length) : grads;
-    if (mixed) fp32_grads.copy_from(grads);
-    if (factor != 1.0f) fp32_grads.scale(factor);
+    const Numbers grads = fp32.size() > 0 ? fp32.view(offset - std::size_t(begin), length)
+                                          : grads_.owned_grads(segment);
+    if (factor != 1.0f) grads.scale(factor);
     const auto state = [&](const NumberBuffer& buffer) {
       return buffer.size() == 0 ? Numbers() : buffer.view(offset, length);
     };
-    optimizer_.update(params, fp32_grads, state(first_state_), state(second_state_));
+    optimizer_.update(params, grads, state(first_state_), state(second_state_));
     if (mixed) params_.device_params(segment).copy_from(params);
   }
 }

@@ -57,6 +57,7 @@ class OptimizerRunner {
   void device_update(float factor);
   void device_update_range(Elements begin, Elements end,
                            float factor);  // owned elements [begin, end)
+  NumberBuffer fp32_gradients(Elements begin, Elements end);  // empty: step on the gradients
   void host_update(float factor);
 
   EngineContext& ctx_;

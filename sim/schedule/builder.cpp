@@ -732,8 +732,16 @@ class ScheduleBuilder {
     // time, freeing each after its update (stage3.py _prepare_fp32_grad_for_sub_group,
     // _release_sub_group).
     const Elements stepped = fsdp_ ? p.owned : fp32_gradient_elements();
-    const Bytes cast = config_.precision.mixed() && !fsdp_ ? stepped * 4 : 0;
+    const Bytes cast = fp32_gradient_copy_bytes(stepped);
+    // The ZeRO optimizer first flattens the gradient pieces into one new tensor in their dtype
+    // (self.flatten(self.averaged_gradients[i]).to(fp32), both files): a 16-bit flat copy lives
+    // beside the fp32 one until the statement ends; fp32 gradients are flattened into the copy.
+    const Bytes flat = cast > 0 && grad_bytes_ < 4 && zero_.partitions_optimizer_states()
+                           ? stepped * grad_bytes_
+                           : 0;
+    fx.add(Device::Gpu, Component::Fp32GradCast, flat);
     fx.add(Device::Gpu, Component::Fp32GradCast, cast);
+    fx.add(Device::Gpu, Component::Fp32GradCast, -flat);
     const Bytes temporaries = optimizer_temporary_bytes(stepped);
     fx.add(Device::Gpu, Component::OptimizerTemporaries, temporaries);
     fx.add(Device::Gpu, Component::OptimizerTemporaries, -temporaries);
@@ -772,6 +780,15 @@ class ScheduleBuilder {
         return 2 * 4 * (fsdp_ ? largest_shard_elements() : stepped);
     }
     return 0;
+  }
+
+  // The fp32 gradient DeepSpeed's optimizer steps on: the cast of 16-bit gradients (stage 0 and
+  // ZeRO), or with fp32 gradients the ZeRO optimizer's flattened copy of its partition (stage 0
+  // steps fp32 parameters on their own gradients). FSDP's sharded gradients are fp32 already.
+  Bytes fp32_gradient_copy_bytes(Elements stepped) const {
+    if (fsdp_) return 0;
+    const bool copies = config_.precision.mixed() || zero_.partitions_optimizer_states();
+    return copies ? stepped * 4 : 0;
   }
 
   // Elements of the fp32 gradient copy DeepSpeed's optimizer holds at once: the partition (stages
