@@ -151,7 +151,7 @@ void NvmeSwapper::open_optimizer_store() {
   }
   optimizer_store_ = open_store(zero.offload_optimizer, key + ".nvme_path", ctx_.rank, "optimizer",
                                 swap_directories_);
-  group_elements_ = std::min(std::max<Elements>(1, zero.sub_group_size), owned);
+  group_elements_ = std::min(ctx_.layout.sub_group_elements(zero.sub_group_size), owned);
   swap_set_io_.assign(std::size_t(optimizer_swap_buffer_sets(zero.offload_optimizer, states)),
                       std::nullopt);
   optimizer_swap_ = {
@@ -195,7 +195,7 @@ void NvmeSwapper::open_param_store() {
 }
 
 Elements NvmeSwapper::sub_group_size() const {
-  return std::max<Elements>(1, ctx_.config().zero.sub_group_size);
+  return ctx_.layout.sub_group_elements(ctx_.config().zero.sub_group_size);
 }
 
 Elements NvmeSwapper::group_length(std::int32_t group) const {

@@ -134,7 +134,7 @@ void OptimizerRunner::device_update(float factor) {
   const Elements owned = ctx_.layout.owned;
   const Elements group =
       ctx_.stage.partitions_parameters()
-          ? std::min(owned, std::max<Elements>(1, ctx_.config().zero.sub_group_size))
+          ? std::min(owned, ctx_.layout.sub_group_elements(ctx_.config().zero.sub_group_size))
           : owned;
   for (Elements begin = 0; begin < owned; begin += group) {
     device_update_range(begin, std::min(owned, begin + group), factor);

@@ -151,7 +151,8 @@ void TrainingConfig::validate() const {
   require(zero.offload_param.buffer_size >= 1, zero_key("offload_param.buffer_size"), "must be at least 1");
   require(zero.reduce_bucket_size >= 1, zero_key("reduce_bucket_size"), "must be at least 1");
   require(zero.allgather_bucket_size >= 1, zero_key("allgather_bucket_size"), "must be at least 1");
-  require(zero.sub_group_size >= 1, zero_key("sub_group_size"), "must be at least 1");
+  require(zero.sub_group_size >= 0, zero_key("sub_group_size"),
+          "must be 0 (a sub-group per parameter) or more");
   require(zero.stage3_max_live_parameters >= 0, zero_key("stage3_max_live_parameters"), "must not be negative");
   for (const auto* size : {&batch.train_batch_size, &batch.micro_batch_per_gpu, &batch.gradient_accumulation_steps}) {
     const char* key = size == &batch.train_batch_size    ? "train_batch_size"

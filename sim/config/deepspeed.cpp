@@ -250,7 +250,8 @@ void read_zero_sizes(const json& zero, const Reader& r, ZeroConfig& z) {
   if (const json* v = either(zero, "stage3_max_reuse_distance", "max_reuse_distance", used)) {
     z.stage3_max_reuse_distance = as_int(*v, join_key(w, used), 0, kMaxElements);
   }
-  if (const json* v = member(zero, "sub_group_size")) z.sub_group_size = as_int(*v, join_key(w, "sub_group_size"), 1, kMaxElements);
+  if (const json* v = member(zero, "sub_group_size"))
+    z.sub_group_size = as_int(*v, join_key(w, "sub_group_size"), 0, kMaxElements);
 }
 
 void warn_unmodelled_zero(const json& zero, Diagnostics& diagnostics) {

@@ -36,7 +36,7 @@ void apply_zero_sizes(ZeroConfig& z, const ConfigOverrides& o) {
                "stage3_param_persistence_threshold");
   set_elements(z.stage3_max_live_parameters, o.max_live_parameters, "stage3_max_live_parameters");
   set_elements(z.stage3_max_reuse_distance, o.max_reuse_distance, "stage3_max_reuse_distance");
-  set_elements(z.sub_group_size, o.sub_group_size, "sub_group_size", 1);
+  set_elements(z.sub_group_size, o.sub_group_size, "sub_group_size", 0);
 }
 
 // The GUI's controls: a new stage takes away the offloads it does not allow, unless they were

@@ -211,7 +211,7 @@ class ScheduleBuilder {
       resident(Device::Gpu, Component::ReduceBucket, zero_.reduce_bucket_size * grad_bytes_);
     }
     if (optimizer_device_ == Device::Nvme) {
-      const Elements chunk = std::min(zero_.sub_group_size, p.owned);
+      const Elements chunk = std::min(p.sub_group_elements(zero_.sub_group_size), p.owned);
       resident(Device::Cpu, Component::NvmeSwapBuffers,
                Bytes(zero_.offload_optimizer.buffer_count) * chunk * 4);
     }
@@ -796,7 +796,7 @@ class ScheduleBuilder {
   Elements fp32_gradient_elements() const {
     const Elements owned = params().owned;
     return zero_.partitions_parameters()
-               ? std::min(owned, std::max<Elements>(1, zero_.sub_group_size))
+               ? std::min(owned, params().sub_group_elements(zero_.sub_group_size))
                : owned;
   }
 
@@ -834,7 +834,7 @@ class ScheduleBuilder {
   // pipeline_write the next update waits for this sub-group's write (a synchronous swap-out).
   std::uint32_t swapped_host_optimizer(std::uint32_t after, std::uint32_t before) {
     const Elements owned = params().owned;
-    const Elements size = std::max<Elements>(1, zero_.sub_group_size);
+    const Elements size = params().sub_group_elements(zero_.sub_group_size);
     const auto groups = std::size_t(ceil_div(owned, size));
     const int states = int(state_bytes_ / 4);
     const auto sets = std::size_t(optimizer_swap_buffer_sets(zero_.offload_optimizer, states));

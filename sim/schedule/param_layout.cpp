@@ -39,4 +39,17 @@ ParamLayout make_param_layout(const Model& model, const ZeroConfig& zero, int dp
   return layout;
 }
 
+Elements ParamLayout::sub_group_elements(Elements sub_group_size) const {
+  Elements size = sub_group_size;
+  if (size <= 0) {
+    for (std::size_t t = 0; t < tensor_numel.size(); ++t) {
+      const Elements owned_part = t < tensor_partition.size()
+                                      ? tensor_partition[t]
+                                      : ceil_div(tensor_numel[t], Elements(dp_size));
+      size = std::max(size, owned_part);
+    }
+  }
+  return std::max<Elements>(1, size);
+}
+
 }  // namespace zerolens

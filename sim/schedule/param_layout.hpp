@@ -24,6 +24,11 @@ struct ParamLayout {
   Elements persistent = 0;                       // stage 3: persistent elements (whole)
   int dp_size = 1;
   int stage = 0;
+
+  // The elements of one optimizer sub-group: sub_group_size of the owned elements; DeepSpeed's 0
+  // makes every parameter a sub-group of its own (stage3.py _create_fp16_sub_groups), planned as
+  // sub-groups the size of the largest parameter's partition. At least 1.
+  Elements sub_group_elements(Elements sub_group_size) const;
 };
 
 ParamLayout make_param_layout(const Model& model, const ZeroConfig& zero, int dp_size,

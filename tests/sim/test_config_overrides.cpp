@@ -75,7 +75,7 @@ TEST(ConfigOverrides, SetTheTypedFields) {
 TEST(ConfigOverrides, BadValuesNameTheKeyTheyReplace) {
   EXPECT_EQ(error_key({.reduce_bucket_size = -5}), "zero_optimization.reduce_bucket_size");
   EXPECT_EQ(error_key({.reduce_bucket_size = 1.5}), "zero_optimization.reduce_bucket_size");
-  EXPECT_EQ(error_key({.sub_group_size = 0}), "zero_optimization.sub_group_size");
+  EXPECT_EQ(error_key({.sub_group_size = -1}), "zero_optimization.sub_group_size");
   EXPECT_EQ(error_key({.max_live_parameters = -1}), "zero_optimization.stage3_max_live_parameters");
   EXPECT_EQ(error_key({.prefetch_bucket_size = 1e20}),
             "zero_optimization.stage3_prefetch_bucket_size");

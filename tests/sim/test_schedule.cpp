@@ -318,5 +318,30 @@ TEST(ScheduleMemory, OptimizerTemporariesFollowTheKernel) {
   EXPECT_EQ(temporaries_of(sgd), 0);
 }
 
+// DeepSpeed's sub_group_size 0 (which BELLE's ZeRO-3 config used) makes every parameter a
+// sub-group of its own (stage3.py _create_fp16_sub_groups): the optimizer converts at most the
+// largest parameter's partition at once. 1000- and 100-element tensors on 2 ranks: 500 elements,
+// a bf16 flattened copy (2 B) beside its fp32 cast (4 B).
+TEST(ScheduleMemory, SubGroupSizeZeroIsOneParameterPerSubGroup) {
+  Model model = testing::flat_model(2, 100);
+  model.layers[0].params[0].shape = {1000};
+  TrainingConfig config = testing::mixed_adam(3, Precision::Bf16);
+  config.zero.sub_group_size = 0;
+  EXPECT_NO_THROW(config.validate());
+  const Plan plan = testing::plan_of(model, config, 2);
+  EXPECT_EQ(plan.schedule.layout.sub_group_elements(0), 500);
+  Bytes held = 0, peak = 0;
+  for (const Op& op : plan.schedule.ops) {
+    for (const auto& effect : plan.schedule.effects_of(op)) {
+      if (effect.component != Component::Fp32GradCast) continue;
+      held += effect.bytes;
+      peak = std::max(peak, held);
+    }
+  }
+  EXPECT_EQ(peak, 500 * (2 + 4));
+  config.zero.sub_group_size = -1;
+  EXPECT_THROW(config.validate(), InputError);
+}
+
 }  // namespace
 }  // namespace zerolens
