@@ -29,6 +29,7 @@ const Flag kFlags[] = {
     {"gpus-per-node", "N", "GPUs per node (default: the cluster's)"},
     {"framework", "NAME", "deepspeed|fsdp2|fsdp1 (FSDP plans stage 3)"},
     {"reduce-dtype", "P", "FSDP reduce_dtype: fp32|fp16|bf16"},
+    {"optimizer-kernel", "K", "Adam's GPU kernel: fused|foreach|for-loop (its step's temporaries)"},
     {"stage", "N", "ZeRO stage 0-3"},
     {"offload-optimizer", "DEV", "none|cpu|nvme"},
     {"offload-param", "DEV", "none|cpu|nvme (stage 3)"},
@@ -91,6 +92,9 @@ ConfigOverrides config_edits(const QCommandLineParser& p) {
   if (p.isSet("framework")) edits.framework = parse_framework(text(p, "framework"), "--framework");
   if (p.isSet("reduce-dtype"))
     edits.reduce_dtype = parse_precision(text(p, "reduce-dtype"), "--reduce-dtype");
+  if (p.isSet("optimizer-kernel"))
+    edits.optimizer_kernel =
+        parse_optimizer_kernel(text(p, "optimizer-kernel"), "--optimizer-kernel");
   if (p.isSet("stage")) edits.stage = int(integer(p, "stage", 0, 3));
   if (p.isSet("offload-optimizer"))
     edits.offload_optimizer =

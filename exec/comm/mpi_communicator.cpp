@@ -282,7 +282,9 @@ class MpiCommunicator final : public Communicator {
   }
 
   static constexpr int kSpinPolls = 2000;  // about the latency of a small collective, spun
-  static constexpr std::chrono::microseconds kMinPause{20}, kMaxPause{2000};
+  // Open MPI advances a nonblocking collective only inside MPI_Test: each pause can hold up a round
+  // of it, so the cap stays near a round's latency (2 ms doubled a 2-rank step, docs/executor.md).
+  static constexpr std::chrono::microseconds kMinPause{20}, kMaxPause{50};
   static constexpr int kStuckExitCode = 3;
 
   MPI_Request request_ = MPI_REQUEST_NULL;

@@ -60,6 +60,27 @@ TEST(CommandLine, FlagsBuildTheSettings) {
   EXPECT_EQ(line.scale, ScaleMode::Peak);
 }
 
+// The framework flags reach the plan the GUI draws: FSDP2 with its default foreach Adam holds the
+// optimizer's temporaries at the step; --optimizer-kernel fused removes them.
+TEST(CommandLine, FrameworkAndOptimizerKernelReachThePlan) {
+  const auto temporaries = [](const char* kernel) {
+    const CommandLine line = parse_command_line(
+        args({"--model", "gpt2-tiny", "--gpus", "2", "--framework", "fsdp2", "--offload-optimizer",
+              "none", "--offload-param", "none", "--optimizer-kernel", kernel}));
+    const auto planned = plan_settings(line.settings);
+    EXPECT_TRUE(planned->plan.request.config.is_fsdp());
+    Bytes total = 0;
+    for (const Op& op : planned->plan.schedule.ops) {
+      for (const auto& effect : planned->plan.schedule.effects_of(op)) {
+        if (effect.component == Component::OptimizerTemporaries && effect.bytes > 0) total += effect.bytes;
+      }
+    }
+    return total;
+  };
+  EXPECT_GT(temporaries("foreach"), 0);
+  EXPECT_EQ(temporaries("fused"), 0);
+}
+
 TEST(CommandLine, TheWalkthroughFlagIsTheSharedWalkthrough) {
   const CommandLine line = parse_command_line(args({"--walkthrough"}));
   const auto planned = plan_settings(line.settings);
