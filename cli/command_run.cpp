@@ -3,6 +3,8 @@
 // what it measured: losses, step times, memory per device and category, collective traffic.
 #include <iostream>
 #include <memory>
+#include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -43,6 +45,21 @@ void print_measured(std::ostream& out, const exec::TrainingResult& result) {
   traffic.print(out);
 }
 
+// "{rank}" in a --measured-trace path: every rank writes its own ops there (the ranks' skew shows
+// in their collectives' waits); without it rank 0 writes its trace.
+constexpr std::string_view kRankField = "{rank}";
+
+bool every_rank_traced(const std::string& path) {
+  return path.find(kRankField) != std::string::npos;
+}
+
+std::string rank_trace_path(std::string path, int rank) {
+  for (auto at = path.find(kRankField); at != std::string::npos; at = path.find(kRankField, at)) {
+    path.replace(at, kRankField.size(), std::to_string(rank));
+  }
+  return path;
+}
+
 int run_run(const RunFlags& flags) {
   // First, on every rank: a device the build or a rank lacks stops the run before anything else.
   const std::unique_ptr<exec::Backend> backend = exec::make_backend(flags.device);
@@ -54,12 +71,16 @@ int run_run(const RunFlags& flags) {
     print_header(std::cout, plan, backend->description());
   }
   const exec::TrainingResult result = run_steps(plan, *backend, flags, std::cout);
+  const int rank = backend->communicator().rank();
+  if (!flags.measured_trace.empty() && (leader || every_rank_traced(flags.measured_trace))) {
+    Trace trace = exec::measured_trace(plan, result);
+    for (TraceOp& op : trace.ops) op.rank = rank;
+    const std::string path = rank_trace_path(flags.measured_trace, rank);
+    Output(path).stream() << trace_to_json(trace).dump(1) << '\n';
+    if (leader) std::cout << "measured trace: " << path << '\n';
+  }
   if (!leader) return kExitOk;
   print_measured(std::cout, result);
-  if (!flags.measured_trace.empty()) {
-    Output(flags.measured_trace).stream() << trace_to_json(exec::measured_trace(plan, result)).dump(1) << '\n';
-    std::cout << "measured trace: " << flags.measured_trace << '\n';
-  }
   return kExitOk;
 }
 

@@ -36,8 +36,10 @@ void add_run_options(CLI::App& command, RunFlags& flags) {
       ->capture_default_str()
       ->check(integer_in(0, 1000000))
       ->group(group);
-  command.add_option("--measured-trace", flags.measured_trace,
-                     "Write the last step as measured in the shared trace schema (traces/README.md)")
+  command
+      .add_option("--measured-trace", flags.measured_trace,
+                  "Write the last step as measured in the shared trace schema (traces/README.md); "
+                  "run: {rank} in the path makes every rank write its own ops")
       ->group(group);
   command.add_option("--save", flags.training.save_directory,
                      "Save ZeRO checkpoints here (each rank its partition; see docs/executor.md)")->group(group);
