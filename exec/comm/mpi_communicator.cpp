@@ -246,8 +246,8 @@ class MpiCommunicator final : public Communicator {
   }
 
   // Waits for request_, the collective `call` just started (`bytes` its message): polls, spinning
-  // for a moment and then sleeping with a growing back-off (a rank that waits for a slower one
-  // takes no core from it); throws Interrupted on SIGINT/SIGTERM; aborts the job when the
+  // for a moment, then yielding its core for the length of a step's skew, then sleeping with a
+  // short back-off (a rank that waits long for a slower one takes no core from it); throws Interrupted on SIGINT/SIGTERM; aborts the job when the
   // collective has not completed after the watchdog's timeout (a peer stopped or died).
   void collective(int status, const char* call, Bytes bytes) {
     check(status, call);
@@ -263,6 +263,10 @@ class MpiCommunicator final : public Communicator {
       if (polls < kSpinPolls) continue;
       const double waited = std::chrono::duration<double>(Clock::now() - start).count();
       if (timeout > 0 && waited > timeout) stuck(call, bytes, waited);
+      if (waited < kYieldSeconds) {
+        std::this_thread::yield();  // the core goes to a rank that shares it, if any
+        continue;
+      }
       pause = std::min(kMaxPause, std::max(kMinPause, pause * 2));
       std::this_thread::sleep_for(pause);
     }
@@ -282,8 +286,12 @@ class MpiCommunicator final : public Communicator {
   }
 
   static constexpr int kSpinPolls = 2000;  // about the latency of a small collective, spun
-  // Open MPI advances a nonblocking collective only inside MPI_Test: each pause can hold up a round
-  // of it, so the cap stays near a round's latency (2 ms doubled a 2-rank step, docs/executor.md).
+  // Open MPI advances a nonblocking collective only inside MPI_Test: a rank asleep when its late
+  // peer arrives holds up every round (a 249 KB all-reduce on 2 ranks: 0.08 ms in step, 0.98 ms
+  // after a 2 ms skew with 50 us pauses, 15 ms with 2 ms pauses; 0.085 ms yielding;
+  // docs/executor.md). So a waiting rank yields for kYieldSeconds, the skew of a step, and only a
+  // longer wait (a peer on NVMe, or stuck) sleeps, in pauses near a round's latency.
+  static constexpr double kYieldSeconds = 0.05;
   static constexpr std::chrono::microseconds kMinPause{20}, kMaxPause{50};
   static constexpr int kStuckExitCode = 3;
 
