@@ -247,8 +247,9 @@ class MpiCommunicator final : public Communicator {
 
   // Waits for request_, the collective `call` just started (`bytes` its message): polls, spinning
   // for a moment, then yielding its core for the length of a step's skew, then sleeping with a
-  // short back-off (a rank that waits long for a slower one takes no core from it); throws Interrupted on SIGINT/SIGTERM; aborts the job when the
-  // collective has not completed after the watchdog's timeout (a peer stopped or died).
+  // short back-off (a rank that waits long for a slower one takes no core from it); throws
+  // Interrupted on SIGINT/SIGTERM; aborts the job when the collective has not completed after the
+  // watchdog's timeout (a peer stopped or died).
   void collective(int status, const char* call, Bytes bytes) {
     check(status, call);
     using Clock = std::chrono::steady_clock;

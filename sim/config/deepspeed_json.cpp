@@ -46,6 +46,9 @@ json zero_json(const ZeroConfig& z) {
 json optimizer_json(const OptimizerConfig& o) {
   json params = {{"lr", o.lr}, {"eps", o.eps}, {"weight_decay", o.weight_decay}, {"betas", {o.beta1, o.beta2}}};
   if (o.type == OptimizerType::Sgd) params = {{"lr", o.lr}, {"momentum", o.momentum}, {"weight_decay", o.weight_decay}};
+  // torch_adam names torch.optim (foreach, or for-loop with an older torch: traces keep which in
+  // their framework block); false, FusedAdam. Unset: DeepSpeed's default, not written.
+  if (o.kernel) params["torch_adam"] = *o.kernel != OptimizerKernel::Fused;
   return {{"type", to_string(o.type)}, {"params", params}};
 }
 

@@ -19,7 +19,7 @@ struct ConfigOverrides {
   std::optional<Framework> framework;
   std::optional<bool> reshard_after_forward;
   std::optional<Precision> reduce_dtype;
-  std::optional<OptimizerKernel> optimizer_kernel;  // fused|foreach (torch_adam selects foreach)
+  std::optional<OptimizerKernel> optimizer_kernel;  // fused|foreach|for-loop (--optimizer-kernel)
   // zero_optimization
   std::optional<int> stage;
   std::optional<OffloadDevice> offload_optimizer, offload_param;

@@ -56,8 +56,7 @@ const char* to_string(Component component) {
     case Component::UnreducedGrads: return "unreduced_grads";
     case Component::ReduceBucket: return "reduce_bucket";
     case Component::Fp32GradCast: return "fp32_grad_cast";
-    case Component::OptimizerTemporaries:
-      return "optimizer_temporaries";
+    case Component::OptimizerTemporaries: return "optimizer_temporaries";
     case Component::OffloadStaging: return "offload_staging";
     case Component::NvmeSwapBuffers: return "nvme_swap_buffers";
     case Component::CudaContext: return "cuda_context";

@@ -34,28 +34,26 @@ inline constexpr int kCategoryCount = 7;
 
 // Finer names: where every byte goes. Each component belongs to exactly one category.
 enum class Component : std::uint8_t {
-  ParamsFull,        // Params: replicated low-precision parameters (stage 0-2)
-  ParamsPartition,   // Params: this rank's partition (stage 3)
-  ParamsPersistent,  // Params: stage-3 parameters below the persistence threshold, kept whole
-  GradsFull,         // Grads: replicated gradients (stage 0-1)
-  GradsPartition,    // Grads: this rank's reduced gradient partition (stage 2-3, stage 1 after
-                     // reduce)
-  MasterPartition,   // MasterParams
-  OptimizerStatePartition,  // OptimizerStates
-  ActivationsStored,        // Activations: kept for backward
-  ActivationCheckpoints,    // Activations: checkpointed layer inputs
-  ActivationWorking,        // Activations: forward/backward/recompute working sets
-  GatheredParams,           // Buffers: stage-3 parameters gathered from other ranks
-  UnreducedGrads,           // Buffers: per-layer gradients before they enter a reduce bucket
-  ReduceBucket,             // Buffers: gradient reduce buckets
-  Fp32GradCast,  // Buffers: flattened and fp32 copies of the gradient partition for the optimizer
-  OptimizerTemporaries,  // Buffers: tensors the optimizer's kernel builds during its step (foreach
-                         // sqrt)
-  OffloadStaging,        // Buffers: host-device staging for offload
-  NvmeSwapBuffers,       // Buffers: pinned host buffers for NVMe swapping
-  CudaContext,           // Overhead
-  LibraryWorkspace,      // Overhead: cuBLAS / NCCL workspaces
-  Fragmentation,         // Overhead: allocator fragmentation allowance (added to the peak)
+  ParamsFull,             // Params: replicated low-precision parameters (stage 0-2)
+  ParamsPartition,        // Params: this rank's partition (stage 3)
+  ParamsPersistent,       // Params: stage-3 parameters below the persistence threshold, kept whole
+  GradsFull,              // Grads: replicated gradients (stage 0-1)
+  GradsPartition,         // Grads: this rank's reduced gradient partition (stage 2-3, stage 1 after reduce)
+  MasterPartition,        // MasterParams
+  OptimizerStatePartition,// OptimizerStates
+  ActivationsStored,      // Activations: kept for backward
+  ActivationCheckpoints,  // Activations: checkpointed layer inputs
+  ActivationWorking,      // Activations: forward/backward/recompute working sets
+  GatheredParams,         // Buffers: stage-3 parameters gathered from other ranks
+  UnreducedGrads,         // Buffers: per-layer gradients before they enter a reduce bucket
+  ReduceBucket,           // Buffers: gradient reduce buckets
+  Fp32GradCast,           // Buffers: flattened and fp32 gradient copies for the optimizer step
+  OptimizerTemporaries,   // Buffers: tensors the optimizer kernel makes in its step (foreach sqrt)
+  OffloadStaging,         // Buffers: host-device staging for offload
+  NvmeSwapBuffers,        // Buffers: pinned host buffers for NVMe swapping
+  CudaContext,            // Overhead
+  LibraryWorkspace,       // Overhead: cuBLAS / NCCL workspaces
+  Fragmentation,          // Overhead: allocator fragmentation allowance (added to the peak)
 };
 inline constexpr int kComponentCount = 20;
 

@@ -159,6 +159,14 @@ TEST(DeepSpeedConfig, TorchAdamSelectsTorchOptimsForeachKernel) {
       error_key(json::parse(R"({"optimizer":{"type":"AdamW","params":{"torch_adam":"yes"}}})")),
       "optimizer.params.torch_adam");
   EXPECT_EQ(parse_optimizer_kernel("for-loop", "--optimizer-kernel"), OptimizerKernel::ForLoop);
+  // A config zerolens writes (the GUI's export, a trace's inputs) keeps the choice.
+  for (const bool torch_adam : {true, false}) {
+    const json written = to_deepspeed_json(parse(
+        {{"optimizer", {{"type", "AdamW"}, {"params", {{"torch_adam", torch_adam}}}}}}));
+    EXPECT_EQ(written["optimizer"]["params"]["torch_adam"], torch_adam);
+    EXPECT_EQ(parse(written).effective_optimizer_kernel(), kernel_of(torch_adam));
+  }
+  EXPECT_FALSE(to_deepspeed_json(parse(json::object()))["optimizer"]["params"].contains("torch_adam"));
   EXPECT_THROW(parse_optimizer_kernel("fast", "--optimizer-kernel"), InputError);
 }
 
