@@ -150,10 +150,12 @@ void print_io(std::ostream& out, const exec::Calibration& c) {
 // The CPU backend's own costs (docs/calibrate.md): what the simulator prices its steps with.
 void print_cpu_backend(std::ostream& out, const exec::Calibration& c) {
   if (!c.group_collectives.empty()) {
-    Table groups({"collectives, group of", "latency us per call", "bus GB/s"});
+    Table groups({"collectives, group of", "latency us per call", "bus GB/s",
+                  "16-bit reduce latency us", "16-bit reduce bus GB/s"});
     for (const GroupCollectives& g : c.group_collectives) {
       groups.add_row({std::to_string(g.ranks) + " ranks (others idle)", rate(g.latency, "", 1e-6),
-                      rate(g.bandwidth, "")});
+                      rate(g.bandwidth, ""), rate(g.sixteen_bit_reduce_latency, "", 1e-6),
+                      rate(g.sixteen_bit_reduce_bandwidth, "")});
     }
     groups.print(out);
   }
@@ -177,9 +179,14 @@ void print_cpu_backend(std::ostream& out, const exec::Calibration& c) {
   layers.print(out);
   const EngineCosts& e = c.engine;
   Table engine({"engine on one rank", "ns per unit"});
-  engine.add_row({"all-reduce, per message byte", rate(e.all_reduce_per_byte, "", 1e-9)});
-  engine.add_row({"reduce-scatter, per message byte", rate(e.reduce_scatter_per_byte, "", 1e-9)});
-  engine.add_row({"all-gather, per message byte", rate(e.all_gather_per_byte, "", 1e-9)});
+  engine.add_row({"all-reduce 16-bit, per message byte", rate(e.all_reduce_per_byte, "", 1e-9)});
+  engine.add_row(
+      {"reduce-scatter 16-bit, per message byte", rate(e.reduce_scatter_per_byte, "", 1e-9)});
+  engine.add_row({"all-gather 16-bit, per message byte", rate(e.all_gather_per_byte, "", 1e-9)});
+  engine.add_row({"all-reduce fp32, per message byte", rate(e.all_reduce_fp32_per_byte, "", 1e-9)});
+  engine.add_row(
+      {"reduce-scatter fp32, per message byte", rate(e.reduce_scatter_fp32_per_byte, "", 1e-9)});
+  engine.add_row({"all-gather fp32, per message byte", rate(e.all_gather_fp32_per_byte, "", 1e-9)});
   engine.add_row({"gradient norm, per owned element", rate(e.norm_per_element, "", 1e-9)});
   engine.add_row({"optimizer fp32, per byte touched", rate(e.optimizer_per_byte, "", 1e-9)});
   engine.add_row(
@@ -192,6 +199,14 @@ void print_cpu_backend(std::ostream& out, const exec::Calibration& c) {
     for (const Occupancy& o : c.occupancy)
       occupancy.add_row({std::to_string(o.ranks) + " rank(s)", rate(o.factor, "", 1)});
     occupancy.print(out);
+  }
+  if (!c.nvme_requests.empty()) {
+    Table nvme({"NVMe requests in lock step", "read us beyond bytes", "write us beyond bytes"});
+    for (const NvmeRequestCosts& n : c.nvme_requests) {
+      nvme.add_row({std::to_string(n.ranks) + " rank(s) swapping", rate(n.read_latency, "", 1e-6),
+                    rate(n.write_latency, "", 1e-6)});
+    }
+    nvme.print(out);
   }
   if (c.reference_step_seconds > 0) {
     out << "  reference step on 1 rank: " << rate(c.reference_step_seconds, "ms", 1e-3)

@@ -1,5 +1,6 @@
 #include "exec/backends.hpp"
 
+#include "exec/memory/host_heap.hpp"
 #include "exec/model/gpt2_model.hpp"
 #include "sim/core/error.hpp"
 // The one place outside kernels/ and exec/cuda/ that knows whether the build has CUDA (exec's
@@ -62,6 +63,7 @@ const std::vector<std::string>& backend_names() {
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& name) {
+  keep_host_heap();  // a step's buffers reuse the last step's pages, as on a GPU's cached blocks
   if (name == "cpu") return std::make_unique<CpuBackend>();
   if (name != "cuda") refuse_unknown(name);
   return cuda_backend();

@@ -16,6 +16,7 @@
 #include <stdexcept>
 
 #include "exec/calibrate/calibrate_support.hpp"
+#include "exec/memory/host_heap.hpp"
 #include "kernels/matmul.hpp"
 #include "kernels/optimizer.hpp"
 #include "kernels/stream.hpp"
@@ -306,6 +307,7 @@ std::vector<std::size_t> gpu_gemm_sizes(bool quick) {
 Calibration calibrate(Communicator& comm, const CalibrateOptions& options, DeviceCalibrator* device,
                       const CpuBackendCosts& cpu_backend) {
   validate(options);
+  keep_host_heap();  // measured as the executor runs (make_backend)
   // Opened first: a bad --nvme-path fails before a minute of measurements.
   const std::unique_ptr<NvmeStore> store = options.nvme_path ? open_store(comm, options) : nullptr;
   Calibration result;
@@ -319,8 +321,9 @@ Calibration calibrate(Communicator& comm, const CalibrateOptions& options, Devic
   measure_host_memory(comm, options, result);
   result.collectives = device ? device->measure_collectives(options.message_sizes)
                               : measure_collectives(comm, options.message_sizes);
-  if (!device && cpu_backend) cpu_backend(comm, options, result);
+  // The drive's rates first: the CPU backend's NVMe request costs are what is left beyond them.
   if (store) result.nvme = measure_nvme(comm, options, *store);
+  if (!device && cpu_backend) cpu_backend(comm, options, result);
   return result;
 }
 

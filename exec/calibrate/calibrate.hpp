@@ -160,6 +160,9 @@ struct Calibration {
   }();
   EngineCosts engine;
   std::vector<Occupancy> occupancy;  // 1 rank (factor 1), the cores' count, all ranks
+  // With --nvme-path: the engine's NVMe requests, beyond their bytes, at the occupancy's counts of
+  // ranks swapping in lock step (the node's drive shared as in their steps).
+  std::vector<NvmeRequestCosts> nvme_requests;
   double reference_step_seconds = 0;  // the engine's reference step on 1 rank (occupancy's base)
 
   double adam_over_triad() const { return adam_bytes_per_second / triad_bytes_per_second; }

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "exec/calibrate/calibrate.hpp"
+#include "sim/hardware/cluster_json.hpp"
 
 namespace zerolens::exec {
 namespace {
@@ -112,9 +113,10 @@ ClusterCalibration cluster_calibration(const Calibration& c) {
   calibration.collectives = c.group_collectives;
   calibration.occupancy = c.occupancy;
   calibration.reference_step_seconds = c.reference_step_seconds;
-  if (c.nvme) {
-    calibration.nvme_read_latency = c.nvme->read_latency;
-    calibration.nvme_write_latency = c.nvme->write_latency;
+  calibration.nvme_requests = c.nvme_requests;
+  if (c.nvme && c.nvme_requests.empty()) {  // the small requests, every rank at once
+    calibration.nvme_requests = {{c.ranks, c.nvme->read_latency, c.nvme->write_latency,
+                                  c.nvme->read_latency, c.nvme->write_latency}};
   }
   calibration.forward = c.layer_forward;
   calibration.backward = c.layer_backward;
@@ -156,24 +158,24 @@ nlohmann::json cpu_backend_json(const Calibration& c) {
     in_step[to_string(LayerKind(k))] = {{"forward", c.in_step[std::size_t(k)][0]},
                                         {"backward", c.in_step[std::size_t(k)][1]}};
   }
-  nlohmann::json groups = nlohmann::json::array();
-  for (const GroupCollectives& g : c.group_collectives) {
-    groups.push_back({{"ranks", g.ranks}, {"latency", g.latency}, {"bandwidth", g.bandwidth}});
-  }
   const EngineCosts& e = c.engine;
   nlohmann::json occupancy = nlohmann::json::array();
   for (const Occupancy& o : c.occupancy)
     occupancy.push_back({{"ranks", o.ranks}, {"factor", o.factor}});
   return {{"layer_timings", timings},
           {"occupancy", occupancy},
+          {"nvme_requests", nvme_requests_json(c.nvme_requests)},
           {"reference_step_seconds", c.reference_step_seconds},
           {"layer_costs", costs},
           {"layer_in_step", in_step},
-          {"group_collectives", groups},
+          {"group_collectives", group_collectives_json(c.group_collectives)},
           {"engine",
            {{"all_reduce_per_byte", e.all_reduce_per_byte},
             {"reduce_scatter_per_byte", e.reduce_scatter_per_byte},
             {"all_gather_per_byte", e.all_gather_per_byte},
+            {"all_reduce_fp32_per_byte", e.all_reduce_fp32_per_byte},
+            {"reduce_scatter_fp32_per_byte", e.reduce_scatter_fp32_per_byte},
+            {"all_gather_fp32_per_byte", e.all_gather_fp32_per_byte},
             {"norm_per_element", e.norm_per_element},
             {"optimizer_per_byte", e.optimizer_per_byte},
             {"mixed_optimizer_per_byte", e.mixed_optimizer_per_byte},

@@ -2,6 +2,9 @@
 // slowest rank, algbw = S / t, busbw = the bytes each rank sends in the ring algorithm / t.
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <span>
+#include <vector>
 
 #include "exec/calibrate/calibrate_support.hpp"
 #include "sim/schedule/comm.hpp"
@@ -50,7 +53,44 @@ CollectiveRate measure(Communicator& comm, OpKind kind, Bytes requested,
           bus_bandwidth(kind, bytes, comm.size(), seconds)};
 }
 
+// A 16-bit reduction (all-reduce or reduce-scatter of bf16 in host memory, reduced by the
+// communicator's user-defined MPI op), the message size S in bytes of 2-byte elements.
+CollectiveRate measure_16bit(Communicator& comm, OpKind kind, Bytes requested) {
+  const auto ranks = std::size_t(comm.size());
+  const std::size_t block =
+      std::max<std::size_t>(1, std::size_t(requested) / sizeof(std::uint16_t) / ranks);
+  const std::size_t whole =
+      kind == OpKind::AllReduce
+          ? std::max<std::size_t>(1, std::size_t(requested) / sizeof(std::uint16_t))
+          : block * ranks;
+  std::vector<std::uint16_t> input(whole, 0), output(whole, 0);  // bf16 zeros: sums stay finite
+  const std::span<std::uint16_t> in(input), out(output);
+  auto call = [&] {
+    if (kind == OpKind::AllReduce) return comm.all_reduce_sum(in, Precision::Bf16);
+    comm.reduce_scatter_sum(std::span<const std::uint16_t>(in), out.first(block), Precision::Bf16);
+  };
+  const int calls = calls_for(requested);
+  call();  // warm-up
+  const double batch = timed_runs(comm, 1, [&] {
+    for (int i = 0; i < calls; ++i) call();
+  })[0];
+  const Bytes bytes = Bytes(whole * sizeof(std::uint16_t));
+  const double seconds = batch / calls;
+  return {kind, bytes, seconds, double(bytes) / seconds,
+          bus_bandwidth(kind, bytes, comm.size(), seconds)};
+}
+
 }  // namespace
+
+std::vector<CollectiveRate> measure_collectives_16bit(Communicator& comm,
+                                                      const std::vector<Bytes>& message_sizes) {
+  std::vector<CollectiveRate> rates;
+  if (comm.size() < 2) return rates;
+  for (const OpKind kind : {OpKind::AllReduce, OpKind::ReduceScatter}) {
+    for (const Bytes bytes : message_sizes) rates.push_back(measure_16bit(comm, kind, bytes));
+  }
+  return rates;
+}
 
 std::shared_ptr<float> host_float_array(std::size_t count) {
   return std::shared_ptr<float>(new float[count](), std::default_delete<float[]>());

@@ -28,4 +28,9 @@ std::vector<CollectiveRate> measure_collectives(
     Communicator& comm, const std::vector<Bytes>& message_sizes,
     const FloatArrayAllocator& allocate = host_float_array);
 
+// All-reduce and reduce-scatter through the 16-bit (bf16) collectives, on host memory (the CPU
+// backend's): MPI reduces them through a user-defined op.
+std::vector<CollectiveRate> measure_collectives_16bit(Communicator& comm,
+                                                      const std::vector<Bytes>& message_sizes);
+
 }  // namespace zerolens::exec

@@ -229,19 +229,29 @@ void measure_layers(const CalibrateOptions& options, Calibration& result) {
 
 // ---- the engine's own work ----------------------------------------------------------------------
 
-// A reference plan of the engine on one rank: GPT-2 of `engine_shape`, two blocks.
-Plan reference_plan(const CalibrateOptions& options, int stage, Precision precision, bool offload,
-                    bool nvme = false) {
+// A reference plan of the engine on one rank: GPT-2 of `engine_shape`, two blocks, the optimizer
+// states and (stage 3) the parameters where `optimizer` and `params` say.
+Plan reference_plan(const CalibrateOptions& options, int stage, Precision precision,
+                    OffloadDevice optimizer = OffloadDevice::None,
+                    OffloadDevice params = OffloadDevice::None) {
   const CalibrateLayerShape& s = options.engine_shape;
   PlanRequest request;
   request.model = grid_model(s, 2);
   TrainingConfig& c = request.config;
   c.zero.stage = stage;
   c.precision.precision = precision;
-  if (offload) c.zero.offload_optimizer.device = nvme ? OffloadDevice::Nvme : OffloadDevice::Cpu;
-  if (nvme) {
+  c.zero.offload_optimizer.device = optimizer;
+  if (optimizer == OffloadDevice::Nvme) {
     c.zero.offload_optimizer.nvme_path = options.nvme_path.value_or("");
     c.zero.sub_group_size = 32768;  // several sub-groups, each swapped in one request
+  }
+  if (params != OffloadDevice::None) {
+    // Every layer's partitions read before its use (no persistent tensor), every tensor's written
+    // back after the update, each a request.
+    c.zero.offload_param.device = params;
+    c.zero.offload_param.nvme_path = options.nvme_path.value_or("");
+    c.zero.offload_param.buffer_size = Elements{1} << 17;  // 5 buffers hold the whole model
+    c.zero.stage3_param_persistence_threshold = 0;
   }
   c.batch.micro_batch_per_gpu = s.micro_batch;
   c.seq_len = s.seq_len;
@@ -255,8 +265,13 @@ Plan reference_plan(const CalibrateOptions& options, int stage, Precision precis
 }
 
 // Each op's mean time over the fastest stretch of consecutive steps (stretch_means), stepping for
-// `seconds` (at least kStepWindow + 1 steps; the first left out: it pays for first touches).
-std::vector<double> op_times(const Plan& plan, Communicator& alone, double seconds) {
+// `seconds` (at least kStepWindow + 1 steps; the first left out: it pays for first touches). With
+// `lock`, every member of it steps its own engine at once, as ranks in step share the node: a
+// barrier before each step and after each collective op (where the ranks of one engine would wait
+// for each other; a one-rank engine's collectives wait for nobody), rank 0's clock deciding when
+// all stop.
+std::vector<double> op_times(const Plan& plan, Communicator& alone, double seconds,
+                             Communicator* lock = nullptr) {
   MemoryLedger ledger;
   const ScheduleContext& context = plan.schedule.context;
   Gpt2Model model(plan.request.model,
@@ -267,10 +282,19 @@ std::vector<double> op_times(const Plan& plan, Communicator& alone, double secon
   ZeroEngine engine(plan, alone, model, ledger);
   std::vector<std::vector<double>> steps;
   const auto start = Clock::now();
-  for (std::int64_t step = 0; step <= std::int64_t(kStepWindow) || seconds_since(start) < seconds;
-       ++step) {
+  const auto going = [&](std::int64_t step) {
+    const bool more = step <= std::int64_t(kStepWindow) || seconds_since(start) < seconds;
+    if (!lock) return more;
+    return lock->all_reduce_max(lock->rank() == 0 && more ? 1.0 : 0.0) > 0;
+  };
+  for (std::int64_t step = 0; going(step); ++step) {
+    if (lock) lock->barrier();
     std::vector<double> row(plan.schedule.ops.size(), 0);
-    engine.step(step, [&](std::size_t op, double begin, double end) { row[op] = end - begin; });
+    engine.step(step, [&](std::size_t op, double begin, double end) {
+      row[op] = end - begin;
+      // Where ranks of one engine would meet in a collective, the members meet too (untimed).
+      if (lock && is_collective(plan.schedule.ops[op].kind)) lock->barrier();
+    });
     if (step > 0) steps.push_back(std::move(row));
   }
   return stretch_means(steps, kStepWindow);
@@ -294,7 +318,7 @@ double per_unit(const Plan& plan, const std::vector<double>& times, OpKind kind,
 // barrier before each step; a step lasts as long as its slowest rank's) for occupancy_seconds: the
 // mean step over the fastest stretch of consecutive steps (the first left out). Members only.
 double lock_step(Communicator& members, const CalibrateOptions& options) {
-  const Plan plan = reference_plan(options, 0, Precision::Bf16, false);
+  const Plan plan = reference_plan(options, 0, Precision::Bf16);
   const std::unique_ptr<Communicator> alone = members.alone();
   MemoryLedger ledger;
   const ScheduleContext& context = plan.schedule.context;
@@ -319,31 +343,53 @@ double lock_step(Communicator& members, const CalibrateOptions& options) {
   return stretch_means(steps, kStepWindow).front();
 }
 
-// What the engine's NVMe requests cost beyond their bytes at the node's rates, in its own steps (a
-// stage-2 bf16 plan with the optimizer swapped per sub-group): a sub-group's read is waited for in
-// its update, so a read request is the read op and the update less the host optimizer's work.
-void measure_nvme_requests(const CalibrateOptions& options, Communicator& alone,
-                           Calibration& result) {
-  const Plan plan = reference_plan(options, 2, Precision::Bf16, true, true);
-  const std::vector<double> times = op_times(plan, alone, options.engine_seconds / 4);
+// What the engine's NVMe requests cost beyond their bytes at the node's rates, in its own steps on
+// every member at once, in lock step, as ranks swap in theirs; rank 0's figures, members only. A
+// read is waited for by the op that needs it, and a parameter write is waited for at the NvmeWrite
+// after the update that issues it, so an op's time beyond its own work counts for the request:
+//  - an optimizer sub-group (stage 3, the optimizer swapped per sub-group, the parameters in host
+//    memory): its read op and its update less the host optimizer's work (`share` times its cost
+//    alone); its write op;
+//  - a tensor partition (the optimizer in host memory, the parameters swapped per tensor): a
+//    layer's read op and its host-to-device copy less the copy's work; the update less the host
+//    optimizer's work and the write-back op, over the tensors written.
+// The two apart: a parameter swap's many small requests would otherwise be counted in the
+// sub-groups' (the drive serves them side by side).
+NvmeRequestCosts measure_nvme_requests(const CalibrateOptions& options, Communicator& members,
+                                       double share, const Calibration& result) {
   const NvmeRate& nvme = *result.nvme;
-  double read = 0, write = 0;
-  int reads = 0, writes = 0;
-  for (std::size_t i = 0; i < plan.schedule.ops.size(); ++i) {
-    const Op& op = plan.schedule.ops[i];
-    if (op.sub_group < 0) continue;
-    if (op.kind == OpKind::NvmeRead) {
-      read += times[i] - double(op.bytes) / nvme.read_bytes_per_second;
-      ++reads;
-    } else if (op.kind == OpKind::OptimizerStep) {
-      read += times[i] - result.engine.host_optimizer_per_byte * double(op.memory_bytes_touched);
-    } else if (op.kind == OpKind::NvmeWrite) {
-      write += times[i] - double(op.bytes) / nvme.overwrite_bytes_per_second;
-      ++writes;
+  const EngineCosts& e = result.engine;
+  const double ranks = members.size();
+  const std::unique_ptr<Communicator> alone = members.alone();
+  const double seconds = options.engine_seconds / 8;
+  // Seconds beyond the bytes, and requests, of: sub-group reads, writes; tensor reads, writes.
+  std::array<double, 4> beyond{}, requests{};
+  const auto add = [&](const Plan& plan, bool tensors) {
+    const std::vector<double> times = op_times(plan, *alone, seconds, &members);
+    const std::size_t read = tensors ? 2 : 0, write = read + 1;
+    for (std::size_t i = 0; i < plan.schedule.ops.size(); ++i) {
+      const Op& op = plan.schedule.ops[i];
+      const double t = times[i];
+      if (op.kind == OpKind::NvmeRead) {
+        beyond[read] += t - double(op.bytes) * ranks / nvme.read_bytes_per_second;
+        requests[read] += op.io_requests;
+      } else if (op.kind == OpKind::NvmeWrite) {
+        beyond[write] += t - double(op.bytes) * ranks / nvme.overwrite_bytes_per_second;
+        requests[write] += op.io_requests;
+      } else if (op.kind == OpKind::OptimizerStep) {
+        beyond[tensors ? write : read] +=
+            t - share * e.host_optimizer_per_byte * double(op.memory_bytes_touched);
+      } else if (op.kind == OpKind::CopyH2D && tensors && op.phase != Phase::Optimizer) {
+        beyond[read] += t - share * e.copy_per_byte * double(op.bytes);
+      }
     }
-  }
-  if (reads > 0) result.nvme->read_latency = std::max(0.0, read / reads);
-  if (writes > 0) result.nvme->write_latency = std::max(0.0, write / writes);
+  };
+  add(reference_plan(options, 3, Precision::Bf16, OffloadDevice::Nvme, OffloadDevice::Cpu), false);
+  add(reference_plan(options, 3, Precision::Bf16, OffloadDevice::Cpu, OffloadDevice::Nvme), true);
+  const auto per_request = [&](std::size_t kind) {
+    return requests[kind] > 0 ? std::max(0.0, beyond[kind] / requests[kind]) : 0.0;
+  };
+  return {members.size(), per_request(0), per_request(1), per_request(2), per_request(3)};
 }
 
 // In a step a layer costs more than alone over the grid: the step's other data has taken the
@@ -381,13 +427,13 @@ void measure_engine(const CalibrateOptions& options, Communicator& alone, Calibr
   const double each = options.engine_seconds / 4;
   EngineCosts& e = result.engine;
   {
-    const Plan plan = reference_plan(options, 0, Precision::Bf16, false);
+    const Plan plan = reference_plan(options, 0, Precision::Bf16);
     const std::vector<double> times = op_times(plan, alone, each);
     e.all_reduce_per_byte = per_unit(plan, times, OpKind::AllReduce, bytes);
     apply_in_step(plan, times, result);
   }
   {
-    const Plan plan = reference_plan(options, 2, Precision::Bf16, false);
+    const Plan plan = reference_plan(options, 2, Precision::Bf16);
     const std::vector<double> times = op_times(plan, alone, each);
     const double owned = double(plan.schedule.layout.owned);
     e.reduce_scatter_per_byte = per_unit(plan, times, OpKind::ReduceScatter, bytes);
@@ -396,12 +442,19 @@ void measure_engine(const CalibrateOptions& options, Communicator& alone, Calibr
     e.mixed_optimizer_per_byte = per_unit(plan, times, OpKind::OptimizerStep, touched);
   }
   {
-    const Plan plan = reference_plan(options, 2, Precision::Fp32, false);
-    e.optimizer_per_byte =
-        per_unit(plan, op_times(plan, alone, each), OpKind::OptimizerStep, touched);
+    const Plan plan = reference_plan(options, 2, Precision::Fp32);
+    const std::vector<double> times = op_times(plan, alone, each);
+    e.optimizer_per_byte = per_unit(plan, times, OpKind::OptimizerStep, touched);
+    e.reduce_scatter_fp32_per_byte = per_unit(plan, times, OpKind::ReduceScatter, bytes);
+    e.all_gather_fp32_per_byte = per_unit(plan, times, OpKind::AllGather, bytes);
   }
   {
-    const Plan plan = reference_plan(options, 2, Precision::Bf16, true);
+    const Plan plan = reference_plan(options, 0, Precision::Fp32);
+    e.all_reduce_fp32_per_byte =
+        per_unit(plan, op_times(plan, alone, each), OpKind::AllReduce, bytes);
+  }
+  {
+    const Plan plan = reference_plan(options, 2, Precision::Bf16, OffloadDevice::Cpu);
     const std::vector<double> times = op_times(plan, alone, each);
     e.host_optimizer_per_byte = per_unit(plan, times, OpKind::OptimizerStep, touched, Stream::Cpu);
     const double copies = per_unit(plan, times, OpKind::CopyD2H, bytes) +
@@ -410,7 +463,6 @@ void measure_engine(const CalibrateOptions& options, Communicator& alone, Calibr
                       per_unit(plan, times, OpKind::CopyH2D, bytes) > 0;
     e.copy_per_byte = both ? copies / 2 : copies;
   }
-  if (options.nvme_path && result.nvme) measure_nvme_requests(options, alone, result);
 }
 
 // ---- sending rank 0's figures to every rank -----------------------------------------------------
@@ -440,13 +492,19 @@ std::vector<double> flatten(const Calibration& c) {
   }
   const EngineCosts& e = c.engine;
   v.insert(v.end(), {e.all_reduce_per_byte, e.reduce_scatter_per_byte, e.all_gather_per_byte,
-                     e.norm_per_element, e.optimizer_per_byte, e.mixed_optimizer_per_byte,
-                     e.host_optimizer_per_byte, e.copy_per_byte});
-  for (const GroupCollectives& g : c.group_collectives)
-    v.insert(v.end(), {double(g.ranks), g.latency, g.bandwidth});
+                     e.all_reduce_fp32_per_byte, e.reduce_scatter_fp32_per_byte,
+                     e.all_gather_fp32_per_byte, e.norm_per_element, e.optimizer_per_byte,
+                     e.mixed_optimizer_per_byte, e.host_optimizer_per_byte, e.copy_per_byte});
+  for (const GroupCollectives& g : c.group_collectives) {
+    v.insert(v.end(), {double(g.ranks), g.latency, g.bandwidth, g.sixteen_bit_reduce_latency,
+                       g.sixteen_bit_reduce_bandwidth});
+  }
   for (const Occupancy& o : c.occupancy) v.push_back(o.factor);
   v.push_back(c.reference_step_seconds);
-  if (c.nvme) v.insert(v.end(), {c.nvme->read_latency, c.nvme->write_latency});
+  for (const NvmeRequestCosts& n : c.nvme_requests) {
+    v.insert(v.end(), {double(n.ranks), n.read_latency, n.write_latency, n.tensor_read_latency,
+                       n.tensor_write_latency});
+  }
   return v;
 }
 
@@ -456,19 +514,19 @@ void unflatten(const std::vector<double>& v, Calibration& c) {
     for (LayerCost& cost : *costs) cost = {v[i], v[i + 1], v[i + 2]}, i += 3;
   }
   EngineCosts& e = c.engine;
-  for (double* field : {&e.all_reduce_per_byte, &e.reduce_scatter_per_byte, &e.all_gather_per_byte,
-                        &e.norm_per_element, &e.optimizer_per_byte, &e.mixed_optimizer_per_byte,
-                        &e.host_optimizer_per_byte, &e.copy_per_byte}) {
+  for (double* field :
+       {&e.all_reduce_per_byte, &e.reduce_scatter_per_byte, &e.all_gather_per_byte,
+        &e.all_reduce_fp32_per_byte, &e.reduce_scatter_fp32_per_byte, &e.all_gather_fp32_per_byte,
+        &e.norm_per_element, &e.optimizer_per_byte, &e.mixed_optimizer_per_byte,
+        &e.host_optimizer_per_byte, &e.copy_per_byte}) {
     *field = v[i++];
   }
   for (GroupCollectives& g : c.group_collectives)
-    g = {int(std::lround(v[i])), v[i + 1], v[i + 2]}, i += 3;
+    g = {int(std::lround(v[i])), v[i + 1], v[i + 2], v[i + 3], v[i + 4]}, i += 5;
   for (Occupancy& o : c.occupancy) o.factor = v[i++];
   c.reference_step_seconds = v[i++];
-  if (c.nvme) {
-    c.nvme->read_latency = v[i++];
-    c.nvme->write_latency = v[i++];
-  }
+  for (NvmeRequestCosts& n : c.nvme_requests)
+    n = {int(std::lround(v[i])), v[i + 1], v[i + 2], v[i + 3], v[i + 4]}, i += 5;
 }
 
 }  // namespace
@@ -481,7 +539,12 @@ void measure_cpu_backend(Communicator& comm, const CalibrateOptions& options, Ca
     if (members) {
       const std::vector<CollectiveRate> rates =
           measure_collectives(*members, options.message_sizes);
-      result.group_collectives.push_back(fit_group_collectives(group, rates));
+      GroupCollectives fitted = fit_group_collectives(group, rates);
+      const GroupCollectives sixteen_bit =
+          fit_group_collectives(group, measure_collectives_16bit(*members, options.message_sizes));
+      fitted.sixteen_bit_reduce_latency = sixteen_bit.latency;
+      fitted.sixteen_bit_reduce_bandwidth = sixteen_bit.bandwidth;
+      result.group_collectives.push_back(fitted);
     }
     comm.idle_barrier();
   }
@@ -527,6 +590,19 @@ void measure_cpu_backend(Communicator& comm, const CalibrateOptions& options, Ca
     result.occupancy.push_back({counts[i], known ? fastest[i] / fastest[0] : 1});
   }
   result.reference_step_seconds = std::isfinite(fastest[0]) ? fastest[0] : 0;
+  // The NVMe requests at the same counts, every member swapping at once.
+  result.nvme_requests.clear();
+  if (options.nvme_path && result.nvme) {
+    for (std::size_t i = 0; i < counts.size(); ++i) {
+      if (std::unique_ptr<Communicator> members = comm.first_ranks(counts[i])) {
+        const NvmeRequestCosts costs =
+            measure_nvme_requests(options, *members, result.occupancy[i].factor, result);
+        if (comm.rank() == 0) result.nvme_requests.push_back(costs);
+      }
+      comm.idle_barrier();
+    }
+    if (comm.rank() != 0) result.nvme_requests.assign(counts.size(), NvmeRequestCosts{});
+  }
   // Every rank gets rank 0's figures (the collectives' differ a little on other ranks).
   const std::size_t groups = std::size_t(std::max(0, comm.size() - 1));
   if (comm.rank() != 0) result.group_collectives.assign(groups, GroupCollectives{});

@@ -167,6 +167,9 @@ constexpr EngineField kEngineFields[] = {
     {"all_reduce_per_byte", &EngineCosts::all_reduce_per_byte},
     {"reduce_scatter_per_byte", &EngineCosts::reduce_scatter_per_byte},
     {"all_gather_per_byte", &EngineCosts::all_gather_per_byte},
+    {"all_reduce_fp32_per_byte", &EngineCosts::all_reduce_fp32_per_byte},
+    {"reduce_scatter_fp32_per_byte", &EngineCosts::reduce_scatter_fp32_per_byte},
+    {"all_gather_fp32_per_byte", &EngineCosts::all_gather_fp32_per_byte},
     {"norm_per_element", &EngineCosts::norm_per_element},
     {"optimizer_per_byte", &EngineCosts::optimizer_per_byte},
     {"mixed_optimizer_per_byte", &EngineCosts::mixed_optimizer_per_byte},
@@ -184,13 +187,73 @@ LayerKind layer_kind_named(const std::string& name, const std::string& where) {
                               (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
 }
 
+// calibration.nvme_requests: [{ranks, read_latency, write_latency}]; a calibration written before
+// it holds one rank's figures as nvme_read_latency and nvme_write_latency.
+void read_nvme_requests(const json& block, ClusterCalibration& c, Diagnostics& diagnostics) {
+  const json* list = member(block, "nvme_requests");
+  if (!list) {
+    const json* read = member(block, "nvme_read_latency");
+    const json* write = member(block, "nvme_write_latency");
+    if (!read && !write) return;
+    NvmeRequestCosts costs;
+    if (read)
+      costs.read_latency = quantity(*read, "calibration.nvme_read_latency", Quantity::Seconds);
+    if (write) {
+      costs.write_latency = quantity(*write, "calibration.nvme_write_latency", Quantity::Seconds);
+    }
+    c.nvme_requests.push_back(costs);
+    diagnostics.warn("calibration.nvme_read_latency",
+                     "an earlier calibration's form: one rank's sub-group requests; a parameter "
+                     "swap's per-tensor requests are priced at their bytes alone (run zerolens "
+                     "calibrate --nvme-path again)");
+    return;
+  }
+  if (member(block, "nvme_read_latency") || member(block, "nvme_write_latency")) {
+    throw InputError("calibration.nvme_requests",
+                     "give either nvme_requests or nvme_read_latency/nvme_write_latency, not both");
+  }
+  if (!list->is_array())
+    throw InputError("calibration.nvme_requests", "must be an array, got " + type_phrase(*list));
+  for (std::size_t i = 0; i < list->size(); ++i) {
+    const std::string where = "calibration.nvme_requests[" + std::to_string(i) + "]";
+    const json& entry = as_object((*list)[i], where);
+    warn_unknown_keys(
+        entry,
+        {"ranks", "read_latency", "write_latency", "tensor_read_latency", "tensor_write_latency"},
+        where, diagnostics);
+    NvmeRequestCosts costs;
+    const json* ranks = member(entry, "ranks");
+    if (!ranks) throw InputError(join_key(where, "ranks"), "missing");
+    costs.ranks = int(as_int(*ranks, join_key(where, "ranks"), 1, 1 << 20));
+    if (const json* x = member(entry, "read_latency"))
+      costs.read_latency = quantity(*x, join_key(where, "read_latency"), Quantity::Seconds);
+    if (const json* x = member(entry, "write_latency"))
+      costs.write_latency = quantity(*x, join_key(where, "write_latency"), Quantity::Seconds);
+    if (const json* x = member(entry, "tensor_read_latency")) {
+      costs.tensor_read_latency =
+          quantity(*x, join_key(where, "tensor_read_latency"), Quantity::Seconds);
+    }
+    if (const json* x = member(entry, "tensor_write_latency")) {
+      costs.tensor_write_latency =
+          quantity(*x, join_key(where, "tensor_write_latency"), Quantity::Seconds);
+    }
+    for (const NvmeRequestCosts& other : c.nvme_requests) {
+      if (other.ranks == costs.ranks)
+        throw InputError(join_key(where, "ranks"), std::to_string(costs.ranks) + " given twice");
+    }
+    c.nvme_requests.push_back(costs);
+  }
+  std::sort(c.nvme_requests.begin(), c.nvme_requests.end(),
+            [](const NvmeRequestCosts& a, const NvmeRequestCosts& b) { return a.ranks < b.ranks; });
+}
+
 void read_calibration(const json& block, ClusterCalibration& c, Diagnostics& diagnostics) {
   const std::string w = "calibration";
   as_object(block, w);
   warn_unknown_keys(
       block,
       {"device", "ranks", "threads_per_rank", "collectives", "occupancy", "reference_step_seconds",
-       "layers", "engine", "nvme_read_latency", "nvme_write_latency"},
+       "layers", "engine", "nvme_requests", "nvme_read_latency", "nvme_write_latency"},
       w, diagnostics);
   if (const json* v = member(block, "device")) {
     c.device = as_string(*v, "calibration.device");
@@ -202,19 +265,17 @@ void read_calibration(const json& block, ClusterCalibration& c, Diagnostics& dia
   if (const json* v = member(block, "threads_per_rank")) {
     c.threads_per_rank = int(as_int(*v, "calibration.threads_per_rank", 1, 1 << 16));
   }
-  if (const json* v = member(block, "nvme_read_latency")) {
-    c.nvme_read_latency = quantity(*v, "calibration.nvme_read_latency", Quantity::Seconds);
-  }
-  if (const json* v = member(block, "nvme_write_latency")) {
-    c.nvme_write_latency = quantity(*v, "calibration.nvme_write_latency", Quantity::Seconds);
-  }
+  read_nvme_requests(block, c, diagnostics);
   if (const json* v = member(block, "collectives")) {
     if (!v->is_array())
       throw InputError("calibration.collectives", "must be an array, got " + type_phrase(*v));
     for (std::size_t i = 0; i < v->size(); ++i) {
       const std::string where = "calibration.collectives[" + std::to_string(i) + "]";
       const json& entry = as_object((*v)[i], where);
-      warn_unknown_keys(entry, {"ranks", "latency", "bandwidth"}, where, diagnostics);
+      warn_unknown_keys(entry,
+                        {"ranks", "latency", "bandwidth", "sixteen_bit_reduce_latency",
+                         "sixteen_bit_reduce_bandwidth"},
+                        where, diagnostics);
       GroupCollectives group;
       const json* ranks = member(entry, "ranks");
       if (!ranks) throw InputError(join_key(where, "ranks"), "missing");
@@ -226,6 +287,16 @@ void read_calibration(const json& block, ClusterCalibration& c, Diagnostics& dia
       }
       if (!(group.bandwidth > 0))
         throw InputError(join_key(where, "bandwidth"), "must be positive");
+      if (const json* x = member(entry, "sixteen_bit_reduce_latency")) {
+        group.sixteen_bit_reduce_latency =
+            quantity(*x, join_key(where, "sixteen_bit_reduce_latency"), Quantity::Seconds);
+      }
+      if (const json* x = member(entry, "sixteen_bit_reduce_bandwidth")) {
+        group.sixteen_bit_reduce_bandwidth =
+            quantity(*x, join_key(where, "sixteen_bit_reduce_bandwidth"), Quantity::Bandwidth);
+        if (!(group.sixteen_bit_reduce_bandwidth > 0))
+          throw InputError(join_key(where, "sixteen_bit_reduce_bandwidth"), "must be positive");
+      }
       c.collectives.push_back(group);
     }
     std::sort(
@@ -280,10 +351,6 @@ void read_calibration(const json& block, ClusterCalibration& c, Diagnostics& dia
 }
 
 json calibration_json(const ClusterCalibration& c) {
-  json collectives = json::array();
-  for (const GroupCollectives& g : c.collectives) {
-    collectives.push_back({{"ranks", g.ranks}, {"latency", g.latency}, {"bandwidth", g.bandwidth}});
-  }
   json layers = json::object();
   const auto cost_json = [](const LayerCost& cost) {
     return json{{"per_matmul_flop", cost.per_matmul_flop},
@@ -308,13 +375,12 @@ json calibration_json(const ClusterCalibration& c) {
   return {{"device", c.device},
           {"ranks", c.ranks},
           {"threads_per_rank", c.threads_per_rank},
-          {"collectives", collectives},
+          {"collectives", group_collectives_json(c.collectives)},
           {"occupancy", occupancy},
           {"reference_step_seconds", c.reference_step_seconds},
           {"layers", layers},
           {"engine", engine},
-          {"nvme_read_latency", c.nvme_read_latency},
-          {"nvme_write_latency", c.nvme_write_latency}};
+          {"nvme_requests", nvme_requests_json(c.nvme_requests)}};
 }
 
 json link_json(const LinkSpec& link) {
@@ -322,6 +388,31 @@ json link_json(const LinkSpec& link) {
 }
 
 }  // namespace
+
+json group_collectives_json(const std::vector<GroupCollectives>& groups) {
+  json collectives = json::array();
+  for (const GroupCollectives& g : groups) {
+    json group = {{"ranks", g.ranks}, {"latency", g.latency}, {"bandwidth", g.bandwidth}};
+    if (g.sixteen_bit_reduce_bandwidth > 0) {
+      group["sixteen_bit_reduce_latency"] = g.sixteen_bit_reduce_latency;
+      group["sixteen_bit_reduce_bandwidth"] = g.sixteen_bit_reduce_bandwidth;
+    }
+    collectives.push_back(group);
+  }
+  return collectives;
+}
+
+json nvme_requests_json(const std::vector<NvmeRequestCosts>& requests) {
+  json list = json::array();
+  for (const NvmeRequestCosts& n : requests) {
+    list.push_back({{"ranks", n.ranks},
+                    {"read_latency", n.read_latency},
+                    {"write_latency", n.write_latency},
+                    {"tensor_read_latency", n.tensor_read_latency},
+                    {"tensor_write_latency", n.tensor_write_latency}});
+  }
+  return list;
+}
 
 Cluster cluster_from_json(const json& document, Diagnostics& diagnostics) {
   as_object(document, "cluster");

@@ -150,6 +150,14 @@ const GroupCollectives* ClusterCalibration::collectives_of(int group) const {
   return best;
 }
 
+const NvmeRequestCosts* ClusterCalibration::nvme_requests_of(int swapping) const {
+  const NvmeRequestCosts* best = nullptr;
+  for (const NvmeRequestCosts& c : nvme_requests) {
+    if (c.ranks <= swapping && (!best || c.ranks > best->ranks)) best = &c;
+  }
+  return best || nvme_requests.empty() ? best : &nvme_requests.front();
+}
+
 Cluster with_ranks(Cluster cluster, int dp_size, int gpus_per_node) {
   if (dp_size < 1) throw InputError("--gpus", "must be at least 1");
   if (gpus_per_node > 0) cluster.node.gpus_per_node = gpus_per_node;

@@ -57,18 +57,29 @@ inline constexpr int kLayerKindCount = int(LayerKind::Generic) + 1;
 // The CUDA backend's collectives, or the CPU backend's (MPI), over a group of `ranks` on one node,
 // as calibrate timed them: t(S) = latency + traffic(S) / bandwidth, traffic per the ring algorithm
 // (sim/schedule/comm.hpp), the other ranks idle.
+// The CPU backend also times its 16-bit reductions (all-reduce, reduce-scatter of fp16/bf16, which
+// MPI reduces through a user-defined op that widens, adds and rounds every element: a 1 MiB bf16
+// all-reduce over 2 ranks took 2.4 ms against 0.30 ms in fp32 on the development VM; a 16-bit
+// all-gather reduces nothing and moves bytes as fp32's do); 0 where not measured (fp32's figures
+// stand in).
 struct GroupCollectives {
   int ranks = 2;
   double latency = 0;    // seconds per call
   double bandwidth = 0;  // bus bytes per second
+  double sixteen_bit_reduce_latency = 0, sixteen_bit_reduce_bandwidth = 0;
 };
 
 // The engine's own work on one CPU rank beside the layers and MPI, per unit of an op's size:
 // calibrate times the engine on one rank over reference plans (docs/calibrate.md).
+// A collective's work depends on its wire format (16-bit buffers are widened to fp32 around it):
+// the *_per_byte figures are 16-bit messages', the *_fp32_per_byte ones fp32 messages' (0: not
+// measured, the 16-bit figure stands in).
 struct EngineCosts {
   double all_reduce_per_byte = 0;       // all-reduce: per message byte (buckets, casts, averaging)
   double reduce_scatter_per_byte = 0;   // reduce-scatter: per message byte
   double all_gather_per_byte = 0;       // all-gather: per message byte
+  double all_reduce_fp32_per_byte = 0, reduce_scatter_fp32_per_byte = 0,
+         all_gather_fp32_per_byte = 0;
   double norm_per_element = 0;          // gradient norm / overflow check: per owned element
   double optimizer_per_byte = 0;        // the device optimizer step, fp32: per byte touched
   double mixed_optimizer_per_byte = 0;  // the same with 16-bit parameters (casts to and from fp32)
@@ -86,6 +97,19 @@ struct Occupancy {
   double factor = 1;
 };
 
+// What an NVMe request of the engine costs beyond its bytes at the node's rates (seconds) while
+// `ranks` ranks of the node swap at once, as in their steps: the drive serves the ranks' requests
+// side by side, and a small request's fixed cost need not overlap (on the development VM's disk,
+// 360 KB O_DIRECT reads took 0.29 ms alone, 0.52 ms two at a time, 1.07 ms four at a time).
+// An optimizer sub-group is one request (read_latency, write_latency); a parameter swap issues one
+// request per tensor partition, together and asynchronously, each costing tensor_read_latency or
+// tensor_write_latency (they overlap, so far less than a lone request).
+struct NvmeRequestCosts {
+  int ranks = 1;
+  double read_latency = 0, write_latency = 0;
+  double tensor_read_latency = 0, tensor_write_latency = 0;
+};
+
 // What `zerolens calibrate` measured beyond the datasheet fields (docs/calibrate.md). Present only
 // in a cluster calibrate wrote: a step time predicted on it is compared with the executor's
 // (`validate`, `check-measured`); on a preset or hand-written cluster it is not.
@@ -99,9 +123,10 @@ struct ClusterCalibration {
   std::array<LayerCost, kLayerKindCount> forward{}, backward{};  // by LayerKind
   std::vector<Occupancy> occupancy;
   EngineCosts engine;
-  // What an NVMe request costs beyond its bytes at the node's rates (seconds; 0 without
-  // --nvme-path): the engine reads and writes a sub-group, or a tensor, per request.
-  double nvme_read_latency = 0, nvme_write_latency = 0;
+  // What an NVMe request costs beyond its bytes at the node's rates, per count of ranks swapping
+  // at once (ascending; none without --nvme-path): the engine reads and writes a sub-group, or a
+  // tensor, per request.
+  std::vector<NvmeRequestCosts> nvme_requests;
   // device "cpu": the engine's reference step (docs/calibrate.md) on one rank with the node to
   // itself, seconds (0: not measured): how fast the machine was when calibrated, for comparing
   // calibrations of a host whose speed drifts. The prediction does not use it.
@@ -111,6 +136,9 @@ struct ClusterCalibration {
   // The collectives of a group of `ranks` (the largest measured group not above it; nullptr when
   // none was measured).
   const GroupCollectives* collectives_of(int ranks) const;
+  // The NVMe request costs of `swapping` ranks swapping at once (the largest measured count not
+  // above it, else the smallest measured; nullptr when none was measured).
+  const NvmeRequestCosts* nvme_requests_of(int swapping) const;
 };
 
 struct Cluster {

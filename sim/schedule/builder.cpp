@@ -174,6 +174,15 @@ class ScheduleBuilder {
     }
     return total;
   }
+  // The partitioned tensors of `owner`: each is read from NVMe as a request of its own.
+  std::int32_t owner_partitioned_tensors(int owner) const {
+    std::int32_t count = 0;
+    for (auto t = params().layer_first_tensor[std::size_t(owner)];
+         t < params().layer_first_tensor[std::size_t(owner) + 1]; ++t) {
+      if (!params().tensor_persistent[std::size_t(t)]) ++count;
+    }
+    return count;
+  }
   Elements owner_partition_elements(int owner) const {
     Elements total = 0;
     for (auto t = params().layer_first_tensor[std::size_t(owner)];
@@ -276,8 +285,13 @@ class ScheduleBuilder {
     const Elements full = gathered_elements(owner);
     std::uint32_t copy_op = kNoOp;
     if (param_device_ == Device::Nvme) {
-      copy_op = emit(Op{.kind = OpKind::NvmeRead, .stream = Stream::Nvme, .phase = phase, .layer = owner,
-                        .link = Link::NvmeRead, .bytes = partition * param_bytes_},
+      copy_op = emit(Op{.kind = OpKind::NvmeRead,
+                        .stream = Stream::Nvme,
+                        .phase = phase,
+                        .layer = owner,
+                        .link = Link::NvmeRead,
+                        .bytes = partition * param_bytes_,
+                        .io_requests = owner_partitioned_tensors(owner)},
                      effects(), {});
     }
     if (param_device_ != Device::Gpu) {
@@ -297,9 +311,14 @@ class ScheduleBuilder {
     if (param_device_ != Device::Gpu) {
       gathered.add(Device::Gpu, Component::OffloadStaging, -partition * param_bytes_);
     }
-    const auto op = emit(Op{.kind = OpKind::AllGather, .stream = Stream::Collective, .phase = phase,
-                            .layer = owner, .group_size = dp(), .link = Link::Network,
-                            .bytes = full * param_bytes_},
+    const auto op = emit(Op{.kind = OpKind::AllGather,
+                            .stream = Stream::Collective,
+                            .phase = phase,
+                            .layer = owner,
+                            .group_size = dp(),
+                            .link = Link::Network,
+                            .bytes = full * param_bytes_,
+                            .wire_element_bytes = std::int32_t(param_bytes_)},
                          gathered, {copy_op});
     live_[std::size_t(owner)] = true;
     live_elements_ += full;
@@ -607,9 +626,13 @@ class ScheduleBuilder {
     const bool scatter = stage.partitions_optimizer_states() &&
                          (zero_.reduce_scatter || stage.partitions_parameters());
     const auto reduce = emit(Op{.kind = scatter ? OpKind::ReduceScatter : OpKind::AllReduce,
-                                .stream = Stream::Collective, .phase = phase,
-                                .bucket = std::int32_t(schedule_.buckets.size()), .group_size = dp(),
-                                .link = Link::Network, .bytes = message},
+                                .stream = Stream::Collective,
+                                .phase = phase,
+                                .bucket = std::int32_t(schedule_.buckets.size()),
+                                .group_size = dp(),
+                                .link = Link::Network,
+                                .bytes = message,
+                                .wire_element_bytes = std::int32_t(grad_bytes_)},
                              fx, {bucket_producer_});
     last_reduce_ = reduce;
     if (!zero_.overlap() && !boundary_reduce) blocking_reduce_ = reduce;
@@ -642,7 +665,8 @@ class ScheduleBuilder {
                                 .bucket = std::int32_t(schedule_.buckets.size()),
                                 .group_size = dp(),
                                 .link = Link::Network,
-                                .bytes = reduce_scatter_input_bytes_},
+                                .bytes = reduce_scatter_input_bytes_,
+                                .wire_element_bytes = std::int32_t(reduce_bytes_)},
                              fx, {bucket_producer_});
     last_reduce_ = reduce;
     if (optimizer_device_ != Device::Gpu) {
@@ -870,8 +894,13 @@ class ScheduleBuilder {
                   effects(), {after});
     }
     if (param_device_ == Device::Nvme) {
-      return emit(Op{.kind = OpKind::NvmeWrite, .stream = Stream::Nvme, .phase = Phase::Optimizer,
-                     .link = Link::NvmeWrite, .bytes = bytes},
+      // Every tensor's partition (persistent ones too) is written as it is updated.
+      return emit(Op{.kind = OpKind::NvmeWrite,
+                     .stream = Stream::Nvme,
+                     .phase = Phase::Optimizer,
+                     .link = Link::NvmeWrite,
+                     .bytes = bytes,
+                     .io_requests = std::int32_t(params().tensor_numel.size())},
                   effects(), {after});
     }
     return after;  // parameters offloaded to the CPU are updated in place there
@@ -888,9 +917,13 @@ class ScheduleBuilder {
     for (Elements shard = 0; shard < shards; ++shard) {
       const Elements elements = base + (shard < remainder ? 1 : 0);
       if (elements == 0) continue;
-      previous = emit(Op{.kind = OpKind::AllGather, .stream = Stream::Collective, .phase = Phase::Optimizer,
-                         .group_size = dp(), .link = Link::Network,
-                         .bytes = elements * dp() * param_bytes_},
+      previous = emit(Op{.kind = OpKind::AllGather,
+                         .stream = Stream::Collective,
+                         .phase = Phase::Optimizer,
+                         .group_size = dp(),
+                         .link = Link::Network,
+                         .bytes = elements * dp() * param_bytes_,
+                         .wire_element_bytes = std::int32_t(param_bytes_)},
                       effects(), {previous});
     }
   }
@@ -903,8 +936,13 @@ class ScheduleBuilder {
     for (std::size_t t = 0; t < p.tensor_numel.size(); ++t) {
       if (p.tensor_persistent[t]) padded += p.tensor_partition[t] * dp();
     }
-    emit(Op{.kind = OpKind::AllGather, .stream = Stream::Collective, .phase = Phase::Optimizer,
-            .group_size = dp(), .link = Link::Network, .bytes = padded * param_bytes_},
+    emit(Op{.kind = OpKind::AllGather,
+            .stream = Stream::Collective,
+            .phase = Phase::Optimizer,
+            .group_size = dp(),
+            .link = Link::Network,
+            .bytes = padded * param_bytes_,
+            .wire_element_bytes = std::int32_t(param_bytes_)},
          effects(), {after});
   }
 

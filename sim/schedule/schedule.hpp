@@ -122,6 +122,13 @@ struct Op {
   Bytes bytes = 0;     // collective: message (buffer) size as nccl-tests counts it; copy/IO: bytes moved
   double flops = 0;    // compute ops
   Bytes memory_bytes_touched = 0;  // compute ops: bytes read+written in HBM (roofline)
+  // NVMe ops: the requests the op issues at once. A sub-group's swap is one; a parameter swap is
+  // one per tensor partition, as DeepSpeed's AsyncPartitionedParameterSwapper and the executor swap
+  // them.
+  std::int32_t io_requests = 1;
+  // Collectives: bytes of one element on the wire (4: fp32; 2: fp16 or bf16); 0 for other ops and
+  // scalar collectives.
+  std::int32_t wire_element_bytes = 0;
   std::uint32_t effects_begin = 0, effects_count = 0;
   std::uint32_t deps_begin = 0, deps_count = 0;
 };

@@ -26,38 +26,63 @@ int ranks_on_node(const ScheduleContext& context) {
 }
 
 // MPI's part of a collective over `group` ranks of one node: the calibrated latency per call and
-// bus bandwidth of the largest measured group not above it.
-double mpi_seconds(OpKind kind, Bytes bytes, int group, const ClusterCalibration& c) {
-  if (group <= 1) return 0;
-  const GroupCollectives* measured = c.collectives_of(group);
+// bus bandwidth of the largest measured group not above it; a 16-bit reduction at the 16-bit
+// reductions' figures (a user-defined MPI op; fp32's figures where those were not measured).
+double mpi_seconds(const Op& op, const ClusterCalibration& c) {
+  if (op.group_size <= 1) return 0;
+  const GroupCollectives* measured = c.collectives_of(op.group_size);
   if (!measured) {
-    throw InputError("cluster.calibration.collectives", "no collective measured for " +
-                                                            std::to_string(group) +
-                                                            " ranks (calibrate under mpirun -np " +
-                                                            std::to_string(group) + " or more)");
+    throw InputError("cluster.calibration.collectives",
+                     "no collective measured for " + std::to_string(op.group_size) +
+                         " ranks (calibrate under mpirun -np " + std::to_string(op.group_size) +
+                         " or more)");
   }
-  const LinkTraffic traffic = collective_traffic(kind, bytes, GroupShape{group, 1});
-  return measured->latency + double(traffic.intra_node + traffic.inter_node) / measured->bandwidth;
+  const bool reduces = op.kind == OpKind::AllReduce || op.kind == OpKind::ReduceScatter;
+  const bool sixteen_bit =
+      reduces && op.wire_element_bytes == 2 && measured->sixteen_bit_reduce_bandwidth > 0;
+  const double latency = sixteen_bit ? measured->sixteen_bit_reduce_latency : measured->latency;
+  const double bandwidth =
+      sixteen_bit ? measured->sixteen_bit_reduce_bandwidth : measured->bandwidth;
+  const LinkTraffic traffic = collective_traffic(op.kind, op.bytes, GroupShape{op.group_size, 1});
+  return latency + double(traffic.intra_node + traffic.inter_node) / bandwidth;
 }
 
-double local_collective_per_byte(OpKind kind, const EngineCosts& e) {
-  switch (kind) {
+// The engine's own work per message byte: fp32 messages' where measured, else 16-bit ones'.
+double local_collective_per_byte(const Op& op, const EngineCosts& e) {
+  const bool fp32 = op.wire_element_bytes == 4;
+  const auto pick = [&](double fp32_cost, double sixteen_bit_cost) {
+    return fp32 && fp32_cost > 0 ? fp32_cost : sixteen_bit_cost;
+  };
+  switch (op.kind) {
     case OpKind::AllReduce:
-      return e.all_reduce_per_byte;
+      return pick(e.all_reduce_fp32_per_byte, e.all_reduce_per_byte);
     case OpKind::ReduceScatter:
-      return e.reduce_scatter_per_byte;
+      return pick(e.reduce_scatter_fp32_per_byte, e.reduce_scatter_per_byte);
     default:
-      return e.all_gather_per_byte;  // all-gather, broadcast
+      return pick(e.all_gather_fp32_per_byte, e.all_gather_per_byte);  // all-gather, broadcast
   }
 }
 
-// One request: its latency, and its bytes at the node's rate, which the node's ranks share.
-double nvme_seconds(Bytes bytes, double node_bandwidth, double latency, const char* key,
-                    const ScheduleContext& context) {
-  if (!(node_bandwidth > 0))
-    throw InputError(std::string("cluster.node.") + key,
-                     "must be positive to simulate NVMe offload");
-  return latency + double(bytes) * ranks_on_node(context) / node_bandwidth;
+// Its requests, each at its cost with the node's ranks swapping at once (a sub-group's own, or a
+// tensor partition's of a parameter swap), and its bytes at the node's rate, which those ranks
+// share.
+double nvme_seconds(const Op& op, const ScheduleContext& context, const Cluster& cluster) {
+  const bool read = op.kind == OpKind::NvmeRead;
+  const double node_bandwidth =
+      read ? cluster.node.nvme_read_bandwidth : cluster.node.nvme_write_bandwidth;
+  if (!(node_bandwidth > 0)) {
+    throw InputError(
+        read ? "cluster.node.nvme_read_bandwidth" : "cluster.node.nvme_write_bandwidth",
+        "must be positive to simulate NVMe offload");
+  }
+  const int ranks = ranks_on_node(context);
+  const NvmeRequestCosts* costs = cluster.calibration->nvme_requests_of(ranks);
+  double per_request = 0;
+  if (costs && op.sub_group >= 0) per_request = read ? costs->read_latency : costs->write_latency;
+  if (costs && op.sub_group < 0) {
+    per_request = read ? costs->tensor_read_latency : costs->tensor_write_latency;
+  }
+  return double(op.io_requests) * per_request + double(op.bytes) * ranks / node_bandwidth;
 }
 
 }  // namespace
@@ -118,11 +143,10 @@ double cpu_rank_op_seconds(const Op& op, const Schedule& schedule, const Model& 
     case OpKind::ReduceScatter:
     case OpKind::AllGather:
     case OpKind::Broadcast:
-      return share * local_collective_per_byte(op.kind, e) * double(op.bytes) +
-             mpi_seconds(op.kind, op.bytes, op.group_size, c);
+      return share * local_collective_per_byte(op, e) * double(op.bytes) + mpi_seconds(op, c);
     case OpKind::GradNorm:
     case OpKind::OverflowCheck:
-      return share * e.norm_per_element * owned + mpi_seconds(op.kind, op.bytes, op.group_size, c);
+      return share * e.norm_per_element * owned + mpi_seconds(op, c);
     case OpKind::OptimizerStep: {
       const double touched = double(op.memory_bytes_touched);
       if (op.stream == Stream::Cpu) return share * e.host_optimizer_per_byte * touched;
@@ -136,11 +160,8 @@ double cpu_rank_op_seconds(const Op& op, const Schedule& schedule, const Model& 
     case OpKind::CopyD2H:
       return share * e.copy_per_byte * double(op.bytes);
     case OpKind::NvmeRead:
-      return nvme_seconds(op.bytes, cluster.node.nvme_read_bandwidth, c.nvme_read_latency,
-                          "nvme_read_bandwidth", context);
     case OpKind::NvmeWrite:
-      return nvme_seconds(op.bytes, cluster.node.nvme_write_bandwidth, c.nvme_write_latency,
-                          "nvme_write_bandwidth", context);
+      return nvme_seconds(op, context, cluster);
     default:
       return 0;  // release, loss-scale update: bookkeeping
   }

@@ -14,7 +14,8 @@
 //   - the optimizer step: its bytes touched at the calibrated cost per byte (device, 16-bit or
 //     fp32 parameters, or host); a stage-0 step also takes the gradient norm over every element;
 //   - gradient norm and overflow check: per owned element, plus a scalar collective;
-//   - host <-> device copies: per byte; NVMe: bytes / (node bandwidth / ranks on the node).
+//   - host <-> device copies: per byte; NVMe: the request's calibrated cost with the node's ranks
+//     swapping at once, plus bytes / (node bandwidth / ranks on the node).
 #include "sim/hardware/hardware.hpp"
 #include "sim/model/model.hpp"
 #include "sim/schedule/schedule.hpp"

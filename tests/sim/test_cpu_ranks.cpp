@@ -118,24 +118,45 @@ TEST(CpuRanks, OversubscribedRanksTakeTwiceTheComputeWorkedByHand) {
   EXPECT_NEAR(cpu_timeline(four, cluster).step_time, (2 * (2 + 4 + 2.4) + 11) * ms, 1e-9);
 }
 
-// An NVMe request: its calibrated latency, and its bytes at the node's rate shared by the ranks on
-// the node (2 here): 0.4 ms + 1 MB x 2 / 1 GB/s = 2.4 ms for a write, 0.1 + 2 ms for a read.
-TEST(CpuRanks, NvmeRequestsAreLatencyPlusTheirShareOfTheDrive) {
+// An NVMe request: the calibrated cost of a request with as many ranks swapping at once as the
+// node holds (the largest measured count not above it), and its bytes at the node's rate shared by
+// those ranks. An optimizer sub-group's swap (sub_group >= 0) is one request: 2 ranks on the node,
+// 0.4 ms + 1 MB x 2 / 1 GB/s = 2.4 ms for a write, 0.1 + 2 ms for a read; 3 ranks take the 2-rank
+// costs (0.4 + 3 ms); 1 rank its own (0.05 + 1 ms). A parameter swap issues a request per tensor
+// partition at the tensor cost: 5 x 0.02 + 2 ms written, 5 x 0.03 + 2 ms read on 2 ranks.
+TEST(CpuRanks, NvmeRequestsCostWhatTheNodesRanksSwappingAtOnceMeasured) {
   Cluster cluster = calibrated(2);
-  cluster.calibration->nvme_write_latency = 0.4 * ms;
-  cluster.calibration->nvme_read_latency = 0.1 * ms;
+  cluster.calibration->nvme_requests = {{1, 0.01 * ms, 0.05 * ms, 0, 0},
+                                        {2, 0.1 * ms, 0.4 * ms, 0.03 * ms, 0.02 * ms},
+                                        {4, 9 * ms, 9 * ms, 9 * ms, 9 * ms}};
   Schedule schedule;
   schedule.context.dp_size = 2;
   schedule.context.gpus_per_node = 8;
   const Model model;
   Op write{.kind = OpKind::NvmeWrite,
            .stream = Stream::Nvme,
+           .sub_group = 0,
            .link = Link::NvmeWrite,
            .bytes = 1'000'000};
-  Op read{
-      .kind = OpKind::NvmeRead, .stream = Stream::Nvme, .link = Link::NvmeRead, .bytes = 1'000'000};
+  Op read{.kind = OpKind::NvmeRead,
+          .stream = Stream::Nvme,
+          .sub_group = 0,
+          .link = Link::NvmeRead,
+          .bytes = 1'000'000};
   EXPECT_NEAR(cpu_rank_op_seconds(write, schedule, model, cluster), 2.4 * ms, 1e-12);
   EXPECT_NEAR(cpu_rank_op_seconds(read, schedule, model, cluster), 2.1 * ms, 1e-12);
+  Op param_write = write, param_read = read;
+  param_write.sub_group = param_read.sub_group = -1;
+  param_write.io_requests = param_read.io_requests = 5;
+  EXPECT_NEAR(cpu_rank_op_seconds(param_write, schedule, model, cluster), 2.1 * ms, 1e-12);
+  EXPECT_NEAR(cpu_rank_op_seconds(param_read, schedule, model, cluster), 2.15 * ms, 1e-12);
+  schedule.context.dp_size = 3;
+  EXPECT_NEAR(cpu_rank_op_seconds(write, schedule, model, cluster), 3.4 * ms, 1e-12);
+  schedule.context.dp_size = 1;
+  EXPECT_NEAR(cpu_rank_op_seconds(write, schedule, model, cluster), 1.05 * ms, 1e-12);
+  // Not measured (no --nvme-path): the bytes alone.
+  cluster.calibration->nvme_requests.clear();
+  EXPECT_NEAR(cpu_rank_op_seconds(read, schedule, model, cluster), 1 * ms, 1e-12);
 }
 
 TEST(CpuRanks, LayerWorkCountsFlopsAndElementsPerToken) {
@@ -192,7 +213,10 @@ TEST(CpuRanks, CalibrationRoundTripsThroughTheClusterJson) {
   cluster.calibration->forward[std::size_t(LayerKind::LmHead)] = {2e-11, 0, 3e-9};
   cluster.calibration->engine.copy_per_byte = 4e-10;
   cluster.calibration->occupancy = {{4, 2.5}, {1, 1.0}};
-  cluster.calibration->nvme_write_latency = 4e-4;
+  cluster.calibration->collectives[0].sixteen_bit_reduce_latency = 2 * ms;
+  cluster.calibration->collectives[0].sixteen_bit_reduce_bandwidth = 3e6;
+  cluster.calibration->engine.reduce_scatter_fp32_per_byte = 6e-10;
+  cluster.calibration->nvme_requests = {{4, 2e-4, 5e-4, 6e-5, 7e-5}, {1, 1e-4, 4e-4, 0, 0}};
   cluster.calibration->reference_step_seconds = 0.0348;
   Diagnostics diagnostics;
   const Cluster read =
@@ -203,6 +227,9 @@ TEST(CpuRanks, CalibrationRoundTripsThroughTheClusterJson) {
   EXPECT_EQ(read.calibration->threads_per_rank, 3);
   ASSERT_EQ(read.calibration->collectives.size(), 1u);
   EXPECT_DOUBLE_EQ(read.calibration->collectives[0].latency, 1 * ms);
+  EXPECT_DOUBLE_EQ(read.calibration->collectives[0].sixteen_bit_reduce_latency, 2 * ms);
+  EXPECT_DOUBLE_EQ(read.calibration->collectives[0].sixteen_bit_reduce_bandwidth, 3e6);
+  EXPECT_DOUBLE_EQ(read.calibration->engine.reduce_scatter_fp32_per_byte, 6e-10);
   EXPECT_DOUBLE_EQ(read.calibration->forward[std::size_t(LayerKind::LmHead)].per_element, 3e-9);
   EXPECT_DOUBLE_EQ(
       read.calibration->backward[std::size_t(LayerKind::TransformerBlock)].per_matmul_flop, 1e-6);
@@ -211,7 +238,12 @@ TEST(CpuRanks, CalibrationRoundTripsThroughTheClusterJson) {
   ASSERT_EQ(read.calibration->occupancy.size(), 2u);
   EXPECT_EQ(read.calibration->occupancy[0].ranks, 1);  // sorted
   EXPECT_DOUBLE_EQ(read.calibration->occupancy[1].factor, 2.5);
-  EXPECT_DOUBLE_EQ(read.calibration->nvme_write_latency, 4e-4);
+  ASSERT_EQ(read.calibration->nvme_requests.size(), 2u);
+  EXPECT_EQ(read.calibration->nvme_requests[0].ranks, 1);  // sorted
+  EXPECT_DOUBLE_EQ(read.calibration->nvme_requests[0].write_latency, 4e-4);
+  EXPECT_DOUBLE_EQ(read.calibration->nvme_requests[1].read_latency, 2e-4);
+  EXPECT_DOUBLE_EQ(read.calibration->nvme_requests[1].tensor_read_latency, 6e-5);
+  EXPECT_DOUBLE_EQ(read.calibration->nvme_requests[1].tensor_write_latency, 7e-5);
   EXPECT_DOUBLE_EQ(read.calibration->reference_step_seconds, 0.0348);
   // A datasheet cluster is not calibrated, and says nothing about it.
   const nlohmann::json preset = cluster_to_json(cluster_from_preset("dgx-a100-80gb"));
@@ -239,6 +271,90 @@ TEST(CpuRanks, BadCalibrationValuesNameTheKey) {
     EXPECT_NE(std::string(error.what()).find("transformer_block"), std::string::npos)
         << error.what();
   }
+}
+
+// A collective's wire format picks its costs. The worked case in bf16 (same 3 layers, 16-bit
+// gradients and parameters: reduce-scatters of 2000 bytes, 1000 sent each): with 16-bit reduction
+// figures of 3 ms per call and 5e5 bus bytes/s, each reduce-scatter is 3 + 1000 / 5e5 = 5 ms (15);
+// the gradient-norm (a scalar) and the all-gather of 6000 bytes (3000 sent, 1 + 3 = 4 ms) keep
+// fp32's figures: an all-gather reduces nothing. The engine's own work per message byte: 16-bit
+// messages at all_gather_per_byte, fp32 ones at all_gather_fp32_per_byte.
+TEST(CpuRanks, SixteenBitReductionsAndFp32MessagesTakeTheirOwnCosts) {
+  Model model = testing::flat_model(3, 1000);
+  for (auto& layer : model.layers) layer.matmul_flops_per_token = 2000;
+  TrainingConfig config = testing::mixed_adam(2, Precision::Bf16);
+  config.zero.reduce_bucket_size = 1000;
+  config.zero.overlap_comm = true;
+  const Plan plan = testing::plan_of(model, config, 2, 8, true);
+  Cluster cluster = calibrated(2);
+  cluster.calibration->collectives[0].sixteen_bit_reduce_latency = 3 * ms;
+  cluster.calibration->collectives[0].sixteen_bit_reduce_bandwidth = 5e5;
+  double reduce = 0, gather = 0, norm = 0;
+  for (const Op& op : plan.schedule.ops) {
+    const double seconds = cpu_rank_op_seconds(op, plan.schedule, model, cluster);
+    if (op.kind == OpKind::ReduceScatter) {
+      EXPECT_EQ(op.wire_element_bytes, 2);
+      reduce += seconds;
+    }
+    if (op.kind == OpKind::AllGather) {
+      EXPECT_EQ(op.wire_element_bytes, 2);
+      gather += seconds;
+    }
+    if (op.kind == OpKind::GradNorm) norm += seconds;
+  }
+  EXPECT_NEAR(reduce, 15 * ms, 1e-12);
+  EXPECT_NEAR(gather, 4 * ms, 1e-12);
+  EXPECT_NEAR(norm, 1.004 * ms, 1e-12);
+  Op fp32{.kind = OpKind::AllGather, .group_size = 1, .bytes = 1000, .wire_element_bytes = 4};
+  Op half = fp32;
+  half.wire_element_bytes = 2;
+  cluster.calibration->engine.all_gather_per_byte = 2e-9;
+  EXPECT_NEAR(cpu_rank_op_seconds(half, plan.schedule, model, cluster), 2e-6, 1e-15);
+  EXPECT_NEAR(cpu_rank_op_seconds(fp32, plan.schedule, model, cluster), 2e-6, 1e-15);  // unmeasured
+  cluster.calibration->engine.all_gather_fp32_per_byte = 5e-10;
+  EXPECT_NEAR(cpu_rank_op_seconds(fp32, plan.schedule, model, cluster), 5e-7, 1e-15);
+}
+
+// A calibration written before the per-count NVMe costs held one rank's: it reads as a 1-rank
+// entry; both forms at once, a repeated count or a missing count are refused, naming the key.
+TEST(CpuRanks, NvmeRequestCostsReadTheEarlierFormAndRefuseBadOnes) {
+  nlohmann::json document = cluster_to_json(calibrated(2));
+  nlohmann::json& block = document["calibration"];
+  block.erase("nvme_requests");
+  block["nvme_read_latency"] = 1e-4;
+  block["nvme_write_latency"] = 3e-4;
+  Diagnostics diagnostics;
+  const Cluster earlier = cluster_from_json(document, diagnostics);
+  ASSERT_EQ(diagnostics.warnings.size(), 1u);
+  EXPECT_NE(diagnostics.warnings[0].find("calibrate --nvme-path again"), std::string::npos);
+  ASSERT_EQ(earlier.calibration->nvme_requests.size(), 1u);
+  EXPECT_EQ(earlier.calibration->nvme_requests[0].ranks, 1);
+  EXPECT_DOUBLE_EQ(earlier.calibration->nvme_requests[0].read_latency, 1e-4);
+  EXPECT_DOUBLE_EQ(earlier.calibration->nvme_requests[0].write_latency, 3e-4);
+  const auto refusal = [&](const nlohmann::json& bad) {
+    try {
+      cluster_from_json(bad, diagnostics);
+    } catch (const InputError& error) {
+      return std::string(error.what());
+    }
+    return std::string("accepted");
+  };
+  nlohmann::json both = document;
+  both["calibration"]["nvme_requests"] = nlohmann::json::array();
+  EXPECT_NE(refusal(both).find("calibration.nvme_requests"), std::string::npos) << refusal(both);
+  block.erase("nvme_read_latency");
+  block.erase("nvme_write_latency");
+  block["nvme_requests"] = {{{"ranks", 2}, {"read_latency", 1e-4}},
+                            {{"ranks", 2}, {"write_latency", 1e-4}}};
+  EXPECT_NE(refusal(document).find("calibration.nvme_requests[1].ranks"), std::string::npos)
+      << refusal(document);
+  block["nvme_requests"] = {{{"read_latency", 1e-4}}};
+  EXPECT_NE(refusal(document).find("calibration.nvme_requests[0].ranks: missing"),
+            std::string::npos)
+      << refusal(document);
+  block["nvme_requests"] = {{{"ranks", 1}, {"read_latency", -1}}};
+  EXPECT_NE(refusal(document).find("calibration.nvme_requests[0].read_latency"), std::string::npos)
+      << refusal(document);
 }
 
 }  // namespace

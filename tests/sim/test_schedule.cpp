@@ -178,6 +178,50 @@ TEST(ScheduleStage3, PersistentParametersAreGatheredOnlyAfterTheStep) {
   EXPECT_EQ(plan.device(Device::Gpu).components[std::size_t(Component::ParamsPersistent)], 4 * 1000 * 2);
 }
 
+// A parameter swap is a request per tensor partition (DeepSpeed's AsyncPartitionedParameterSwapper,
+// the executor's NvmeSwapper): a layer's read issues one per partitioned tensor of the layer (a
+// persistent one is whole on the device), the write-back one per tensor; a sub-group swap is one.
+// Collectives carry their wire element: the training dtype's 2 bytes for 16-bit parameters and
+// gradients, 4 with fp32 gradient accumulation for the reductions.
+TEST(ScheduleStage3, NvmeRequestsAndWireElementsFollowWhatIsMoved) {
+  Model model = testing::flat_model(3, 1000);
+  model.layers[1].params.push_back({"b", {10}});  // persistent: at most the threshold
+  model.layers[1].params.push_back({"v", {1000}});
+  TrainingConfig config = testing::mixed_adam(3, Precision::Bf16);
+  config.zero.stage3_param_persistence_threshold = 10;
+  config.zero.offload_optimizer.device = OffloadDevice::Nvme;
+  config.zero.offload_param.device = OffloadDevice::Nvme;
+  config.zero.offload_optimizer.nvme_path = config.zero.offload_param.nvme_path = "/nvme";
+  config.zero.sub_group_size = 1000;
+  const Plan plan = testing::plan_of(model, config, 2);
+  std::vector<int> layer_reads;
+  int writes = 0, sub_group_ops = 0;
+  for (const Op& op : plan.schedule.ops) {
+    if (op.kind == OpKind::NvmeRead && op.sub_group < 0 && op.phase == Phase::Forward)
+      layer_reads.push_back(op.io_requests);
+    if (op.kind == OpKind::NvmeWrite && op.sub_group < 0) {
+      ++writes;
+      EXPECT_EQ(op.io_requests, 5);  // every tensor, the persistent one too
+    }
+    if ((op.kind == OpKind::NvmeRead || op.kind == OpKind::NvmeWrite) && op.sub_group >= 0) {
+      ++sub_group_ops;
+      EXPECT_EQ(op.io_requests, 1);
+    }
+    const bool scalar = op.kind == OpKind::GradNorm || op.kind == OpKind::OverflowCheck;
+    const int wire = is_collective(op.kind) && !scalar ? 2 : 0;
+    EXPECT_EQ(op.wire_element_bytes, wire) << to_string(op.kind);
+  }
+  EXPECT_EQ(layer_reads, (std::vector<int>{1, 2, 1}));
+  EXPECT_EQ(writes, 1);
+  EXPECT_EQ(sub_group_ops, 2 * 3);  // 2005 owned elements (500 + 5 + 3 x 500) in 3 sub-groups
+  config.precision.fp32_grad_accumulation = true;
+  for (const Op& op : testing::plan_of(model, config, 2).schedule.ops) {
+    if (op.kind == OpKind::ReduceScatter || op.kind == OpKind::AllGather) {
+      EXPECT_EQ(op.wire_element_bytes, op.kind == OpKind::ReduceScatter ? 4 : 2);
+    }
+  }
+}
+
 // A two-layer model whose activation terms are set by hand, so the running memory can be worked
 // out on paper: micro-batch 2 x sequence 4 = 8 tokens, fp16 (2-byte activations).
 Model hand_model() {
