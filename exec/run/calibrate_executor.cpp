@@ -344,9 +344,10 @@ double lock_step(Communicator& members, const CalibrateOptions& options) {
 }
 
 // What the engine's NVMe requests cost beyond their bytes at the node's rates, in its own steps on
-// every member at once, in lock step, as ranks swap in theirs; rank 0's figures, members only. A
-// read is waited for by the op that needs it, and a parameter write is waited for at the NvmeWrite
-// after the update that issues it, so an op's time beyond its own work counts for the request:
+// every member at once, in lock step, as ranks swap in theirs; the slowest member's figures (the
+// step's next collective waits for that rank), members only. A read is waited for by the op that
+// needs it, and a parameter write is waited for at the NvmeWrite after the update that issues it,
+// so an op's time beyond its own work counts for the request:
 //  - an optimizer sub-group (stage 3, the optimizer swapped per sub-group, the parameters in host
 //    memory): its read op and its update less the host optimizer's work (`share` times its cost
 //    alone); its write op;
@@ -386,8 +387,10 @@ NvmeRequestCosts measure_nvme_requests(const CalibrateOptions& options, Communic
   };
   add(reference_plan(options, 3, Precision::Bf16, OffloadDevice::Nvme, OffloadDevice::Cpu), false);
   add(reference_plan(options, 3, Precision::Bf16, OffloadDevice::Cpu, OffloadDevice::Nvme), true);
+  // The slowest member's: the step's next collective waits for it.
   const auto per_request = [&](std::size_t kind) {
-    return requests[kind] > 0 ? std::max(0.0, beyond[kind] / requests[kind]) : 0.0;
+    const double mine = requests[kind] > 0 ? std::max(0.0, beyond[kind] / requests[kind]) : 0.0;
+    return members.all_reduce_max(mine);
   };
   return {members.size(), per_request(0), per_request(1), per_request(2), per_request(3)};
 }
