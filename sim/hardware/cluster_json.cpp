@@ -187,8 +187,9 @@ LayerKind layer_kind_named(const std::string& name, const std::string& where) {
                               (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
 }
 
-// calibration.nvme_requests: [{ranks, read_latency, write_latency}]; a calibration written before
-// it holds one rank's figures as nvme_read_latency and nvme_write_latency.
+// calibration.nvme_requests: [{ranks, read_latency, write_latency, tensor_read_latency,
+// tensor_write_latency}]; a calibration written before it holds one figure for every count as
+// nvme_read_latency and nvme_write_latency, read as one rank's.
 void read_nvme_requests(const json& block, ClusterCalibration& c, Diagnostics& diagnostics) {
   const json* list = member(block, "nvme_requests");
   if (!list) {
@@ -203,9 +204,9 @@ void read_nvme_requests(const json& block, ClusterCalibration& c, Diagnostics& d
     }
     c.nvme_requests.push_back(costs);
     diagnostics.warn("calibration.nvme_read_latency",
-                     "an earlier calibration's form: one rank's sub-group requests; a parameter "
-                     "swap's per-tensor requests are priced at their bytes alone (run zerolens "
-                     "calibrate --nvme-path again)");
+                     "an earlier calibration's form: one figure for every count of ranks, read "
+                     "as one rank's; a parameter swap's per-tensor requests are priced at their "
+                     "bytes alone (run zerolens calibrate --nvme-path again)");
     return;
   }
   if (member(block, "nvme_read_latency") || member(block, "nvme_write_latency")) {
