@@ -114,10 +114,6 @@ ClusterCalibration cluster_calibration(const Calibration& c) {
   calibration.occupancy = c.occupancy;
   calibration.reference_step_seconds = c.reference_step_seconds;
   calibration.nvme_requests = c.nvme_requests;
-  if (c.nvme && c.nvme_requests.empty()) {  // the small requests, every rank at once
-    calibration.nvme_requests = {{c.ranks, c.nvme->read_latency, c.nvme->write_latency,
-                                  c.nvme->read_latency, c.nvme->write_latency}};
-  }
   calibration.forward = c.layer_forward;
   calibration.backward = c.layer_backward;
   calibration.engine = c.engine;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -17,19 +18,39 @@ int calls_for(Bytes bytes) {
   return int(std::clamp<Bytes>((Bytes{64} << 20) / bytes, 5, 200));
 }
 
+// The elements of a message of about `requested` bytes: an all-gather and a reduce-scatter need
+// equal blocks of whole elements per rank (`block`), the whole message is `whole`.
+struct MessageShape {
+  std::size_t block = 1, whole = 1;
+};
+MessageShape message_shape(OpKind kind, Bytes requested, std::size_t element_bytes, int ranks) {
+  const std::size_t elements = std::size_t(requested) / element_bytes;
+  const std::size_t block = std::max<std::size_t>(1, elements / std::size_t(ranks));
+  return {block, kind == OpKind::AllReduce ? std::max<std::size_t>(1, elements)
+                                           : block * std::size_t(ranks)};
+}
+
+// `call` (one collective of `bytes`) after a warm-up call, timed in a batch of
+// calls_for(requested).
+CollectiveRate timed_collective(Communicator& comm, OpKind kind, Bytes requested, Bytes bytes,
+                                const std::function<void()>& call) {
+  const int calls = calls_for(requested);
+  call();  // warm-up
+  const double batch = timed_runs(comm, 1, [&] {
+    for (int i = 0; i < calls; ++i) call();
+  })[0];
+  const double seconds = batch / calls;
+  return {kind, bytes, seconds, double(bytes) / seconds,
+          bus_bandwidth(kind, bytes, comm.size(), seconds)};
+}
+
 CollectiveRate measure(Communicator& comm, OpKind kind, Bytes requested,
                        const FloatArrayAllocator& allocate) {
-  const auto ranks = std::size_t(comm.size());
-  // All-gather and reduce-scatter need S divisible into equal blocks of whole floats.
-  const std::size_t block =
-      std::max<std::size_t>(1, std::size_t(requested) / sizeof(float) / ranks);
-  const std::size_t whole = kind == OpKind::AllReduce
-                                ? std::max<std::size_t>(1, std::size_t(requested) / sizeof(float))
-                                : block * ranks;
+  const auto [block, whole] = message_shape(kind, requested, sizeof(float), comm.size());
   // Zeros: repeated sums stay finite.
   const std::shared_ptr<float> input_array = allocate(whole), output_array = allocate(whole);
   const std::span<float> input(input_array.get(), whole), output(output_array.get(), whole);
-  auto call = [&] {
+  return timed_collective(comm, kind, requested, Bytes(whole * sizeof(float)), [&] {
     switch (kind) {
       case OpKind::AllReduce:
         comm.all_reduce_sum(input);
@@ -41,43 +62,19 @@ CollectiveRate measure(Communicator& comm, OpKind kind, Bytes requested,
         comm.reduce_scatter_sum(input, output.first(block));
         break;
     }
-  };
-  const int calls = calls_for(requested);
-  call();  // warm-up
-  const double batch = timed_runs(comm, 1, [&] {
-    for (int i = 0; i < calls; ++i) call();
-  })[0];
-  const Bytes bytes = Bytes(whole * sizeof(float));
-  const double seconds = batch / calls;
-  return {kind, bytes, seconds, double(bytes) / seconds,
-          bus_bandwidth(kind, bytes, comm.size(), seconds)};
+  });
 }
 
 // A 16-bit reduction (all-reduce or reduce-scatter of bf16 in host memory, reduced by the
 // communicator's user-defined MPI op), the message size S in bytes of 2-byte elements.
 CollectiveRate measure_16bit(Communicator& comm, OpKind kind, Bytes requested) {
-  const auto ranks = std::size_t(comm.size());
-  const std::size_t block =
-      std::max<std::size_t>(1, std::size_t(requested) / sizeof(std::uint16_t) / ranks);
-  const std::size_t whole =
-      kind == OpKind::AllReduce
-          ? std::max<std::size_t>(1, std::size_t(requested) / sizeof(std::uint16_t))
-          : block * ranks;
+  const auto [block, whole] = message_shape(kind, requested, sizeof(std::uint16_t), comm.size());
   std::vector<std::uint16_t> input(whole, 0), output(whole, 0);  // bf16 zeros: sums stay finite
   const std::span<std::uint16_t> in(input), out(output);
-  auto call = [&] {
+  return timed_collective(comm, kind, requested, Bytes(whole * sizeof(std::uint16_t)), [&] {
     if (kind == OpKind::AllReduce) return comm.all_reduce_sum(in, Precision::Bf16);
     comm.reduce_scatter_sum(std::span<const std::uint16_t>(in), out.first(block), Precision::Bf16);
-  };
-  const int calls = calls_for(requested);
-  call();  // warm-up
-  const double batch = timed_runs(comm, 1, [&] {
-    for (int i = 0; i < calls; ++i) call();
-  })[0];
-  const Bytes bytes = Bytes(whole * sizeof(std::uint16_t));
-  const double seconds = batch / calls;
-  return {kind, bytes, seconds, double(bytes) / seconds,
-          bus_bandwidth(kind, bytes, comm.size(), seconds)};
+  });
 }
 
 }  // namespace

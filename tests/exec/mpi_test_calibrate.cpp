@@ -75,6 +75,23 @@ TEST(MpiCalibrate, EveryRankMeasuresAndAgrees) {
   EXPECT_GT(c.engine.host_optimizer_per_byte, 0);
   EXPECT_DOUBLE_EQ(comm.report_sum(block.per_element), n * block.per_element);
   EXPECT_DOUBLE_EQ(comm.report_sum(c.engine.copy_per_byte), n * c.engine.copy_per_byte);
+  // 16-bit reductions per group and the engine's fp32 collectives, measured on their own.
+  for (const GroupCollectives& g : c.group_collectives)
+    EXPECT_GT(g.sixteen_bit_reduce_bandwidth, 0);
+  EXPECT_GT(c.engine.all_reduce_fp32_per_byte, 0);
+  EXPECT_GT(c.engine.reduce_scatter_fp32_per_byte, 0);
+  EXPECT_GT(c.engine.all_gather_fp32_per_byte, 0);
+  // NVMe requests at the occupancy's counts of ranks, the same figures on every rank.
+  ASSERT_EQ(c.nvme_requests.size(), c.occupancy.size());
+  for (std::size_t i = 0; i < c.occupancy.size(); ++i) {
+    const NvmeRequestCosts& r = c.nvme_requests[i];
+    EXPECT_EQ(r.ranks, c.occupancy[i].ranks);
+    for (const double figure :
+         {r.read_latency, r.write_latency, r.tensor_read_latency, r.tensor_write_latency}) {
+      EXPECT_GE(figure, 0);
+      EXPECT_DOUBLE_EQ(comm.report_sum(figure), n * figure);
+    }
+  }
   comm.barrier();
   EXPECT_TRUE(fs::is_empty(dir));  // every rank removed its object
   comm.barrier();
