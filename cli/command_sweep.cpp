@@ -124,12 +124,18 @@ std::vector<std::string> result_row(std::int64_t rank, const SweepResult& r, Siz
 
 void print_header(std::ostream& out, const SweepReport& report, const PlanRequest& base, double seconds) {
   const Cluster& cluster = base.cluster;
-  out << "zerolens sweep: " << base.model.name << " (" << format_count(double(base.model.parameter_count()))
-      << " parameters) on " << base.dp_size << " x " << cluster.gpu.name << " (" << cluster.name << "), "
-      << to_string(base.config.precision.precision) << ", global batch " << report.train_batch_size << " ("
-      << report.batch_per_rank << " per GPU)\n"
-      << report.evaluated << " configurations evaluated in " << fixed(seconds, 2) << " s; " << report.fitting
-      << " fit.\n";
+  const TensorParallelism& tp = base.config.tensor_parallel;
+  out << "zerolens sweep: " << base.model.name << " ("
+      << format_count(double(base.model.parameter_count())) << " parameters) on "
+      << std::int64_t(base.dp_size) * tp.size << " x " << cluster.gpu.name << " (" << cluster.name
+      << ")"
+      << (tp.active() ? ", tensor parallel " + std::to_string(tp.size) + " x data parallel " +
+                            std::to_string(base.dp_size)
+                      : std::string())
+      << ", " << to_string(base.config.precision.precision) << ", global batch "
+      << report.train_batch_size << " (" << report.batch_per_rank << " per data-parallel rank)\n"
+      << report.evaluated << " configurations evaluated in " << fixed(seconds, 2) << " s; "
+      << report.fitting << " fit.\n";
 }
 
 void print_sweep(std::ostream& out, const SweepReport& report, const SweepCommand& c, SizeUnit unit) {

@@ -52,7 +52,7 @@ void print_narrative(std::ostream& out, const Plan& plan, const Timeline& timeli
       << "(every rank does the same on its own data and partition):\n\n";
   for (std::size_t i = 0; i < schedule.ops.size(); ++i) {
     out << std::setw(3) << i + 1 << ". [" << std::fixed << std::setprecision(1) << std::setw(7)
-        << timeline.ops[i].start * 1e6 << " us] " << schedule.describe(i, plan.request.model) << '\n';
+        << timeline.ops[i].start * 1e6 << " us] " << schedule.describe(i, plan.rank_model) << '\n';
   }
   out << "\nThen the next step starts from the updated partitions.\n\n";
 }

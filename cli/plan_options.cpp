@@ -88,9 +88,20 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
   app.add_option("--cluster", o.cluster,
                  "Cluster preset (dgx-2, dgx-a100-40gb, dgx-a100-80gb, dgx-h100, h100-x1) or JSON file")
       ->capture_default_str();
-  app.add_option("-g,--gpus", o.gpus,
-                 "Data-parallel ranks (GPUs); default: all GPUs of the cluster preset")
+  app.add_option(
+         "-g,--gpus", o.gpus,
+         "GPUs (ranks) of the job: data-parallel x tensor-parallel; default: all GPUs of the "
+         "cluster preset")
       ->check(integer_in(1, 10'000'000));
+  app.add_option("--dp", o.dp, "Data-parallel ranks (default: --gpus / --tp)")
+      ->check(integer_in(1, 10'000'000));
+  app.add_option("--tp", o.tensor_parallel,
+                 "Tensor-parallel ranks (Megatron's split of every block over a node's GPUs; "
+                 "tensor_parallel.autotp_size); ZeRO runs over the data-parallel group of each")
+      ->check(integer_in(1, 4096));
+  app.add_option("--sp", o.sequence_parallel,
+                 "Sequence parallelism with --tp (true|false): norms, dropout and the residual "
+                 "stream split along the sequence (Korthikanti et al. 2022)");
   app.add_option("--gpus-per-node", o.gpus_per_node, "GPUs per node (default: the cluster's)")
       ->check(integer_in(1, 1024));
   app.add_option("--attention", o.attention, "Attention implementation for activation memory: eager|flash")
@@ -200,8 +211,23 @@ PlanRequest make_plan_request(const PlanOptions& o, Diagnostics& diagnostics) {
   request.model = load_plan_model(o, diagnostics);
   request.config = load_plan_config(o, request.model, diagnostics);
   Cluster cluster = load_cluster(o.cluster, diagnostics);
-  request.dp_size = o.gpus.value_or(cluster.total_gpus());
-  request.cluster = with_ranks(cluster, request.dp_size, o.gpus_per_node.value_or(0));
+  const int tp = request.config.tensor_parallel.size;
+  const std::int64_t world = o.gpus ? *o.gpus
+                             : o.dp ? std::int64_t(*o.dp) * tp
+                                    : cluster.total_gpus();
+  if (o.dp && o.gpus && std::int64_t(*o.dp) * tp != *o.gpus) {
+    throw InputError("--dp", std::to_string(*o.dp) + " data-parallel x " + std::to_string(tp) +
+                                 " tensor-parallel ranks are " +
+                                 std::to_string(std::int64_t(*o.dp) * tp) + " GPUs, not --gpus " +
+                                 std::to_string(*o.gpus));
+  }
+  if (world % tp != 0 || world > 10'000'000) {
+    throw InputError(o.gpus ? "--gpus" : "--tp",
+                     std::to_string(world) + " GPUs do not split into tensor-parallel groups of " +
+                         std::to_string(tp) + " (--gpus must be a multiple of --tp)");
+  }
+  request.dp_size = int(world / tp);
+  request.cluster = with_ranks(cluster, int(world), o.gpus_per_node.value_or(0));
   request.options = load_accounting(o);
   return request;
 }

@@ -20,7 +20,8 @@ struct PlanOptions : ConfigOverrides {
   std::optional<std::string> hf_config;
   std::optional<std::string> deepspeed_config;
   std::string cluster = "dgx-a100-80gb";
-  std::optional<int> gpus;
+  std::optional<int> gpus;  // all ranks (data x tensor parallel)
+  std::optional<int> dp;    // data-parallel ranks
   std::optional<int> gpus_per_node;
   std::optional<std::string> attention;
   std::optional<double> dropout;

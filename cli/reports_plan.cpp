@@ -65,7 +65,7 @@ void print_memory(std::ostream& out, const Plan& plan, SizeUnit unit) {
   table.print(out);
   const auto& gpu = plan.device(Device::Gpu);
   out << "  GPU peak reached: "
-      << (gpu.peak_op >= 0 ? plan.schedule.describe(std::size_t(gpu.peak_op), plan.request.model)
+      << (gpu.peak_op >= 0 ? plan.schedule.describe(std::size_t(gpu.peak_op), plan.rank_model)
                            : std::string("at initialisation"))
       << "\n";
   print_gpu_figures(out, plan, unit);
@@ -85,15 +85,25 @@ void print_components(std::ostream& out, const Plan& plan, SizeUnit unit) {
   table.print(out);
 }
 
-void print_comm(std::ostream& out, const Plan& plan, SizeUnit unit) {
-  out << "\nCommunication per rank per step (" << unit_name(unit) << "; traffic = bytes sent by a rank)\n";
-  Table table({"collective", "calls", "message bytes", "traffic"});
+void add_collective_rows(Table& table, const std::array<CollectiveTotals, kOpKindCount>& all,
+                         const std::string& group, SizeUnit unit) {
   for (int k = 0; k < kOpKindCount; ++k) {
-    const auto& totals = plan.comm.collectives[std::size_t(k)];
+    const auto& totals = all[std::size_t(k)];
     if (totals.calls == 0) continue;
-    table.add_row({to_string(OpKind(k)), std::to_string(totals.calls), format_size_value(totals.bytes, unit, 3),
+    table.add_row({to_string(OpKind(k)), group, std::to_string(totals.calls),
+                   format_size_value(totals.bytes, unit, 3),
                    format_size_value(totals.traffic_bytes, unit, 3)});
   }
+}
+
+void print_comm(std::ostream& out, const Plan& plan, SizeUnit unit) {
+  out << "\nCommunication per rank per step (" << unit_name(unit)
+      << "; traffic = bytes sent by a rank)\n";
+  Table table({"collective", "group", "calls", "message bytes", "traffic"});
+  add_collective_rows(table, plan.comm.collectives, "dp " + std::to_string(plan.request.dp_size),
+                      unit);
+  add_collective_rows(table, plan.comm.tensor_parallel,
+                      "tp " + std::to_string(plan.request.config.tensor_parallel.size), unit);
   table.print(out);
   const auto& links = plan.comm.links;
   const auto& cluster = plan.request.cluster;
@@ -113,11 +123,19 @@ void print_comm(std::ostream& out, const Plan& plan, SizeUnit unit) {
 std::string describe_setup(const Plan& plan) {
   const auto& r = plan.request;
   const auto& cluster = r.cluster;
+  const auto& tp = r.config.tensor_parallel;
+  const std::int64_t gpus = std::int64_t(r.dp_size) * tp.size;
   std::string text = r.model.name + " (" + format_count(double(r.model.parameter_count())) +
-                     " parameters) on " + cluster.name + ": " + std::to_string(r.dp_size) + " x " +
+                     " parameters) on " + cluster.name + ": " + std::to_string(gpus) + " x " +
                      cluster.gpu.name + " (" + std::to_string(cluster.nodes) + " node" +
-                     (cluster.nodes > 1 ? "s" : "") + " x " + std::to_string(cluster.node.gpus_per_node) +
-                     ")\n";
+                     (cluster.nodes > 1 ? "s" : "") + " x " +
+                     std::to_string(cluster.node.gpus_per_node) + ")\n";
+  if (tp.active()) {
+    text += "tensor parallel " + std::to_string(tp.size) +
+            (tp.sequence_parallel ? " with sequence parallelism" : "") + " x data parallel " +
+            std::to_string(r.dp_size) + ": each rank holds " +
+            format_count(double(plan.rank_model.parameter_count())) + " parameters\n";
+  }
   if (r.config.is_fsdp()) {
     text += std::string("PyTorch ") + to_string(r.config.framework) +
             (r.config.fsdp.reshard_after_forward ? " FULL_SHARD" : " SHARD_GRAD_OP") +

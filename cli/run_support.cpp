@@ -73,7 +73,8 @@ void add_run_options(CLI::App& command, RunFlags& flags) {
 
 Plan make_run_plan(const RunFlags& flags, const exec::Backend& backend, Diagnostics& diagnostics) {
   PlanOptions options = flags.plan;
-  if (!options.gpus) options.gpus = backend.communicator().size();
+  // The ranks mpirun started are the data-parallel group (tensor parallelism is refused below).
+  if (!options.gpus && !options.dp) options.dp = backend.communicator().size();
   if (!options.cuda_context_gib) options.cuda_context_gib = 0;
   if (!options.workspace_gib)
     options.workspace_gib = double(backend.library_workspace_bytes()) / double(kBytesPerGiB);
@@ -86,6 +87,11 @@ Plan make_run_plan(const RunFlags& flags, const exec::Backend& backend, Diagnost
     throw InputError("--framework", std::string("the executor runs DeepSpeed's ZeRO, not ") +
                                         to_string(request.config.framework) +
                                         "; plan FSDP with `zerolens plan --framework`");
+  }
+  if (request.config.tensor_parallel.active()) {
+    throw InputError("--tp",
+                     "the executor runs data parallelism only (tensor parallelism is planned, "
+                     "not yet run: docs/parallelism.md); plan it with `zerolens plan --tp`");
   }
   // The executor's Adam is one fused kernel (kernels/optimizer): it builds none of torch.optim's
   // temporaries, so the plan it is held to leaves them out.

@@ -42,8 +42,8 @@ std::string op_caption(const Planned& planned, std::int64_t step, int rank) {
   }
   const Op& op = schedule.ops.at(std::size_t(step));
   std::string caption = "op " + std::to_string(step + 1) + " of " +
-                        std::to_string(schedule.ops.size()) + " (" + to_string(op.phase) + "): " +
-                        schedule.describe(std::size_t(step), planned.plan.request.model, rank);
+                        std::to_string(schedule.ops.size()) + " (" + to_string(op.phase) +
+                        "): " + schedule.describe(std::size_t(step), planned.plan.rank_model, rank);
   const std::string moved = transfer_words(planned.plan, op);
   if (!moved.empty()) caption += "; " + moved;
   return caption;

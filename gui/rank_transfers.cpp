@@ -158,7 +158,7 @@ void add_activity(QGraphicsScene& scene, const Planned& planned, std::int64_t st
                   const RankLayout& layout) {
   const Op& op = planned.plan.schedule.ops[std::size_t(step)];
   const Device where = op.stream == Stream::Cpu ? Device::Cpu : Device::Gpu;
-  const auto& layers = planned.plan.request.model.layers;
+  const auto& layers = planned.plan.rank_model.layers;
   std::string text = activity_name(op.kind);
   if (op.layer >= 0 && std::size_t(op.layer) < layers.size())
     text += " " + layers[std::size_t(op.layer)].name;

@@ -1,5 +1,6 @@
 #include "gui/settings.hpp"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "sim/config/overrides.hpp"
@@ -64,7 +65,8 @@ PlanRequest make_request(const Settings& s) {
   PlanRequest request;
   request.model = s.model;
   request.config = s.config;
-  request.dp_size = s.gpus;
+  // s.gpus counts every rank; with tensor parallelism the data-parallel group is a TP-th of them.
+  request.dp_size = std::max(1, s.gpus / std::max(1, s.config.tensor_parallel.size));
   request.cluster = with_ranks(s.cluster, s.gpus, s.gpus_per_node);
   request.options = s.options;
   return request;

@@ -15,13 +15,14 @@ namespace zerolens::gui {
 namespace {
 
 constexpr double kAxisHeight = 26;
-const char* const kStreamOrder[] = {"compute", "collective", "h2d", "d2h", "nvme", "cpu"};
+// The TP group's collectives beside the compute stream that waits for them.
+const char* const kStreamOrder[] = {"compute", "tp", "collective", "h2d", "d2h", "nvme", "cpu"};
 
 int stream_rank(const std::string& stream) {
-  for (int i = 0; i < 6; ++i) {
+  for (int i = 0; i < int(std::size(kStreamOrder)); ++i) {
     if (stream == kStreamOrder[i]) return i;
   }
-  return 6;  // unknown streams of a measured trace go last, by name
+  return int(std::size(kStreamOrder));  // unknown streams of a measured trace go last, by name
 }
 
 // Rows: (rank, stream) pairs present in the trace, ranks in the trace's order, streams in

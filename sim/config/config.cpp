@@ -160,6 +160,8 @@ void TrainingConfig::validate() const {
                                                             : "gradient_accumulation_steps";
     require(!*size || **size >= 1, key, "must be a positive integer");
   }
+  require(tensor_parallel.size >= 1 && tensor_parallel.size <= 4096, "tensor_parallel.autotp_size",
+          "must be between 1 and 4096");
   require(gradient_clipping >= 0, "gradient_clipping", "must not be negative");
   require(gradient_predivide_factor > 0, "gradient_predivide_factor", "must be positive");
   require(!seq_len || *seq_len >= 1, "--seq-len", "must be positive");

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "sim/config/parallelism.hpp"
 #include "sim/config/zero_stage.hpp"
 #include "sim/core/error.hpp"
 #include "sim/core/units.hpp"
@@ -182,6 +183,9 @@ struct FsdpConfig {
 struct TrainingConfig {
   Framework framework = Framework::DeepSpeed;
   FsdpConfig fsdp;  // FSDP profiles only
+  // Tensor (and sequence) parallelism: DeepSpeed's tensor_parallel.autotp_size, --tp, --sp; ZeRO
+  // runs over the data-parallel group of each TP coordinate (docs/parallelism.md).
+  TensorParallelism tensor_parallel;
   ZeroConfig zero;
   PrecisionConfig precision;
   BatchConfig batch;

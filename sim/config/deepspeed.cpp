@@ -19,19 +19,63 @@ constexpr std::int64_t kMaxElements = kMaxConfigElements;
 
 // Top-level keys DeepSpeed accepts; the ones zerolens does not model get one note
 // (kUnmodelledKeys).
-const std::vector<std::string> kTopLevelKeys = {
-    "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer",
-    "scheduler", "fp16", "bf16", "bfloat16", "amp", "zero_optimization", "activation_checkpointing",
-    "gradient_clipping", "prescale_gradients", "gradient_predivide_factor", "steps_per_print",
-    "wall_clock_breakdown", "dump_state", "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer",
-    "communication_data_type", "data_types", "flops_profiler", "tensorboard", "wandb", "csv_monitor",
-    "comet", "comms_logger", "aio", "elasticity", "autotuning", "checkpoint", "sparse_attention",
-    "curriculum_learning", "data_efficiency", "compression_training", "memory_breakdown",
-    "sparse_gradients", "disable_allgather", "fp32_allreduce", "seq_parallel_communication_data_type",
-    "timers", "pipeline", "nebula", "eigenvalue", "progressive_layer_drop", "quantize_training",
-    "weight_quantization", "hybrid_engine", "graph_harvesting", "use_data_before_expert_parallelism",
-    "compile", "torch_autocast", "dataloader_drop_last", "load_universal_checkpoint",
-    "use_node_local_storage", "zero_optimization_stage"};
+const std::vector<std::string> kTopLevelKeys = {"train_batch_size",
+                                                "train_micro_batch_size_per_gpu",
+                                                "gradient_accumulation_steps",
+                                                "optimizer",
+                                                "scheduler",
+                                                "fp16",
+                                                "bf16",
+                                                "bfloat16",
+                                                "amp",
+                                                "zero_optimization",
+                                                "activation_checkpointing",
+                                                "gradient_clipping",
+                                                "prescale_gradients",
+                                                "gradient_predivide_factor",
+                                                "steps_per_print",
+                                                "wall_clock_breakdown",
+                                                "dump_state",
+                                                "zero_allow_untested_optimizer",
+                                                "zero_force_ds_cpu_optimizer",
+                                                "communication_data_type",
+                                                "data_types",
+                                                "flops_profiler",
+                                                "tensorboard",
+                                                "wandb",
+                                                "csv_monitor",
+                                                "comet",
+                                                "comms_logger",
+                                                "aio",
+                                                "elasticity",
+                                                "autotuning",
+                                                "checkpoint",
+                                                "sparse_attention",
+                                                "curriculum_learning",
+                                                "data_efficiency",
+                                                "compression_training",
+                                                "memory_breakdown",
+                                                "sparse_gradients",
+                                                "disable_allgather",
+                                                "fp32_allreduce",
+                                                "seq_parallel_communication_data_type",
+                                                "timers",
+                                                "pipeline",
+                                                "nebula",
+                                                "eigenvalue",
+                                                "progressive_layer_drop",
+                                                "quantize_training",
+                                                "weight_quantization",
+                                                "hybrid_engine",
+                                                "graph_harvesting",
+                                                "use_data_before_expert_parallelism",
+                                                "compile",
+                                                "torch_autocast",
+                                                "dataloader_drop_last",
+                                                "load_universal_checkpoint",
+                                                "use_node_local_storage",
+                                                "zero_optimization_stage",
+                                                "tensor_parallel"};
 
 const std::vector<std::string> kZeroKeys = {
     "stage", "allgather_partitions", "allgather_bucket_size", "overlap_comm", "reduce_scatter",
@@ -420,6 +464,25 @@ OptimizerType parse_optimizer_type(const std::string& text) {
                    "unsupported optimizer '" + text + "' (zerolens models Adam, AdamW and SGD)");
 }
 
+// DeepSpeed's AutoTP training block (runtime/tensor_parallel/config.py): autotp_size ranks per
+// tensor-parallel group. Its other keys change how, not how much, is split. sequence_parallel is
+// zerolens's (Megatron's --sequence-parallel, not a DeepSpeed key): a written config keeps it.
+void read_tensor_parallel(const json& root, Diagnostics& diagnostics, TensorParallelism& tp) {
+  const json* block = member(root, "tensor_parallel");
+  if (!block) return;
+  as_object(*block, "tensor_parallel");
+  warn_unknown_keys(*block,
+                    {"autotp_size", "sequence_parallel", "tp_overlap_comm", "tp_grain_size",
+                     "preset_model", "partition_config", "tp"},
+                    "tensor_parallel", diagnostics);
+  if (const json* size = member(*block, "autotp_size")) {
+    tp.size = int(as_int(*size, "tensor_parallel.autotp_size", 1, 4096));
+  }
+  if (const json* sp = member(*block, "sequence_parallel")) {
+    tp.sequence_parallel = as_bool(*sp, "tensor_parallel.sequence_parallel");
+  }
+}
+
 void read_deepspeed_onto(const json& root, Diagnostics& diagnostics,
                          std::optional<std::int64_t> hidden_size, TrainingConfig& c) {
   as_object(root, "config");
@@ -433,6 +496,7 @@ void read_deepspeed_onto(const json& root, Diagnostics& diagnostics,
   read_batch_value(root, "gradient_accumulation_steps", c.batch.gradient_accumulation_steps);
   read_checkpointing(root, diagnostics, c.activation_checkpointing);
   read_optimizer(root, diagnostics, c.optimizer);
+  read_tensor_parallel(root, diagnostics, c.tensor_parallel);
   if (const json* v = member(root, "gradient_clipping")) {
     c.gradient_clipping = reader.is_auto(*v) ? 1.0 : as_double(*v, "gradient_clipping");
   }

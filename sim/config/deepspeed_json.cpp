@@ -82,6 +82,10 @@ json to_deepspeed_json(const TrainingConfig& c) {
                                        {"contiguous_memory_optimization", a.contiguous_memory_optimization}};
     if (a.number_checkpoints) out["activation_checkpointing"]["number_checkpoints"] = *a.number_checkpoints;
   }
+  if (c.tensor_parallel.active() || c.tensor_parallel.sequence_parallel) {
+    out["tensor_parallel"] = {{"autotp_size", c.tensor_parallel.size},
+                              {"sequence_parallel", c.tensor_parallel.sequence_parallel}};
+  }
   out["gradient_clipping"] = c.gradient_clipping;
   out["prescale_gradients"] = c.prescale_gradients;
   out["gradient_predivide_factor"] = c.gradient_predivide_factor;

@@ -177,6 +177,8 @@ void drop_other_keys(json& d, const ConfigOverrides& o) {
     erase_path(d, {"bfloat16"});
   }
   if (o.optimizer) erase_path(d, {"optimizer", "type"});
+  if (o.tensor_parallel) erase_path(d, {"tensor_parallel", "autotp_size"});
+  if (o.sequence_parallel) erase_path(d, {"tensor_parallel", "sequence_parallel"});
   if (o.momentum) erase_path(d, {"optimizer", "params", "momentum"});
   if (o.activation_checkpointing && !*o.activation_checkpointing) {
     erase_path(d, {"activation_checkpointing"});
@@ -204,6 +206,9 @@ void apply_overrides(TrainingConfig& config, const ConfigOverrides& overrides,
   apply_batch(config.batch, overrides);
   apply_checkpointing(config.activation_checkpointing, overrides, policy);
   apply_optimizer(config.optimizer, overrides);
+  if (overrides.tensor_parallel) config.tensor_parallel.size = *overrides.tensor_parallel;
+  if (overrides.sequence_parallel)
+    config.tensor_parallel.sequence_parallel = *overrides.sequence_parallel;
   if (overrides.seq_len) {
     config.seq_len = *overrides.seq_len == 0 ? std::nullopt : std::optional(*overrides.seq_len);
   }

@@ -36,6 +36,10 @@ struct ConfigOverrides {
   // The micro-batch when neither the document nor these name a batch size (the CLI's 1).
   std::optional<std::int64_t> micro_batch_if_unset;
   std::optional<std::int64_t> seq_len;  // not a DeepSpeed key; 0: the model's default
+  // Tensor parallelism (tensor_parallel.autotp_size) and sequence parallelism (not a DeepSpeed
+  // key).
+  std::optional<int> tensor_parallel;
+  std::optional<bool> sequence_parallel;
   std::optional<Precision> precision;
   std::optional<std::string>
       optimizer;  // optimizer.type as DeepSpeed names it (Adam, FusedAdam, ...)

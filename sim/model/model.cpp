@@ -111,43 +111,107 @@ namespace {
 
 std::vector<std::int64_t> dims(std::initializer_list<std::int64_t> values) { return values; }
 
-void add_norm(std::vector<TensorSpec>& params, const std::string& prefix, const TransformerShape& s) {
-  params.push_back({prefix + ".weight", dims({s.hidden})});
-  if (s.norm == NormKind::LayerNorm) params.push_back({prefix + ".bias", dims({s.hidden})});
+// How one rank of the TP group holds the model: the split sizes and the layers' collectives.
+struct Split {
+  double t = 1;            // ranks of the TP group
+  bool sp = false;         // sequence parallelism
+  std::int64_t vocab = 0;  // this rank's vocabulary rows (padded under TP)
+  // Elements per token of the residual stream a rank holds: h, or h / t along the sequence.
+  double sequence(double elements) const { return sp ? elements / t : elements; }
+};
+
+Split make_split(const TransformerShape& s, const TensorParallelism& tp) {
+  Split split{.t = double(tp.size), .sp = tp.active() && tp.sequence_parallel, .vocab = s.vocab};
+  if (tp.active()) {
+    const std::int64_t multiple = tp.vocab_multiple * tp.size;
+    split.vocab = (s.vocab + multiple - 1) / multiple * multiple / tp.size;
+  }
+  return split;
 }
 
+void add_norm(std::vector<TensorSpec>& params, const std::string& prefix, const TransformerShape& s,
+              const Split& split) {
+  params.push_back({prefix + ".weight", dims({s.hidden}), TensorSplit::Replicated, split.sp});
+  if (s.norm == NormKind::LayerNorm) {
+    params.push_back({prefix + ".bias", dims({s.hidden}), TensorSplit::Replicated, split.sp});
+  }
+}
+
+// A column-parallel linear holds out / t rows of its weight and bias; a row-parallel one in / t
+// columns and the whole bias (added after the reduction).
 void add_linear(std::vector<TensorSpec>& params, const std::string& prefix, std::int64_t in,
-                std::int64_t out, bool bias) {
-  params.push_back({prefix + ".weight", dims({out, in})});
-  if (bias) params.push_back({prefix + ".bias", dims({out})});
+                std::int64_t out, bool bias, TensorSplit split, const Split& tp) {
+  const auto t = std::int64_t(tp.t);
+  const bool column = split == TensorSplit::Column, row = split == TensorSplit::Row;
+  const TensorSplit held = tp.t > 1 ? split : TensorSplit::Replicated;
+  params.push_back({prefix + ".weight", dims({column ? out / t : out, row ? in / t : in}), held});
+  if (bias) {
+    params.push_back({prefix + ".bias", dims({column ? out / t : out}),
+                      column && tp.t > 1 ? TensorSplit::Column : TensorSplit::Replicated,
+                      row && tp.sp});
+  }
 }
 
-// Activation terms of one transformer block, per token (see docs/memory-model.md, "Transformer block").
-ActivationTerms block_activations(const TransformerShape& s) {
+// Megatron's f/g operators around a parallel region (docs/parallelism.md): without sequence
+// parallelism the region's output is all-reduced in forward and its input gradient in backward;
+// with it, the input is all-gathered and the output reduce-scattered, and a column-parallel
+// backward gathers its saved input again and reduce-scatters its input gradient.
+void add_region(Layer& layer, double h, const Split& split) {
+  using K = TpCollectiveKind;
+  if (split.t <= 1) return;
+  if (!split.sp) {
+    layer.tp_forward.push_back({K::AllReduce, h});
+    layer.tp_backward.push_back({K::AllReduce, h});
+    return;
+  }
+  layer.tp_forward.push_back({K::AllGather, h});
+  layer.tp_forward.push_back({K::ReduceScatter, h});
+  // Backward runs the region in reverse: the output's gradient gathered, then the input re-gathered
+  // for the weight gradient and the input gradient reduce-scattered.
+  layer.tp_backward.push_back({K::AllGather, h});
+  layer.tp_backward.push_back({K::AllGather, h});
+  layer.tp_backward.push_back({K::ReduceScatter, h});
+}
+
+// Activation terms of one transformer block, per token (see docs/memory-model.md, "Transformer
+// block", and docs/parallelism.md for the split: Korthikanti et al. 2022, Sec. 4.2).
+ActivationTerms block_activations(const TransformerShape& s, const Split& split) {
   const double h = double(s.hidden);
   const double hkv = double(s.kv_heads) * double(s.effective_head_dim());
   const double q = double(s.heads) * double(s.effective_head_dim());
   const double f = double(s.ffn_hidden);
   const double a = double(s.heads);
+  const double t = split.t;
   const bool dropout = s.dropout > 0;
-  ActivationTerms t;
+  ActivationTerms terms;
   // Attention: norm input h, QKV-projection input h, Q and K (q + hkv), V (hkv), output-projection
   // input q. MLP: norm input h, first-projection input h, then GELU input and output (2f) or, for
-  // SwiGLU, gate output, SiLU output, up output and down-projection input (4f).
-  t.elements = h + h + (q + hkv) + hkv + q + h + h + (s.mlp == MlpKind::Gelu ? 2 * f : 4 * f);
-  if (dropout) t.mask_bytes = h + h;  // attention-output and MLP-output dropout masks
+  // SwiGLU, gate output, SiLU output, up output and down-projection input (4f). The four inputs
+  // of h are the residual stream, whole on every TP rank (split along the sequence with SP); the
+  // rest lives inside the parallel regions, split over the heads or the MLP width.
+  const double stream = h + h + h + h;
+  const double inside = (q + hkv) + hkv + q + (s.mlp == MlpKind::Gelu ? 2 * f : 4 * f);
+  terms.elements = split.sequence(stream) + inside / t;
+  if (dropout) terms.mask_bytes = split.sequence(h + h);  // attention- and MLP-output dropout masks
   if (s.attention == AttentionImpl::Eager) {
     // Softmax output a*s per token; with dropout also the dropout mask and its output.
-    t.elements_per_position = dropout ? 2 * a : a;
-    t.mask_bytes_per_position = dropout ? a : 0;
+    terms.elements_per_position = (dropout ? 2 * a : a) / t;
+    terms.mask_bytes_per_position = (dropout ? a : 0) / t;
   } else {
-    t.fixed_bytes = 4 * a;  // fp32 log-sum-exp per head and token
+    terms.fixed_bytes = 4 * a / t;  // fp32 log-sum-exp per head and token
   }
-  t.checkpoint_elements = h;
+  terms.checkpoint_elements = split.sequence(h);
   // Backward keeps the gradient of the block output and input plus the widest intermediate gradient.
-  t.backward_working_elements = 2 * h + (s.mlp == MlpKind::Gelu ? f : 2 * f);
-  if (s.attention == AttentionImpl::Eager) t.backward_working_elements_per_position = a;
-  return t;
+  terms.backward_working_elements =
+      split.sequence(2 * h) + (s.mlp == MlpKind::Gelu ? f : 2 * f) / t;
+  if (s.attention == AttentionImpl::Eager) terms.backward_working_elements_per_position = a / t;
+  if (split.sp) {
+    // The all-gathered input of a column-parallel projection (Megatron's global memory buffer):
+    // live during the forward, and again when the backward gathers it for the weight gradient.
+    terms.forward_working_elements = h;
+    terms.backward_working_elements += h;
+  }
+  return terms;
 }
 
 double block_matmul_weights(const TransformerShape& s) {
@@ -159,91 +223,173 @@ double block_matmul_weights(const TransformerShape& s) {
   return h * (q + 2 * hkv) + q * h + mlp;
 }
 
-Layer embedding_layer(const TransformerShape& s) {
+Layer embedding_layer(const TransformerShape& s, const Split& split) {
   Layer layer{.name = "embedding", .kind = LayerKind::Embedding};
-  layer.params.push_back({"wte.weight", dims({s.vocab, s.hidden})});
+  const TensorSplit vocab = split.t > 1 ? TensorSplit::Vocab : TensorSplit::Replicated;
+  layer.params.push_back({"wte.weight", dims({split.vocab, s.hidden}), vocab});
   if (s.learned_positions) layer.params.push_back({"wpe.weight", dims({s.max_positions, s.hidden})});
   layer.activations.fixed_bytes = 8;  // int64 token ids kept for the embedding backward
-  if (s.dropout > 0) layer.activations.mask_bytes = double(s.hidden);
+  if (s.dropout > 0) layer.activations.mask_bytes = split.sequence(double(s.hidden));
   layer.activations.checkpoint_elements = 0;
   layer.activations.backward_working_elements = double(s.hidden);
+  if (split.t > 1) {
+    // Each rank looks up its rows (zeros elsewhere); the partial outputs are summed: all-reduced,
+    // or reduce-scattered along the sequence (whose backward gathers the gradient).
+    using K = TpCollectiveKind;
+    const double h = double(s.hidden);
+    layer.tp_forward.push_back({split.sp ? K::ReduceScatter : K::AllReduce, h});
+    if (split.sp) layer.tp_backward.push_back({K::AllGather, h});
+  }
   return layer;
 }
 
-Layer block_layer(const TransformerShape& s, int index) {
+Layer block_layer(const TransformerShape& s, int index, const Split& split) {
   const std::string prefix = "h." + std::to_string(index);
   Layer layer{.name = prefix, .kind = LayerKind::TransformerBlock};
   const std::int64_t h = s.hidden;
   const std::int64_t q = std::int64_t(s.heads) * s.effective_head_dim();
   const std::int64_t kv = std::int64_t(s.kv_heads) * s.effective_head_dim();
-  add_norm(layer.params, prefix + ".ln_1", s);
-  add_linear(layer.params, prefix + ".attn.q_proj", h, q, s.qkv_bias);
-  add_linear(layer.params, prefix + ".attn.k_proj", h, kv, s.qkv_bias);
-  add_linear(layer.params, prefix + ".attn.v_proj", h, kv, s.qkv_bias);
-  add_linear(layer.params, prefix + ".attn.o_proj", q, h, s.out_proj_bias);
-  add_norm(layer.params, prefix + ".ln_2", s);
+  using enum TensorSplit;
+  add_norm(layer.params, prefix + ".ln_1", s, split);
+  add_linear(layer.params, prefix + ".attn.q_proj", h, q, s.qkv_bias, Column, split);
+  add_linear(layer.params, prefix + ".attn.k_proj", h, kv, s.qkv_bias, Column, split);
+  add_linear(layer.params, prefix + ".attn.v_proj", h, kv, s.qkv_bias, Column, split);
+  add_linear(layer.params, prefix + ".attn.o_proj", q, h, s.out_proj_bias, Row, split);
+  add_norm(layer.params, prefix + ".ln_2", s, split);
   if (s.mlp == MlpKind::Gelu) {
-    add_linear(layer.params, prefix + ".mlp.fc_in", h, s.ffn_hidden, s.mlp_bias);
-    add_linear(layer.params, prefix + ".mlp.fc_out", s.ffn_hidden, h, s.mlp_bias);
+    add_linear(layer.params, prefix + ".mlp.fc_in", h, s.ffn_hidden, s.mlp_bias, Column, split);
+    add_linear(layer.params, prefix + ".mlp.fc_out", s.ffn_hidden, h, s.mlp_bias, Row, split);
   } else {
-    add_linear(layer.params, prefix + ".mlp.gate_proj", h, s.ffn_hidden, s.mlp_bias);
-    add_linear(layer.params, prefix + ".mlp.up_proj", h, s.ffn_hidden, s.mlp_bias);
-    add_linear(layer.params, prefix + ".mlp.down_proj", s.ffn_hidden, h, s.mlp_bias);
+    add_linear(layer.params, prefix + ".mlp.gate_proj", h, s.ffn_hidden, s.mlp_bias, Column, split);
+    add_linear(layer.params, prefix + ".mlp.up_proj", h, s.ffn_hidden, s.mlp_bias, Column, split);
+    add_linear(layer.params, prefix + ".mlp.down_proj", s.ffn_hidden, h, s.mlp_bias, Row, split);
   }
-  layer.activations = block_activations(s);
-  layer.matmul_flops_per_token = 2 * block_matmul_weights(s);
-  layer.attention_flops_per_token_position = 4 * double(q);
+  layer.activations = block_activations(s, split);
+  layer.matmul_flops_per_token = 2 * block_matmul_weights(s) / split.t;
+  layer.attention_flops_per_token_position = 4 * double(q) / split.t;
+  add_region(layer, double(h), split);  // attention
+  add_region(layer, double(h), split);  // MLP
   return layer;
 }
 
-Layer final_norm_layer(const TransformerShape& s) {
+Layer final_norm_layer(const TransformerShape& s, const Split& split) {
   Layer layer{.name = "ln_f", .kind = LayerKind::FinalNorm};
-  add_norm(layer.params, "ln_f", s);
+  add_norm(layer.params, "ln_f", s, split);
   if (s.extra_params > 0) layer.params.push_back({"dense_remainder", dims({s.extra_params})});
-  layer.activations.elements = double(s.hidden);  // norm input
-  layer.activations.checkpoint_elements = double(s.hidden);
-  layer.activations.backward_working_elements = 2 * double(s.hidden);
+  const double h = split.sequence(double(s.hidden));
+  layer.activations.elements = h;  // norm input
+  layer.activations.checkpoint_elements = h;
+  layer.activations.backward_working_elements = 2 * h;
   return layer;
 }
 
-Layer lm_head_layer(const TransformerShape& s, int embedding_index) {
+Layer lm_head_layer(const TransformerShape& s, int embedding_index, const Split& split) {
   Layer layer{.name = "lm_head", .kind = LayerKind::LmHead};
   if (s.tied_embeddings) {
     layer.shares_params_of = embedding_index;
   } else {
-    layer.params.push_back({"lm_head.weight", dims({s.vocab, s.hidden})});
+    layer.params.push_back({"lm_head.weight", dims({split.vocab, s.hidden}),
+                            split.t > 1 ? TensorSplit::Vocab : TensorSplit::Replicated});
   }
   const double h = double(s.hidden);
-  const double v = double(s.vocab);
-  // Keeps its input (h) and the logits (v) in the activation dtype, the fp32 log-probabilities of
-  // the cross-entropy (4v bytes) and the int64 labels (8 bytes).
-  layer.activations.elements = h + v;
+  const double v = double(split.vocab);
+  // Keeps its input (h; along the sequence with SP, gathered again in backward) and this rank's
+  // logits (v) in the activation dtype, the fp32 log-probabilities of the cross-entropy (4v bytes)
+  // and the int64 labels (8 bytes).
+  layer.activations.elements = split.sequence(h) + v;
   layer.activations.fixed_bytes = 4 * v + 8;
-  layer.activations.checkpoint_elements = h;
+  layer.activations.checkpoint_elements = split.sequence(h);
   // The loss upcasts 16-bit logits to fp32 (a transient 4v-byte copy).
   layer.activations.forward_upcast_elements = v;
   // Backward: fp32 gradient of the logits, its cast to a 16-bit activation dtype, and the input
   // gradient.
-  layer.activations.backward_working_fixed_bytes = 4 * v;
   layer.activations.backward_downcast_elements = v;
+  layer.activations.backward_working_fixed_bytes = 4 * v;
   layer.activations.backward_working_elements = h;
   layer.matmul_flops_per_token = 2 * h * v;
+  if (split.t > 1) {
+    using K = TpCollectiveKind;
+    if (split.sp) {
+      layer.activations.forward_working_elements = h;  // the gathered input
+      layer.tp_forward.push_back({K::AllGather, h});
+    }
+    // Vocab-parallel cross-entropy (_VocabParallelCrossEntropy): the logits' maximum, the target
+    // logit and the sum of exponentials, one fp32 value per token each.
+    for (int i = 0; i < 3; ++i) layer.tp_forward.push_back({K::AllReduce, 1, true});
+    if (split.sp) {
+      layer.tp_backward.push_back({K::AllGather, h});
+      layer.tp_backward.push_back({K::ReduceScatter, h});
+    } else {
+      layer.tp_backward.push_back({K::AllReduce, h});
+    }
+  }
   return layer;
+}
+
+void check_tensor_parallel(const TransformerShape& s, const TensorParallelism& tp) {
+  auto require = [&](bool ok, const std::string& key, const std::string& why) {
+    if (!ok) throw InputError(key, why);
+  };
+  require(tp.size >= 1 && tp.size <= 4096, "tensor_parallel.autotp_size",
+          "must be between 1 and 4096 (got " + std::to_string(tp.size) + ")");
+  require(tp.vocab_multiple >= 1, "tensor_parallel.vocab_multiple", "must be positive");
+  if (!tp.active()) return;
+  const std::string by =
+      " must be divisible by the tensor-parallel size " + std::to_string(tp.size);
+  require(s.heads % tp.size == 0, "model.heads",
+          "the attention heads (" + std::to_string(s.heads) + ")" + by);
+  require(s.kv_heads % tp.size == 0, "model.kv_heads",
+          "the key/value heads (" + std::to_string(s.kv_heads) + ")" + by +
+              " (Megatron: num_query_groups % tensor_model_parallel_size == 0)");
+  require(s.ffn_hidden % tp.size == 0, "model.ffn_hidden",
+          "the MLP width (" + std::to_string(s.ffn_hidden) + ")" + by);
 }
 
 }  // namespace
 
-Model build_transformer(const std::string& name, const TransformerShape& shape) {
+const char* to_string(TensorSplit split) {
+  switch (split) {
+    case TensorSplit::Replicated:
+      return "replicated";
+    case TensorSplit::Column:
+      return "column";
+    case TensorSplit::Row:
+      return "row";
+    case TensorSplit::Vocab:
+      return "vocab";
+  }
+  return "replicated";
+}
+
+Model build_transformer(const std::string& name, const TransformerShape& shape,
+                        const TensorParallelism& tp) {
   shape.validate("model");
+  check_tensor_parallel(shape, tp);
+  const Split split = make_split(shape, tp);
   Model model;
   model.name = name;
   model.shape = shape;
+  model.tensor_parallel = tp;
   model.default_seq_len = shape.max_positions;
-  model.layers.push_back(embedding_layer(shape));
-  for (int i = 0; i < shape.layers; ++i) model.layers.push_back(block_layer(shape, i));
-  model.layers.push_back(final_norm_layer(shape));
-  model.layers.push_back(lm_head_layer(shape, 0));
+  model.layers.push_back(embedding_layer(shape, split));
+  for (int i = 0; i < shape.layers; ++i) model.layers.push_back(block_layer(shape, i, split));
+  model.layers.push_back(final_norm_layer(shape, split));
+  model.layers.push_back(lm_head_layer(shape, 0, split));
   return model;
+}
+
+Model tensor_parallel_shard(const Model& model, const TensorParallelism& tp) {
+  if (!tp.active()) return model;
+  if (!model.shape) {
+    throw InputError("--tp",
+                     "tensor parallelism splits a transformer's matrices: model '" + model.name +
+                         "' is a layer list without a transformer shape (use a preset, dense:N "
+                         "or a Hugging Face config)");
+  }
+  Model shard = build_transformer(model.name, *model.shape, tp);
+  shard.source = model.source;
+  shard.default_seq_len = model.default_seq_len;
+  return shard;
 }
 
 Elements Model::parameter_count() const {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/config/parallelism.hpp"
 #include "sim/core/units.hpp"
 
 namespace zerolens {
@@ -25,10 +26,32 @@ const char* to_string(LayerKind kind);
 const char* to_string(AttentionImpl impl);
 AttentionImpl parse_attention_impl(const std::string& text);  // "eager" | "flash"
 
+// How tensor parallelism holds a parameter (Megatron-LM's layers, Shoeybi et al. 2019): split
+// along its output rows (ColumnParallelLinear), its input columns (RowParallelLinear) or the
+// vocabulary (VocabParallelEmbedding), or whole on every rank of the group.
+enum class TensorSplit : std::uint8_t { Replicated, Column, Row, Vocab };
+const char* to_string(TensorSplit split);
+
 struct TensorSpec {
   std::string name;
-  std::vector<std::int64_t> shape;
+  std::vector<std::int64_t> shape;  // this rank's shard (the whole tensor without TP)
+  TensorSplit split = TensorSplit::Replicated;
+  // Under sequence parallelism a replicated tensor whose gradient each TP rank computes from its
+  // own part of the sequence (norms, row-parallel biases): Megatron all-reduces these gradients
+  // over the TP group after the backward (finalize_model_grads, _allreduce_layernorm_grads).
+  bool sequence_parallel_grad = false;
   Elements numel() const;
+};
+
+// One collective a layer issues over its tensor-parallel group per micro-batch (the f/g operators
+// of Megatron's layers), in the order issued.
+enum class TpCollectiveKind : std::uint8_t { AllReduce, AllGather, ReduceScatter };
+struct TpCollective {
+  TpCollectiveKind kind = TpCollectiveKind::AllReduce;
+  // The message (nccl-tests' size: the whole buffer: an all-gather's output, a reduce-scatter's
+  // input) in elements per token of the micro-batch.
+  double elements_per_token = 0;
+  bool fp32 = false;  // fp32 whatever the activation dtype (the vocab-parallel loss's statistics)
 };
 
 // Activation memory of one layer, per token of the micro-batch. For micro-batch b, sequence s and
@@ -78,6 +101,8 @@ struct Layer {
   // score/value products of 4*h per token per position (no causal discount, as in Megatron/PaLM).
   double matmul_flops_per_token = 0;
   double attention_flops_per_token_position = 0;
+  // Tensor parallelism: what the forward (repeated by a recompute) and the backward issue.
+  std::vector<TpCollective> tp_forward, tp_backward;
 
   Elements numel() const;
   ActivationBytes activation_bytes(std::int64_t micro_batch, std::int64_t seq_len,
@@ -116,6 +141,8 @@ struct TransformerShape {
 
 struct Model {
   std::string name;
+  // The tensor parallelism this model is one rank's shard of (size 1: the whole model).
+  TensorParallelism tensor_parallel;
   std::string source;  // "preset", "dense", "hf-config", "layers-json"
   std::vector<Layer> layers;
   std::optional<TransformerShape> shape;  // set for transformer models
@@ -126,5 +153,12 @@ struct Model {
   double forward_flops_per_step(std::int64_t micro_batch, std::int64_t seq_len) const;
 };
 
-Model build_transformer(const std::string& name, const TransformerShape& shape);
+// The model, or with `tp` the shard one rank of a tensor-parallel group holds (parameters,
+// activations, FLOPs and the TP collectives per layer; docs/parallelism.md). Throws InputError when
+// the shape does not split (heads, key/value heads or the MLP width not divisible by tp.size).
+Model build_transformer(const std::string& name, const TransformerShape& shape,
+                        const TensorParallelism& tp = {});
+// `model` as one rank of `tp` holds it: the model itself when tp is inactive, else rebuilt from its
+// transformer shape (a layer-list model without one cannot be split: InputError).
+Model tensor_parallel_shard(const Model& model, const TensorParallelism& tp);
 }  // namespace zerolens

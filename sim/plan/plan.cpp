@@ -112,6 +112,25 @@ void check_activation_total(const Model& model, std::int64_t micro_batch, std::i
   }
 }
 
+// Ranks are placed TP innermost: a TP group is a node's consecutive ranks, or whole nodes.
+void check_placement(const PlanRequest& request) {
+  const int tp = request.config.tensor_parallel.size;
+  const int per_node = request.cluster.node.gpus_per_node;
+  if (tp <= 1) return;
+  if (per_node % tp != 0 && tp % per_node != 0) {
+    throw InputError("--tp", "a tensor-parallel group of " + std::to_string(tp) +
+                                 " ranks must fill a node's " + std::to_string(per_node) +
+                                 " GPUs evenly (divide it, or be a multiple of it)");
+  }
+  if (request.cluster.total_gpus() < std::int64_t(request.dp_size) * tp) {
+    throw InputError("--gpus", std::to_string(request.dp_size) + " data-parallel x " +
+                                   std::to_string(tp) + " tensor-parallel ranks need " +
+                                   std::to_string(std::int64_t(request.dp_size) * tp) +
+                                   " GPUs; the cluster has " +
+                                   std::to_string(request.cluster.total_gpus()));
+  }
+}
+
 }  // namespace
 
 bool Plan::fits() const {
@@ -133,17 +152,19 @@ Plan make_plan(PlanRequest request, ReplayDetail detail, MemoryTimeline& replay)
   plan.seq_len = request.config.seq_len.value_or(request.model.default_seq_len);
   if (plan.seq_len < 1) throw InputError("seq_len", "must be positive");
   plan.batch = resolve_batch(request.config.batch, request.dp_size);
-  check_activation_total(request.model, plan.batch.micro_batch_per_gpu, plan.seq_len);
+  plan.rank_model = tensor_parallel_shard(request.model, request.config.tensor_parallel);
+  check_placement(request);
+  check_activation_total(plan.rank_model, plan.batch.micro_batch_per_gpu, plan.seq_len);
   const int gpus_per_node = request.cluster.node.gpus_per_node;
   ScheduleOptions options = request.options;
   // The allocator may reserve what the GPU has beyond the memory it does not manage.
   options.allocator.device_limit =
       std::max<Bytes>(0, request.cluster.gpu.memory_bytes - options.cuda_context_bytes -
                              options.library_workspace_bytes);
-  plan.schedule = build_schedule(request.model, request.config, plan.batch, plan.seq_len,
+  plan.schedule = build_schedule(plan.rank_model, request.config, plan.batch, plan.seq_len,
                                  request.dp_size, gpus_per_node, options);
   replay = replay_memory(plan.schedule, detail);
-  const int ranks_per_node = group_shape(request.dp_size, gpus_per_node).ranks_per_node;
+  const int ranks_per_node = plan.schedule.context.ranks_per_node();
   for (int d = 0; d < kDeviceCount; ++d) {
     plan.devices[std::size_t(d)] =
         device_report(Device(d), replay.devices[std::size_t(d)], request.cluster, ranks_per_node);

@@ -38,6 +38,9 @@ struct DeviceReport {
 
 struct Plan {
   PlanRequest request;
+  // What one rank holds of request.model: the model itself, or its tensor-parallel shard
+  // (config.tensor_parallel). The schedule's layers, FLOPs and tensors are this model's.
+  Model rank_model;
   ResolvedBatch batch;
   std::int64_t seq_len = 0;
   Schedule schedule;

@@ -16,7 +16,7 @@ void simulate(Prediction& prediction, const PredictionOptions& options) {
                       (options.simulate == Simulate::IfFits && prediction.plan.fits());
   if (!wanted) return;
   const Plan& plan = prediction.plan;
-  prediction.timeline = simulate_timeline(plan.schedule, plan.request.model, plan.request.cluster,
+  prediction.timeline = simulate_timeline(plan.schedule, plan.rank_model, plan.request.cluster,
                                           options.timeline, prediction.memory);
   prediction.simulated = true;
   if (options.trace_ranks > 0) {

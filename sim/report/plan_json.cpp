@@ -52,19 +52,25 @@ json device_json(const Plan& plan, const DeviceReport& device) {
   out["peak_op"] = device.peak_op;
   if (device.device == Device::Gpu) out["memory"] = gpu_memory_json(plan);
   out["peak_during"] = device.peak_op >= 0
-                           ? plan.schedule.describe(std::size_t(device.peak_op), plan.request.model)
+                           ? plan.schedule.describe(std::size_t(device.peak_op), plan.rank_model)
                            : std::string("initialisation (before the step)");
   return out;
 }
 
-json comm_json(const Plan& plan) {
+json collectives_json(const std::array<CollectiveTotals, kOpKindCount>& all, bool list_every_kind) {
   json collectives = json::object();
   for (int k = 0; k < kOpKindCount; ++k) {
-    const auto& totals = plan.comm.collectives[std::size_t(k)];
-    if (totals.calls == 0 && !is_collective(OpKind(k))) continue;  // collectives always listed
+    const auto& totals = all[std::size_t(k)];
+    if (totals.calls == 0 && !(list_every_kind && is_collective(OpKind(k)))) continue;
     collectives[to_string(OpKind(k))] = {
         {"calls", totals.calls}, {"bytes", totals.bytes}, {"traffic_bytes", totals.traffic_bytes}};
   }
+  return collectives;
+}
+
+json comm_json(const Plan& plan) {
+  // The data-parallel collectives are always listed; the tensor-parallel group's when it has any.
+  const json collectives = collectives_json(plan.comm.collectives, true);
   const auto& cluster = plan.request.cluster;
   const auto& links = plan.comm.links;
   json link_json = {
@@ -75,13 +81,20 @@ json comm_json(const Plan& plan) {
       {"nvme_read", {{"name", "NVMe"}, {"bytes", links.nvme_read}}},
       {"nvme_write", {{"name", "NVMe"}, {"bytes", links.nvme_write}}},
   };
-  return {{"scope", "rank, one training step"}, {"collectives", collectives}, {"links", link_json}};
+  json out = {
+      {"scope", "rank, one training step"}, {"collectives", collectives}, {"links", link_json}};
+  if (plan.request.config.tensor_parallel.active()) {
+    out["tensor_parallel_collectives"] = collectives_json(plan.comm.tensor_parallel, false);
+  }
+  return out;
 }
 
 json run_json(const Plan& plan) {
   const auto& options = plan.request.options;
   return {{"framework", to_string(plan.request.config.framework)},
           {"dp_size", plan.request.dp_size},
+          {"tensor_parallel", plan.request.config.tensor_parallel.size},
+          {"sequence_parallel", plan.request.config.tensor_parallel.sequence_parallel},
           {"gpus_per_node", plan.request.cluster.node.gpus_per_node},
           {"nodes", plan.request.cluster.nodes},
           {"seq_len", plan.seq_len},
@@ -120,6 +133,7 @@ json plan_to_json(const Plan& plan) {
   out["model"] = {{"name", model.name},
                   {"source", model.source},
                   {"parameter_count", model.parameter_count()},
+                  {"parameters_per_rank", plan.rank_model.parameter_count()},
                   {"layers", model.layers.size()}};
   out["config"] = to_deepspeed_json(plan.request.config);
   out["run"] = run_json(plan);

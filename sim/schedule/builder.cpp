@@ -2,6 +2,7 @@
 // part follows is named in its comment; docs/schedule.md describes the whole sequence.
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <limits>
 
 #include "sim/schedule/builder.hpp"
@@ -59,6 +60,8 @@ class ScheduleBuilder {
     c.param_device = zero_.effective_offload(OffloadKind::Param);
     c.activation_checkpointing = config.activation_checkpointing.enabled;
     c.model_states_only = options.model_states_only;
+    c.tensor_parallel = model.tensor_parallel.size;
+    c.sequence_parallel = model.tensor_parallel.active() && model.tensor_parallel.sequence_parallel;
     schedule_.layout = make_param_layout(model, zero_, dp_size, options.model_states_only);
     schedule_.allocator = options.allocator;
     if (options.model_states_only) schedule_.allocator = AllocatorSpec{.kind = AllocatorKind::Flat};
@@ -403,10 +406,15 @@ class ScheduleBuilder {
     const int owner = owner_of(layer);
     const double flops = spec.forward_flops(schedule_.context.micro_batch, schedule_.context.seq_len);
     const Bytes touched = owner_numel(owner) * param_bytes_ + act.stored + act.forward_working;
-    const auto op = emit(Op{.kind = OpKind::Forward, .stream = Stream::Compute, .phase = Phase::Forward,
-                            .layer = int(layer), .flops = flops, .memory_bytes_touched = touched},
-                         fx, {gather_dep(owner), blocking_reduce_});
+    const auto op = emit(Op{.kind = OpKind::Forward,
+                            .stream = Stream::Compute,
+                            .phase = Phase::Forward,
+                            .layer = int(layer),
+                            .flops = flops,
+                            .memory_bytes_touched = touched},
+                         fx, {gather_dep(owner), blocking_reduce_, tp_wait_});
     blocking_reduce_ = kNoOp;
+    tensor_parallel_collectives(layer, spec.tp_forward, Phase::Forward, op);
     if (checkpointed(layer) && ckpt.cpu_checkpointing) {
       Effects moved = effects();
       moved.add(Device::Cpu, Component::ActivationCheckpoints, act.checkpoint);
@@ -467,10 +475,15 @@ class ScheduleBuilder {
       fx.add(Device::Gpu, Component::UnreducedGrads, -copied_at_hook(owner) * grad_bytes_);
     }
     const Bytes touched = 2 * (owner_numel(owner) * param_bytes_ + act.stored) + act.backward_working;
-    const auto op = emit(Op{.kind = OpKind::Backward, .stream = Stream::Compute, .phase = Phase::Backward,
-                            .layer = int(layer), .flops = 2 * forward_flops, .memory_bytes_touched = touched},
-                         fx, {gather_dep(owner), recompute, blocking_reduce_});
+    const auto op = emit(Op{.kind = OpKind::Backward,
+                            .stream = Stream::Compute,
+                            .phase = Phase::Backward,
+                            .layer = int(layer),
+                            .flops = 2 * forward_flops,
+                            .memory_bytes_touched = touched},
+                         fx, {gather_dep(owner), recompute, blocking_reduce_, tp_wait_});
     blocking_reduce_ = kNoOp;
+    tensor_parallel_collectives(layer, spec.tp_backward, Phase::Backward, op);
     if (ready && !zero_.reduces_at_boundary()) add_to_buckets(owner, op);
   }
 
@@ -487,9 +500,76 @@ class ScheduleBuilder {
     Effects fx = effects();
     fx.add(Device::Gpu, Component::ActivationWorking, recomputed_bytes(act));
     const Bytes touched = owner_numel(owner_of(layer)) * param_bytes_ + act.stored;
-    return emit(Op{.kind = OpKind::Recompute, .stream = Stream::Compute, .phase = Phase::Backward,
-                   .layer = int(layer), .flops = flops, .memory_bytes_touched = touched},
-                fx, {copy, gather_dep(owner_of(layer)), blocking_reduce_});
+    const auto op = emit(Op{.kind = OpKind::Recompute,
+                            .stream = Stream::Compute,
+                            .phase = Phase::Backward,
+                            .layer = int(layer),
+                            .flops = flops,
+                            .memory_bytes_touched = touched},
+                         fx, {copy, gather_dep(owner_of(layer)), blocking_reduce_, tp_wait_});
+    // A recompute runs the forward again, its tensor-parallel collectives included.
+    tensor_parallel_collectives(layer, model_.layers[layer].tp_forward, Phase::Backward, op);
+    return op;
+  }
+
+  // ---- tensor parallelism --------------------------------------------------------------------
+  // The layer's collectives over its TP group after `compute`, one after the other; the next
+  // compute op waits for the last (Megatron's layers use their results at once).
+  void tensor_parallel_collectives(std::size_t layer, const std::vector<TpCollective>& collectives,
+                                   Phase phase, std::uint32_t compute) {
+    const auto& c = schedule_.context;
+    const double tokens = double(c.micro_batch) * double(c.seq_len);
+    std::uint32_t previous = compute;
+    for (const auto& collective : collectives) {
+      const Bytes element = collective.fp32 ? 4 : param_bytes_;
+      const Bytes bytes = Bytes(std::llround(collective.elements_per_token * tokens)) * element;
+      previous = emit(Op{.kind = tp_op_kind(collective.kind),
+                         .stream = Stream::TensorParallel,
+                         .phase = phase,
+                         .layer = int(layer),
+                         .group_size = c.tensor_parallel,
+                         .group = ProcessGroup::Tensor,
+                         .link = Link::Network,
+                         .bytes = bytes,
+                         .wire_element_bytes = std::int32_t(element)},
+                      effects(), {previous});
+      tp_wait_ = previous;
+    }
+  }
+  static OpKind tp_op_kind(TpCollectiveKind kind) {
+    switch (kind) {
+      case TpCollectiveKind::AllReduce:
+        return OpKind::AllReduce;
+      case TpCollectiveKind::AllGather:
+        return OpKind::AllGather;
+      case TpCollectiveKind::ReduceScatter:
+        return OpKind::ReduceScatter;
+    }
+    return OpKind::AllReduce;
+  }
+  // Sequence parallelism: the gradients of the replicated parameters each TP rank computed from its
+  // part of the sequence, summed over the TP group once per step (Megatron's finalize_model_grads).
+  std::uint32_t sequence_parallel_gradients(std::uint32_t before) {
+    const auto& c = schedule_.context;
+    if (!c.sequence_parallel) return before;
+    Elements elements = 0;
+    for (const auto& layer : model_.layers) {
+      for (const auto& tensor : layer.params) {
+        if (tensor.sequence_parallel_grad) elements += tensor.numel();
+      }
+    }
+    if (elements == 0) return before;
+    const Bytes element = grad_bytes_;
+    return emit(Op{.kind = OpKind::AllReduce,
+                   .stream = Stream::TensorParallel,
+                   .phase = Phase::Reduce,
+                   .group_size = c.tensor_parallel,
+                   .group = ProcessGroup::Tensor,
+                   .link = Link::Network,
+                   .bytes = elements * element,
+                   .wire_element_bytes = std::int32_t(element)},
+                effects(),
+                {before, schedule_.ops.empty() ? kNoOp : std::uint32_t(schedule_.ops.size() - 1)});
   }
 
   // The owner's gradients are complete at the backward of the lowest-indexed layer using them.
@@ -712,7 +792,7 @@ class ScheduleBuilder {
 
   // ---- optimizer ---------------------------------------------------------------------------
   void optimizer_step() {
-    std::uint32_t before = last_reduce_;
+    std::uint32_t before = sequence_parallel_gradients(last_reduce_);
     if (config_.precision.precision == Precision::Fp16 && zero_.partitions_optimizer_states()) {
       before = emit(Op{.kind = OpKind::OverflowCheck, .stream = Stream::Collective, .phase = Phase::Optimizer,
                        .group_size = dp(), .link = Link::Network, .bytes = 1},
@@ -970,6 +1050,8 @@ class ScheduleBuilder {
   std::vector<std::int32_t> pending_;  // tensors of the bucket being filled
   std::vector<Elements> layer_numel_;  // per layer: elements of the tensors it owns
   std::uint32_t bucket_producer_ = kNoOp;
+  std::uint32_t tp_wait_ =
+      kNoOp;  // the last tensor-parallel collective: the next compute waits for it
   std::uint32_t last_reduce_ = kNoOp, last_d2h_ = kNoOp, blocking_reduce_ = kNoOp;
   Bytes grads_partition_bytes_ = 0;  // stages 1-2, on the GPU, freed after the update
   bool pending_ipg_alloc_ = false;

@@ -22,6 +22,11 @@ GroupShape group_shape(int group_size, int gpus_per_node) {
   return shape;
 }
 
+GroupShape op_group_shape(const Op& op, const ScheduleContext& context) {
+  if (op.group == ProcessGroup::Tensor) return group_shape(op.group_size, context.gpus_per_node);
+  return group_shape(op.group_size, context.data_parallel_ranks_per_node());
+}
+
 LinkTraffic collective_traffic(OpKind kind, Bytes message_bytes, GroupShape shape) {
   const std::int64_t g = shape.ranks_per_node;
   const std::int64_t m = shape.nodes;
@@ -37,7 +42,6 @@ LinkTraffic collective_traffic(OpKind kind, Bytes message_bytes, GroupShape shap
 
 CommReport summarize_comm(const Schedule& schedule) {
   CommReport report;
-  const int gpus_per_node = schedule.context.gpus_per_node;
   for (const auto& op : schedule.ops) {
     switch (op.link) {
       case Link::PcieH2D: report.links.pcie_h2d += op.bytes; break;
@@ -46,8 +50,10 @@ CommReport summarize_comm(const Schedule& schedule) {
       case Link::NvmeWrite: report.links.nvme_write += op.bytes; break;
       case Link::Network: {
         const LinkTraffic traffic =
-            collective_traffic(op.kind, op.bytes, group_shape(op.group_size, gpus_per_node));
-        auto& totals = report.collectives[std::size_t(op.kind)];
+            collective_traffic(op.kind, op.bytes, op_group_shape(op, schedule.context));
+        auto& totals =
+            (op.group == ProcessGroup::Tensor ? report.tensor_parallel
+                                              : report.collectives)[std::size_t(op.kind)];
         totals.calls += 1;
         totals.bytes += op.bytes;
         totals.traffic_bytes += traffic.intra_node + traffic.inter_node;

@@ -25,6 +25,9 @@ struct GroupShape {
   int nodes = 1;
 };
 GroupShape group_shape(int group_size, int gpus_per_node);
+// The shape of the group `op` runs over: a TP group fills a node first; a data-parallel group has
+// context.data_parallel_ranks_per_node() ranks on each node it spans.
+GroupShape op_group_shape(const Op& op, const ScheduleContext& context);
 
 LinkTraffic collective_traffic(OpKind kind, Bytes message_bytes, GroupShape shape);
 
@@ -46,7 +49,10 @@ struct LinkTotals {
 };
 
 struct CommReport {
-  std::array<CollectiveTotals, kOpKindCount> collectives{};  // indexed by OpKind
+  std::array<CollectiveTotals, kOpKindCount> collectives{};  // indexed by OpKind, data-parallel
+  // The tensor-parallel group's collectives (indexed by OpKind; none without TP). Their traffic is
+  // in `links` too.
+  std::array<CollectiveTotals, kOpKindCount> tensor_parallel{};
   LinkTotals links;                                           // per rank, one step
   const CollectiveTotals& of(OpKind kind) const { return collectives[std::size_t(kind)]; }
 };

@@ -2,6 +2,7 @@
 // descriptions of its ops.
 #include "sim/schedule/schedule.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -113,6 +114,19 @@ Sharing sharing_of(Component component) {
   }
 }
 
+const char* to_string(ProcessGroup group) {
+  return group == ProcessGroup::Tensor ? "tp" : "dp";
+}
+
+int ScheduleContext::ranks_per_node() const {
+  const std::int64_t world = std::int64_t(dp_size) * tensor_parallel;
+  return int(std::max<std::int64_t>(1, std::min<std::int64_t>(world, gpus_per_node)));
+}
+
+int ScheduleContext::data_parallel_ranks_per_node() const {
+  return std::max(1, std::min(dp_size, gpus_per_node / std::max(1, tensor_parallel)));
+}
+
 const char* to_string(Stream stream) {
   switch (stream) {
     case Stream::Compute: return "compute";
@@ -121,6 +135,8 @@ const char* to_string(Stream stream) {
     case Stream::D2H: return "d2h";
     case Stream::Nvme: return "nvme";
     case Stream::Cpu: return "cpu";
+    case Stream::TensorParallel:
+      return "tp";
   }
   return "compute";
 }
@@ -210,6 +226,15 @@ std::string layer_name(const Model& model, std::int32_t layer) {
 }
 
 std::string collective_subject(const Schedule& schedule, const Op& op, const Model& model) {
+  if (op.group == ProcessGroup::Tensor) {
+    const std::string over =
+        " over its " + std::to_string(op.group_size) + "-rank tensor-parallel group";
+    if (op.layer >= 0) {
+      return layer_name(model, op.layer) +
+             (op.phase == Phase::Forward ? "'s activations" : "'s activation gradients") + over;
+    }
+    return "the sequence-parallel parameters' gradients" + over;
+  }
   if (op.bucket >= 0) return "gradient bucket " + std::to_string(op.bucket);
   if (op.layer >= 0) return layer_name(model, op.layer) + "'s parameters";
   if (op.phase == Phase::Optimizer) return "the updated parameter partitions";

@@ -57,8 +57,16 @@ enum class Component : std::uint8_t {
 };
 inline constexpr int kComponentCount = 20;
 
-enum class Stream : std::uint8_t { Compute, Collective, H2D, D2H, Nvme, Cpu };
-inline constexpr int kStreamCount = 6;
+// TensorParallel: the TP group's collectives (Megatron issues them on their own communicator; the
+// next layer waits for them).
+enum class Stream : std::uint8_t { Compute, Collective, H2D, D2H, Nvme, Cpu, TensorParallel };
+inline constexpr int kStreamCount = 7;
+
+// The process group a collective runs over. Ranks are placed tensor-parallel innermost (Megatron's
+// order): a TP group is `tensor_parallel` consecutive ranks, a data-parallel group ranks that far
+// apart, so a node holds gpus_per_node / tensor_parallel ranks of each DP group.
+enum class ProcessGroup : std::uint8_t { Data, Tensor };
+const char* to_string(ProcessGroup group);
 
 enum class OpKind : std::uint8_t {
   Forward,
@@ -118,6 +126,7 @@ struct Op {
   std::int32_t bucket = -1;  // index into Schedule::buckets for gradient reductions
   std::int32_t sub_group = -1;  // optimizer sub-group (NVMe swapping)
   std::int32_t group_size = 1;  // ranks taking part in a collective
+  ProcessGroup group = ProcessGroup::Data;  // which group's ranks (group_size of them)
   Link link = Link::None;
   Bytes bytes = 0;     // collective: message (buffer) size as nccl-tests counts it; copy/IO: bytes moved
   double flops = 0;    // compute ops
@@ -175,8 +184,14 @@ struct ScheduleContext {
   OffloadDevice param_device = OffloadDevice::None;
   bool activation_checkpointing = false;
   bool model_states_only = false;
+  int tensor_parallel = 1;  // ranks of a TP group (1: none)
+  bool sequence_parallel = false;
 
   ZeroStage zero_stage() const { return {stage}; }
+  // Ranks of the job on one node (they share its CPU memory and NVMe).
+  int ranks_per_node() const;
+  // Ranks of one data-parallel group on one node (TP innermost: gpus_per_node / tensor_parallel).
+  int data_parallel_ranks_per_node() const;
 };
 
 struct Schedule {

@@ -22,7 +22,7 @@ const LayerCost& cost_of(const ClusterCalibration& c, LayerKind kind, bool backw
 }
 
 int ranks_on_node(const ScheduleContext& context) {
-  return std::max(1, std::min(context.dp_size, context.gpus_per_node));
+  return context.ranks_per_node();
 }
 
 // MPI's part of a collective over `group` ranks of one node: the calibrated latency per call and

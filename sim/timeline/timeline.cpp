@@ -44,7 +44,7 @@ double compute_seconds(const Op& op, const ScheduleContext& context, const Clust
 }
 
 int ranks_on_node(const ScheduleContext& context) {
-  return std::max(1, std::min(context.dp_size, context.gpus_per_node));
+  return context.ranks_per_node();
 }
 
 // The node's drives are shared by its ranks.
@@ -152,7 +152,13 @@ StepRates step_rates(const Schedule& schedule, double step_time) {
 double collective_seconds(OpKind kind, Bytes message_bytes, int group_size, const Cluster& cluster,
                           CollectiveAlgorithm algorithm) {
   if (group_size <= 1) return 0;
-  const GroupShape shape = group_shape(group_size, cluster.node.gpus_per_node);
+  return collective_seconds(
+      kind, message_bytes, group_shape(group_size, cluster.node.gpus_per_node), cluster, algorithm);
+}
+
+double collective_seconds(OpKind kind, Bytes message_bytes, GroupShape shape,
+                          const Cluster& cluster, CollectiveAlgorithm algorithm) {
+  if (shape.ranks_per_node * shape.nodes <= 1) return 0;
   const double ring = ring_seconds(kind, message_bytes, shape, cluster);
   if (!all_reduce_like(kind) || algorithm == CollectiveAlgorithm::Ring) return ring;  // NCCL trees: all-reduce only
   const double tree = tree_seconds(kind, message_bytes, shape, cluster);
@@ -161,7 +167,10 @@ double collective_seconds(OpKind kind, Bytes message_bytes, int group_size, cons
 
 double op_duration(const Op& op, const ScheduleContext& context, const Cluster& cluster, const TimelineOptions& options) {
   switch (op.link) {
-    case Link::Network: return collective_seconds(op.kind, op.bytes, op.group_size, cluster, options.algorithm);
+    case Link::Network:
+      if (op.group_size <= 1) return 0;
+      return collective_seconds(op.kind, op.bytes, op_group_shape(op, context), cluster,
+                                options.algorithm);
     case Link::PcieH2D:
     case Link::PcieD2H: return cluster.node.pcie.latency + double(op.bytes) / cluster.node.pcie.bandwidth;
     case Link::NvmeRead: return nvme_seconds(op.bytes, cluster.node.nvme_read_bandwidth, "nvme_read_bandwidth", context);

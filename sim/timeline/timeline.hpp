@@ -22,6 +22,7 @@
 
 #include "sim/hardware/hardware.hpp"
 #include "sim/model/model.hpp"
+#include "sim/schedule/comm.hpp"
 #include "sim/schedule/memory_replay.hpp"
 #include "sim/schedule/schedule.hpp"
 
@@ -79,6 +80,9 @@ double op_duration(const Op& op, const ScheduleContext& context, const Cluster& 
 // Seconds of a collective of `message_bytes` over `group_size` ranks (exposed for tests/benchmarks).
 double collective_seconds(OpKind kind, Bytes message_bytes, int group_size, const Cluster& cluster,
                           CollectiveAlgorithm algorithm);
+// The same over a group of that shape (ranks per node, nodes).
+double collective_seconds(OpKind kind, Bytes message_bytes, GroupShape shape,
+                          const Cluster& cluster, CollectiveAlgorithm algorithm);
 
 Timeline simulate_timeline(const Schedule& schedule, const Cluster& cluster, const TimelineOptions& options);
 // The same with the schedule's memory replayed already (ReplayDetail::PerOp or more).

@@ -244,7 +244,7 @@ Trace make_trace(const Plan& plan, const Timeline& timeline, const MemoryTimelin
   for (const auto& device : plan.devices)
     trace.summary.peak[std::size_t(device.device)] = device.peak_per_rank;
   trace.summary.gpu_memory = replay.gpu;
-  const auto& layers = plan.request.model.layers;
+  const auto& layers = plan.rank_model.layers;
   for (int rank = 0; rank < ranks; ++rank) {
     trace.ranks.push_back(rank);
     for (std::size_t i = 0; i < plan.schedule.ops.size(); ++i) {

@@ -113,3 +113,25 @@ TEST(CliMessages, AnOutputOverAnInputIsRefusedAndTheInputKept) {
 }
 
 }  // namespace
+
+// Tensor parallelism is planned (both groups' collectives in the report) and not run: the
+// executor names what it does not do; a GPU count that does not split into TP groups is named.
+TEST(CliMessages, TensorParallelIsPlannedAndTheExecutorSaysItDoesNotRunIt) {
+  const Result plan = run("plan -m gpt2-124m -s 1 -p bf16 --gpus 8 --tp 2 --sp true");
+  EXPECT_EQ(plan.exit_code, 0) << plan.output;
+  EXPECT_TRUE(
+      contains(plan.output, "tensor parallel 2 with sequence parallelism x data parallel 4"))
+      << plan.output;
+  EXPECT_TRUE(contains(plan.output, "tp 2")) << plan.output;
+  EXPECT_TRUE(contains(plan.output, "dp 4")) << plan.output;
+  const Result uneven = run("plan -m gpt2-124m --gpus 6 --tp 4");
+  EXPECT_EQ(uneven.exit_code, 2) << uneven.output;
+  EXPECT_TRUE(contains(uneven.output, "--gpus must be a multiple of --tp")) << uneven.output;
+  const Result heads = run("plan -m gpt2-1.5b --tp 2");
+  EXPECT_EQ(heads.exit_code, 2) << heads.output;
+  EXPECT_TRUE(contains(heads.output, "model.heads: the attention heads (25)")) << heads.output;
+  const Result executor = run("run -m gpt2-tiny --tp 2 --steps 1");
+  EXPECT_EQ(executor.exit_code, 2) << executor.output;
+  EXPECT_TRUE(contains(executor.output, "--tp: the executor runs data parallelism only"))
+      << executor.output;
+}

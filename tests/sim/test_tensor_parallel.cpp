@@ -1,0 +1,256 @@
+// Tensor and sequence parallelism (issue 20): one rank's shard of a transformer, its activations
+// against Korthikanti et al. 2022's formulas, the TP group's collectives worked by hand, and the
+// placement that decides which link each group's traffic crosses.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "sim/config/deepspeed_json.hpp"
+#include "sim/config/overrides.hpp"
+#include "sim/schedule/comm.hpp"
+#include "sim/timeline/timeline.hpp"
+#include "test_helpers.hpp"
+
+namespace zerolens {
+namespace {
+
+// Two GPT-2 blocks: hidden 8, 2 heads, MLP 32, vocabulary 100, 16 positions, tied embeddings.
+TransformerShape tiny_shape() {
+  TransformerShape shape;
+  shape.layers = 2;
+  shape.hidden = 8;
+  shape.heads = 2;
+  shape.kv_heads = 2;
+  shape.ffn_hidden = 32;
+  shape.vocab = 100;
+  shape.max_positions = 16;
+  return shape;
+}
+
+Model tiny(int tp, bool sp = false) {
+  return build_transformer("tiny", tiny_shape(),
+                           TensorParallelism{.size = tp, .sequence_parallel = sp});
+}
+
+const TensorSpec& tensor(const Model& model, const std::string& name) {
+  for (const auto& layer : model.layers) {
+    for (const auto& spec : layer.params) {
+      if (spec.name == name) return spec;
+    }
+  }
+  throw std::out_of_range(name);
+}
+
+// Worked by hand. Without TP a block holds ln_1 16, q/k/v 3 x (64 + 8), o 64 + 8, ln_2 16,
+// fc_in 256 + 32, fc_out 256 + 8 = 872. With TP 2: q/k/v 3 x (32 + 4), o 32 + 8 (its bias whole),
+// fc_in 128 + 16, fc_out 128 + 8 (bias whole), norms whole = 460. The vocabulary is padded to a
+// multiple of 128 x 2 = 256: 128 rows of 8 per rank; wpe (16 x 8) and ln_f (16) are whole.
+TEST(TensorParallel, ShardHoldsTheSplitsWorkedByHand) {
+  const Model whole = tiny(1);
+  EXPECT_EQ(whole.layers[1].numel(), 872);
+  EXPECT_EQ(whole.parameter_count(), 100 * 8 + 16 * 8 + 2 * 872 + 16);
+
+  const Model shard = tiny(2);
+  EXPECT_EQ(shard.layers[1].numel(), 460);
+  EXPECT_EQ(shard.parameter_count(), 128 * 8 + 16 * 8 + 2 * 460 + 16);
+  EXPECT_EQ(tensor(shard, "wte.weight").shape, (std::vector<std::int64_t>{128, 8}));
+  EXPECT_EQ(tensor(shard, "wte.weight").split, TensorSplit::Vocab);
+  EXPECT_EQ(tensor(shard, "wpe.weight").split, TensorSplit::Replicated);
+  EXPECT_EQ(tensor(shard, "h.0.attn.q_proj.weight").shape, (std::vector<std::int64_t>{4, 8}));
+  EXPECT_EQ(tensor(shard, "h.0.attn.q_proj.bias").split, TensorSplit::Column);
+  EXPECT_EQ(tensor(shard, "h.0.attn.o_proj.weight").shape, (std::vector<std::int64_t>{8, 4}));
+  EXPECT_EQ(tensor(shard, "h.0.attn.o_proj.bias").shape, (std::vector<std::int64_t>{8}));
+  EXPECT_EQ(tensor(shard, "h.0.mlp.fc_out.weight").split, TensorSplit::Row);
+  // Two shards hold every split tensor once and the replicated ones twice; the padding rows
+  // (256 - 100) x 8 are new.
+  const Elements replicated = 16 * 8 + 2 * (16 + 16 + 8 + 8) + 16;
+  EXPECT_EQ(2 * shard.parameter_count() - replicated, whole.parameter_count() + (256 - 100) * 8);
+  // FLOPs split: 2 x (3 h^2 + h^2 + 2 h f) / t per token, attention 4 h / t per position.
+  EXPECT_DOUBLE_EQ(shard.layers[1].matmul_flops_per_token, 2.0 * (4 * 64 + 2 * 8 * 32) / 2);
+  EXPECT_DOUBLE_EQ(shard.layers[1].attention_flops_per_token_position, 4.0 * 8 / 2);
+}
+
+// Korthikanti et al. 2022, Sec. 4.2 (16-bit activations, 1-byte dropout masks, eager attention):
+// per block, s b h (10 + 24/t + 5 a s / (h t)) bytes with tensor parallelism,
+// s b h (34/t + 5 a s / (h t)) with sequence parallelism as well.
+TEST(TensorParallel, BlockActivationsFollowKorthikanti) {
+  TransformerShape shape = tiny_shape();
+  shape.hidden = 1024;
+  shape.heads = 16;
+  shape.kv_heads = 16;
+  shape.ffn_hidden = 4096;
+  shape.vocab = 4096;
+  const double s = 512, b = 2, h = 1024, a = 16;
+  for (const int t : {1, 2, 4, 8}) {
+    for (const bool sp : {false, true}) {
+      const Model model = build_transformer("m", shape, {.size = t, .sequence_parallel = sp});
+      const double per_layer = sp && t > 1 ? 34.0 / t : 10 + 24.0 / t;
+      const double expected = s * b * h * (per_layer + 5 * a * s / (h * t));
+      EXPECT_EQ(model.layers[1].activation_bytes(2, 512, 2).stored, Bytes(expected))
+          << "t " << t << " sp " << sp;
+      // A checkpoint keeps the block input: 2 s b h bytes, a t-th of it along the sequence.
+      EXPECT_EQ(model.layers[1].activation_bytes(2, 512, 2).checkpoint,
+                Bytes(2 * s * b * h / (sp && t > 1 ? t : 1)));
+    }
+  }
+}
+
+TrainingConfig tp_config(int tp, bool sp, int stage = 0) {
+  TrainingConfig config;
+  config.zero.stage = stage;
+  config.precision.precision = Precision::Bf16;
+  config.batch.micro_batch_per_gpu = 2;
+  config.seq_len = 16;
+  config.tensor_parallel = {.size = tp, .sequence_parallel = sp};
+  return config;
+}
+
+Plan plan_tp(const TrainingConfig& config, int dp, int gpus_per_node = 8) {
+  PlanRequest request;
+  request.model = tiny(1);
+  request.config = config;
+  request.dp_size = dp;
+  Cluster cluster = testing::test_cluster(gpus_per_node);
+  cluster.nodes = int(ceil_div(std::int64_t(dp) * config.tensor_parallel.size, gpus_per_node));
+  request.cluster = cluster;
+  return make_plan(request);
+}
+
+Plan plan_on_preset(const TrainingConfig& config, int dp) {
+  PlanRequest request;
+  request.model = tiny(1);
+  request.config = config;
+  request.dp_size = dp;
+  request.cluster =
+      with_ranks(cluster_from_preset("dgx-a100-80gb"), dp * config.tensor_parallel.size, 0);
+  return make_plan(request);
+}
+
+// TP 2 x DP 2, micro-batch 2 x 16 tokens in bf16: a residual-stream message is 2 x 16 x 8 x 2 =
+// 512 bytes, a loss statistic 2 x 16 x 4 = 128 bytes. Without SP: forward all-reduces the
+// embedding (1), each block's attention and MLP outputs (4) and the loss's max, target logit and
+// sum (3); backward each block's two input gradients (4) and the LM head's input gradient (1).
+TEST(TensorParallel, CollectivesWorkedByHand) {
+  const Plan plan = plan_tp(tp_config(2, false), 2);
+  const auto& tp = plan.comm.tensor_parallel;
+  EXPECT_EQ(tp[std::size_t(OpKind::AllReduce)].calls, 13);
+  EXPECT_EQ(tp[std::size_t(OpKind::AllReduce)].bytes, 10 * 512 + 3 * 128);
+  // A 2-rank all-reduce sends 2 (n - 1) / n = 1 x the message.
+  EXPECT_EQ(tp[std::size_t(OpKind::AllReduce)].traffic_bytes, 10 * 512 + 3 * 128);
+  EXPECT_EQ(tp[std::size_t(OpKind::AllGather)].calls, 0);
+  // Stage 0 over the DP group all-reduces this rank's gradients: the shard's 2088 bf16 elements.
+  EXPECT_EQ(plan.rank_model.parameter_count(), 2088);
+  EXPECT_EQ(plan.comm.of(OpKind::AllReduce).bytes, 2088 * 2);
+  // Both groups stay in the 8-GPU node.
+  EXPECT_EQ(plan.comm.links.inter_node, 0);
+  EXPECT_EQ(plan.comm.links.intra_node, 10 * 512 + 3 * 128 + 2088 * 2);
+
+  // Checkpointing recomputes every block's forward, its two all-reduces included.
+  TrainingConfig checkpointed = tp_config(2, false);
+  checkpointed.activation_checkpointing.enabled = true;
+  EXPECT_EQ(plan_tp(checkpointed, 2).comm.tensor_parallel[std::size_t(OpKind::AllReduce)].calls,
+            17);
+}
+
+// With SP each block's forward gathers (2) and reduce-scatters (2); its backward gathers the
+// output gradients (2), gathers the saved inputs again (2) and reduce-scatters the input gradients
+// (2). The embedding reduce-scatters (gathers in backward); the LM head gathers its input, and in
+// backward gathers it again and reduce-scatters its gradient. Once per step the replicated
+// parameters' gradients (norms 4 x 16 + 16, row biases 4 x 8 = 112 bf16 elements) are all-reduced.
+TEST(TensorParallel, SequenceParallelCollectivesWorkedByHand) {
+  const Plan plan = plan_tp(tp_config(2, true), 2);
+  const auto& tp = plan.comm.tensor_parallel;
+  EXPECT_EQ(tp[std::size_t(OpKind::AllGather)].calls, 2 * 6 + 1 + 2);
+  EXPECT_EQ(tp[std::size_t(OpKind::AllGather)].bytes, 15 * 512);
+  EXPECT_EQ(tp[std::size_t(OpKind::ReduceScatter)].calls, 2 * 4 + 1 + 1);
+  EXPECT_EQ(tp[std::size_t(OpKind::ReduceScatter)].bytes, 10 * 512);
+  EXPECT_EQ(tp[std::size_t(OpKind::AllReduce)].calls, 3 + 1);
+  EXPECT_EQ(tp[std::size_t(OpKind::AllReduce)].bytes, 3 * 128 + 112 * 2);
+  // A 2-rank all-gather or reduce-scatter sends half the message.
+  EXPECT_EQ(tp[std::size_t(OpKind::AllGather)].traffic_bytes, 15 * 256);
+}
+
+// TP innermost: with TP 2 on 8-GPU nodes a DP group of 8 has 4 ranks on each of 2 nodes. Its
+// stage-0 all-reduce of S bytes sends 2 x 3/4 S inside a node and 2 x 1/8 S across.
+TEST(TensorParallel, DataParallelGroupsAreStridedAcrossNodes) {
+  const Plan plan = plan_tp(tp_config(2, false), 8);
+  const Bytes message = plan.comm.of(OpKind::AllReduce).bytes;
+  EXPECT_EQ(message, 2088 * 2);
+  EXPECT_EQ(plan.schedule.context.data_parallel_ranks_per_node(), 4);
+  EXPECT_EQ(plan.schedule.context.ranks_per_node(), 8);
+  EXPECT_EQ(plan.comm.links.inter_node, message / 4);
+  const Bytes tp_traffic = 10 * 512 + 3 * 128;
+  EXPECT_EQ(plan.comm.links.intra_node, tp_traffic + message * 3 / 2);
+}
+
+// The next layer waits for the TP collectives of the one before: the timeline runs them between.
+TEST(TensorParallel, TimelineWaitsForTheGroupsCollectives) {
+  const Plan plan = plan_on_preset(tp_config(2, false), 2);
+  const Timeline timeline = simulate_timeline(plan.schedule, plan.request.cluster, {});
+  const auto& ops = plan.schedule.ops;
+  double last_tp_end = 0;
+  int tp_ops = 0;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].group == ProcessGroup::Tensor) {
+      EXPECT_EQ(ops[i].stream, Stream::TensorParallel);
+      EXPECT_GT(timeline.ops[i].duration, 0);
+      last_tp_end = std::max(last_tp_end, timeline.ops[i].end());
+      ++tp_ops;
+    } else if (ops[i].stream == Stream::Compute && ops[i].kind != OpKind::OptimizerStep) {
+      EXPECT_GE(timeline.ops[i].start, last_tp_end) << i;
+    }
+  }
+  EXPECT_EQ(tp_ops, 13);
+}
+
+TEST(TensorParallel, ConfigReadsAutotpSizeAndKeepsSequenceParallel) {
+  Diagnostics diagnostics;
+  const auto config = parse_training_config(
+      nlohmann::json::parse(
+          R"({"tensor_parallel": {"autotp_size": 4}, "zero_optimization": {"stage": 1}})"),
+      diagnostics);
+  EXPECT_EQ(config.tensor_parallel.size, 4);
+  EXPECT_FALSE(config.tensor_parallel.sequence_parallel);
+  TrainingConfig with_sp = config;
+  with_sp.tensor_parallel.sequence_parallel = true;
+  const auto written = to_deepspeed_json(with_sp);
+  const auto read_back = parse_training_config(written, diagnostics);
+  EXPECT_EQ(read_back.tensor_parallel.size, 4);
+  EXPECT_TRUE(read_back.tensor_parallel.sequence_parallel);
+  try {
+    parse_training_config(nlohmann::json::parse(R"({"tensor_parallel": {"autotp_size": 0}})"),
+                          diagnostics);
+    FAIL() << "autotp_size 0 accepted";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("tensor_parallel.autotp_size"), std::string::npos)
+        << error.what();
+  }
+}
+
+TEST(TensorParallel, ShapesThatDoNotSplitAreRefusedByName) {
+  TransformerShape shape = tiny_shape();
+  shape.heads = 3;
+  shape.kv_heads = 3;
+  shape.hidden = 12;
+  try {
+    build_transformer("m", shape, {.size = 2});
+    FAIL() << "3 heads split over 2 ranks";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("model.heads"), std::string::npos) << error.what();
+  }
+  const Model layers = testing::flat_model(2, 10);
+  EXPECT_THROW(tensor_parallel_shard(layers, {.size = 2}), InputError);
+  EXPECT_EQ(tensor_parallel_shard(layers, {.size = 1}).parameter_count(), 20);
+  // A TP group must fill a node evenly: 2 ranks do not fill 3-GPU nodes.
+  try {
+    plan_tp(tp_config(2, false), 2, 3);
+    FAIL() << "a TP group of 2 on 3-GPU nodes";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("--tp"), std::string::npos) << error.what();
+  }
+}
+
+}  // namespace
+}  // namespace zerolens
