@@ -127,8 +127,8 @@ void print_header(std::ostream& out, const SweepReport& report, const PlanReques
   const TensorParallelism& tp = base.config.tensor_parallel;
   out << "zerolens sweep: " << base.model.name << " ("
       << format_count(double(base.model.parameter_count())) << " parameters) on "
-      << std::int64_t(base.dp_size) * tp.size << " x " << cluster.gpu.name << " (" << cluster.name
-      << ")"
+      << std::int64_t(base.dp_size) * tp.size * base.config.pipeline.size << " x "
+      << cluster.gpu.name << " (" << cluster.name << ")"
       << (tp.active() ? ", tensor parallel " + std::to_string(tp.size) + " x data parallel " +
                             std::to_string(base.dp_size)
                       : std::string())

@@ -88,12 +88,11 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
   app.add_option("--cluster", o.cluster,
                  "Cluster preset (dgx-2, dgx-a100-40gb, dgx-a100-80gb, dgx-h100, h100-x1) or JSON file")
       ->capture_default_str();
-  app.add_option(
-         "-g,--gpus", o.gpus,
-         "GPUs (ranks) of the job: data-parallel x tensor-parallel; default: all GPUs of the "
-         "cluster preset")
+  app.add_option("-g,--gpus", o.gpus,
+                 "GPUs (ranks) of the job: data x tensor x pipeline parallel; default: all GPUs of "
+                 "the cluster preset")
       ->check(integer_in(1, 10'000'000));
-  app.add_option("--dp", o.dp, "Data-parallel ranks (default: --gpus / --tp)")
+  app.add_option("--dp", o.dp, "Data-parallel ranks (default: --gpus / (--tp x --pp))")
       ->check(integer_in(1, 10'000'000));
   app.add_option("--tp", o.tensor_parallel,
                  "Tensor-parallel ranks (Megatron's split of every block over a node's GPUs; "
@@ -102,6 +101,18 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
   app.add_option("--sp", o.sequence_parallel,
                  "Sequence parallelism with --tp (true|false): norms, dropout and the residual "
                  "stream split along the sequence (Korthikanti et al. 2022)");
+  app.add_option("--pp", o.pipeline_parallel,
+                 "Pipeline stages (pipeline.stages): the layers split into stages, the step's "
+                 "micro-batches (--grad-accum) flowing through them; ZeRO stage 0 or 1")
+      ->check(integer_in(1, 4096));
+  app.add_option("--virtual-stages", o.virtual_stages,
+                 "Model chunks per pipeline stage (interleaved 1F1B; implies --pipeline-schedule "
+                 "interleaved)")
+      ->check(integer_in(1, 1024));
+  add_named(app, "--pipeline-schedule", "--pipeline-schedule", o.pipeline_schedule,
+            parse_pipeline_schedule,
+            "Pipeline schedule: 1f1b (default; DeepSpeed's and Megatron's), gpipe, interleaved",
+            {"gpipe", "1f1b", "interleaved"});
   app.add_option("--gpus-per-node", o.gpus_per_node, "GPUs per node (default: the cluster's)")
       ->check(integer_in(1, 1024));
   app.add_option("--attention", o.attention, "Attention implementation for activation memory: eager|flash")
@@ -211,22 +222,27 @@ PlanRequest make_plan_request(const PlanOptions& o, Diagnostics& diagnostics) {
   request.model = load_plan_model(o, diagnostics);
   request.config = load_plan_config(o, request.model, diagnostics);
   Cluster cluster = load_cluster(o.cluster, diagnostics);
-  const int tp = request.config.tensor_parallel.size;
+  // One data-parallel rank is a TP group on every pipeline stage: tp x pp GPUs.
+  const std::int64_t model_parallel =
+      std::int64_t(request.config.tensor_parallel.size) * request.config.pipeline.size;
+  const std::string split =
+      request.config.pipeline.active() ? "tensor x pipeline parallel" : "tensor-parallel";
   const std::int64_t world = o.gpus ? *o.gpus
-                             : o.dp ? std::int64_t(*o.dp) * tp
+                             : o.dp ? std::int64_t(*o.dp) * model_parallel
                                     : cluster.total_gpus();
-  if (o.dp && o.gpus && std::int64_t(*o.dp) * tp != *o.gpus) {
-    throw InputError("--dp", std::to_string(*o.dp) + " data-parallel x " + std::to_string(tp) +
-                                 " tensor-parallel ranks are " +
-                                 std::to_string(std::int64_t(*o.dp) * tp) + " GPUs, not --gpus " +
-                                 std::to_string(*o.gpus));
+  if (o.dp && o.gpus && std::int64_t(*o.dp) * model_parallel != *o.gpus) {
+    throw InputError("--dp", std::to_string(*o.dp) + " data-parallel x " +
+                                 std::to_string(model_parallel) + " " + split + " ranks are " +
+                                 std::to_string(std::int64_t(*o.dp) * model_parallel) +
+                                 " GPUs, not --gpus " + std::to_string(*o.gpus));
   }
-  if (world % tp != 0 || world > 10'000'000) {
+  if (world % model_parallel != 0 || world > 10'000'000) {
     throw InputError(o.gpus ? "--gpus" : "--tp",
-                     std::to_string(world) + " GPUs do not split into tensor-parallel groups of " +
-                         std::to_string(tp) + " (--gpus must be a multiple of --tp)");
+                     std::to_string(world) + " GPUs do not split into " + split + " groups of " +
+                         std::to_string(model_parallel) +
+                         " (--gpus must be a multiple of --tp x --pp)");
   }
-  request.dp_size = int(world / tp);
+  request.dp_size = int(world / model_parallel);
   request.cluster = with_ranks(cluster, int(world), o.gpus_per_node.value_or(0));
   request.options = load_accounting(o);
   return request;

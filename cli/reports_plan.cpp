@@ -96,6 +96,24 @@ void add_collective_rows(Table& table, const std::array<CollectiveTotals, kOpKin
   }
 }
 
+// Pipeline parallelism: each stage's layers, parameters and GPU figures (the plan is the worst's).
+void print_pipeline_stages(std::ostream& out, const Plan& plan, SizeUnit unit) {
+  if (plan.pipeline_stages.empty()) return;
+  out << "\nPipeline stages (" << unit_name(unit) << " per GPU; the plan above is stage "
+      << plan.pipeline_stage << ")\n";
+  Table table({"stage", "layers", "parameters", "allocated peak", "device used"});
+  for (std::size_t s = 0; s < plan.pipeline_stages.size(); ++s) {
+    const PipelineStagePlan& stage = plan.pipeline_stages[s];
+    const auto& layers = stage.model.layers;
+    const std::string span =
+        layers.empty() ? "-" : layers.front().name + " .. " + layers.back().name;
+    table.add_row({std::to_string(s), span, format_count(double(stage.model.parameter_count())),
+                   format_size_value(stage.gpu_allocated, unit, 2),
+                   format_size_value(stage.gpu_device_used, unit, 2)});
+  }
+  table.print(out);
+}
+
 void print_comm(std::ostream& out, const Plan& plan, SizeUnit unit) {
   out << "\nCommunication per rank per step (" << unit_name(unit)
       << "; traffic = bytes sent by a rank)\n";
@@ -104,6 +122,7 @@ void print_comm(std::ostream& out, const Plan& plan, SizeUnit unit) {
                       unit);
   add_collective_rows(table, plan.comm.tensor_parallel,
                       "tp " + std::to_string(plan.request.config.tensor_parallel.size), unit);
+  add_collective_rows(table, plan.comm.pipeline, "pp", unit);
   table.print(out);
   const auto& links = plan.comm.links;
   const auto& cluster = plan.request.cluster;
@@ -124,16 +143,29 @@ std::string describe_setup(const Plan& plan) {
   const auto& r = plan.request;
   const auto& cluster = r.cluster;
   const auto& tp = r.config.tensor_parallel;
-  const std::int64_t gpus = std::int64_t(r.dp_size) * tp.size;
+  const std::int64_t gpus = std::int64_t(r.dp_size) * tp.size * r.config.pipeline.size;
   std::string text = r.model.name + " (" + format_count(double(r.model.parameter_count())) +
                      " parameters) on " + cluster.name + ": " + std::to_string(gpus) + " x " +
                      cluster.gpu.name + " (" + std::to_string(cluster.nodes) + " node" +
                      (cluster.nodes > 1 ? "s" : "") + " x " +
                      std::to_string(cluster.node.gpus_per_node) + ")\n";
-  if (tp.active()) {
-    text += "tensor parallel " + std::to_string(tp.size) +
-            (tp.sequence_parallel ? " with sequence parallelism" : "") + " x data parallel " +
-            std::to_string(r.dp_size) + ": each rank holds " +
+  const auto& pp = r.config.pipeline;
+  if (tp.active() || pp.active()) {
+    std::string split;
+    if (tp.active()) {
+      split += "tensor parallel " + std::to_string(tp.size) +
+               (tp.sequence_parallel ? " with sequence parallelism" : "") + " x ";
+    }
+    if (pp.active()) {
+      split +=
+          "pipeline " + std::to_string(pp.size) + " stages (" + to_string(pp.schedule) +
+          (pp.virtual_stages > 1 ? ", " + std::to_string(pp.virtual_stages) + " chunks each" : "") +
+          ") x ";
+    }
+    text += split + "data parallel " + std::to_string(r.dp_size) + ": " +
+            (pp.active()
+                 ? "stage " + std::to_string(plan.pipeline_stage) + " (the most GPU memory) holds "
+                 : "each rank holds ") +
             format_count(double(plan.rank_model.parameter_count())) + " parameters\n";
   }
   if (r.config.is_fsdp()) {
@@ -160,6 +192,7 @@ void print_plan(std::ostream& out, const Plan& plan, SizeUnit unit, bool show_co
   out << "zerolens plan: " << describe_setup(plan) << "\n\n";
   print_memory(out, plan, unit);
   if (show_components) print_components(out, plan, unit);
+  print_pipeline_stages(out, plan, unit);
   print_comm(out, plan, unit);
   for (const auto& note : plan.notes) out << "note: " << note << '\n';
   out << (plan.fits() ? "\nVerdict: fits.\n" : "\nVerdict: does NOT fit.\n");

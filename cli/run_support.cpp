@@ -88,6 +88,11 @@ Plan make_run_plan(const RunFlags& flags, const exec::Backend& backend, Diagnost
                                         to_string(request.config.framework) +
                                         "; plan FSDP with `zerolens plan --framework`");
   }
+  if (request.config.pipeline.active()) {
+    throw InputError("--pp",
+                     "the executor runs data parallelism only (pipeline parallelism is planned, "
+                     "not yet run: docs/parallelism.md); plan it with `zerolens plan --pp`");
+  }
   if (request.config.tensor_parallel.active()) {
     throw InputError("--tp",
                      "the executor runs data parallelism only (tensor parallelism is planned, "

@@ -136,6 +136,51 @@ ResolvedBatch resolve_batch(const BatchConfig& batch, int dp_size) {
   return r;
 }
 
+const char* to_string(PipelineSchedule schedule) {
+  switch (schedule) {
+    case PipelineSchedule::GPipe:
+      return "gpipe";
+    case PipelineSchedule::OneFOneB:
+      return "1f1b";
+    case PipelineSchedule::Interleaved:
+      return "interleaved";
+  }
+  return "1f1b";
+}
+
+PipelineSchedule parse_pipeline_schedule(const std::string& text, const std::string& where) {
+  if (text == "gpipe") return PipelineSchedule::GPipe;
+  if (text == "1f1b") return PipelineSchedule::OneFOneB;
+  if (text == "interleaved") return PipelineSchedule::Interleaved;
+  throw InputError(
+      where, "unknown pipeline schedule '" + text + "' (expected gpipe, 1f1b or interleaved)");
+}
+
+// DeepSpeed's PipelineEngine asserts "ZeRO-2 and ZeRO-3 are incompatible with pipeline
+// parallelism" (runtime/pipe/engine.py); Megatron's distributed optimizer is ZeRO-1. FSDP with a
+// pipeline (torchtitan) reshards per micro-batch in ways not modelled yet.
+void TrainingConfig::validate_pipeline() const {
+  require(pipeline.size >= 1 && pipeline.size <= 4096, "pipeline.stages",
+          "must be between 1 and 4096");
+  require(pipeline.virtual_stages >= 1 && pipeline.virtual_stages <= 1024, "--virtual-stages",
+          "must be between 1 and 1024");
+  if (!pipeline.active()) return;
+  require(zero.stage <= 1 || is_fsdp(), zero_key("stage"),
+          "DeepSpeed's pipeline engine runs ZeRO stage 0 or 1 only (\"ZeRO-2 and ZeRO-3 are "
+          "incompatible "
+          "with pipeline parallelism\"; stage is " +
+              std::to_string(zero.stage) + ")");
+  require(!is_fsdp(), "--framework",
+          "FSDP with pipeline parallelism is not modelled yet (docs/parallelism.md)");
+  require((pipeline.virtual_stages > 1) == (pipeline.schedule == PipelineSchedule::Interleaved),
+          "--virtual-stages",
+          "the interleaved schedule needs --virtual-stages of 2 or more, and more than one virtual "
+          "stage needs "
+          "--pipeline-schedule interleaved (got " +
+              std::to_string(pipeline.virtual_stages) + " with " + to_string(pipeline.schedule) +
+              ")");
+}
+
 void TrainingConfig::validate() const {
   require(zero.zero_stage().valid(), zero_key("stage"), "must be 0, 1, 2 or 3");
   require(
@@ -162,6 +207,7 @@ void TrainingConfig::validate() const {
   }
   require(tensor_parallel.size >= 1 && tensor_parallel.size <= 4096, "tensor_parallel.autotp_size",
           "must be between 1 and 4096");
+  validate_pipeline();
   require(gradient_clipping >= 0, "gradient_clipping", "must not be negative");
   require(gradient_predivide_factor > 0, "gradient_predivide_factor", "must be positive");
   require(!seq_len || *seq_len >= 1, "--seq-len", "must be positive");

@@ -186,6 +186,8 @@ struct TrainingConfig {
   // Tensor (and sequence) parallelism: DeepSpeed's tensor_parallel.autotp_size, --tp, --sp; ZeRO
   // runs over the data-parallel group of each TP coordinate (docs/parallelism.md).
   TensorParallelism tensor_parallel;
+  // Pipeline parallelism: DeepSpeed's pipeline.stages, --pp, --virtual-stages, --pipeline-schedule.
+  PipelineParallelism pipeline;
   ZeroConfig zero;
   PrecisionConfig precision;
   BatchConfig batch;
@@ -199,6 +201,7 @@ struct TrainingConfig {
   // Checks cross-field rules (param offload below stage 3, nvme without nvme_path, ...). Throws
   // InputError naming the key.
   void validate() const;
+  void validate_pipeline() const;
   bool is_fsdp() const { return framework != Framework::DeepSpeed; }
   // The optimizer kernel the framework runs: as set, else fused under DeepSpeed, foreach under
   // FSDP.

@@ -135,7 +135,6 @@ const std::vector<UnmodelledKeys> kUnmodelledKeys = {
       "fp32_allreduce",
       "seq_parallel_communication_data_type",
       "timers",
-      "pipeline",
       "nebula",
       "eigenvalue",
       "progressive_layer_drop",
@@ -483,6 +482,31 @@ void read_tensor_parallel(const json& root, Diagnostics& diagnostics, TensorPara
   }
 }
 
+// DeepSpeed's pipeline block (runtime/config.py get_pipeline_config): "stages" is "auto" unless
+// written (the PipelineModule's num_stages). virtual_stages and schedule are zerolens's (Megatron's
+// --num-layers-per-virtual-pipeline-stage); a written config keeps them.
+void read_pipeline(const json& root, Diagnostics& diagnostics, PipelineParallelism& pipeline) {
+  const json* block = member(root, "pipeline");
+  if (!block) return;
+  as_object(*block, "pipeline");
+  warn_unknown_keys(
+      *block,
+      {"stages", "partition", "seed_layers", "activation_checkpoint_interval", "pipe_partitioned",
+       "grad_partitioned", "use_reentrant", "virtual_stages", "schedule"},
+      "pipeline", diagnostics);
+  if (const json* stages = member(*block, "stages");
+      stages && !(stages->is_string() && *stages == "auto")) {
+    pipeline.size = int(as_int(*stages, "pipeline.stages", 1, 4096));
+  }
+  if (const json* chunks = member(*block, "virtual_stages")) {
+    pipeline.virtual_stages = int(as_int(*chunks, "pipeline.virtual_stages", 1, 1024));
+  }
+  if (const json* schedule = member(*block, "schedule")) {
+    pipeline.schedule =
+        parse_pipeline_schedule(as_string(*schedule, "pipeline.schedule"), "pipeline.schedule");
+  }
+}
+
 void read_deepspeed_onto(const json& root, Diagnostics& diagnostics,
                          std::optional<std::int64_t> hidden_size, TrainingConfig& c) {
   as_object(root, "config");
@@ -497,6 +521,7 @@ void read_deepspeed_onto(const json& root, Diagnostics& diagnostics,
   read_checkpointing(root, diagnostics, c.activation_checkpointing);
   read_optimizer(root, diagnostics, c.optimizer);
   read_tensor_parallel(root, diagnostics, c.tensor_parallel);
+  read_pipeline(root, diagnostics, c.pipeline);
   if (const json* v = member(root, "gradient_clipping")) {
     c.gradient_clipping = reader.is_auto(*v) ? 1.0 : as_double(*v, "gradient_clipping");
   }

@@ -86,6 +86,11 @@ json to_deepspeed_json(const TrainingConfig& c) {
     out["tensor_parallel"] = {{"autotp_size", c.tensor_parallel.size},
                               {"sequence_parallel", c.tensor_parallel.sequence_parallel}};
   }
+  if (c.pipeline.active()) {
+    out["pipeline"] = {{"stages", c.pipeline.size},
+                       {"virtual_stages", c.pipeline.virtual_stages},
+                       {"schedule", to_string(c.pipeline.schedule)}};
+  }
   out["gradient_clipping"] = c.gradient_clipping;
   out["prescale_gradients"] = c.prescale_gradients;
   out["gradient_predivide_factor"] = c.gradient_predivide_factor;

@@ -179,6 +179,9 @@ void drop_other_keys(json& d, const ConfigOverrides& o) {
   if (o.optimizer) erase_path(d, {"optimizer", "type"});
   if (o.tensor_parallel) erase_path(d, {"tensor_parallel", "autotp_size"});
   if (o.sequence_parallel) erase_path(d, {"tensor_parallel", "sequence_parallel"});
+  if (o.pipeline_parallel) erase_path(d, {"pipeline", "stages"});
+  if (o.virtual_stages) erase_path(d, {"pipeline", "virtual_stages"});
+  if (o.pipeline_schedule) erase_path(d, {"pipeline", "schedule"});
   if (o.momentum) erase_path(d, {"optimizer", "params", "momentum"});
   if (o.activation_checkpointing && !*o.activation_checkpointing) {
     erase_path(d, {"activation_checkpointing"});
@@ -186,6 +189,21 @@ void drop_other_keys(json& d, const ConfigOverrides& o) {
     if (o.cpu_checkpointing) erase_path(d, {"activation_checkpointing", "cpu_checkpointing"});
     if (o.partition_activations)
       erase_path(d, {"activation_checkpointing", "partition_activations"});
+  }
+}
+
+// A virtual-stage count above 1 is the interleaved schedule unless another is named, and naming
+// the interleaved schedule alone gives each stage 2 chunks.
+void apply_pipeline(PipelineParallelism& pipeline, const ConfigOverrides& o) {
+  if (o.pipeline_parallel) pipeline.size = *o.pipeline_parallel;
+  if (o.virtual_stages) pipeline.virtual_stages = *o.virtual_stages;
+  if (o.pipeline_schedule) pipeline.schedule = *o.pipeline_schedule;
+  if (o.virtual_stages && *o.virtual_stages > 1 && !o.pipeline_schedule) {
+    pipeline.schedule = PipelineSchedule::Interleaved;
+  }
+  if (o.pipeline_schedule == PipelineSchedule::Interleaved && !o.virtual_stages &&
+      pipeline.virtual_stages == 1) {
+    pipeline.virtual_stages = 2;
   }
 }
 
@@ -209,6 +227,7 @@ void apply_overrides(TrainingConfig& config, const ConfigOverrides& overrides,
   if (overrides.tensor_parallel) config.tensor_parallel.size = *overrides.tensor_parallel;
   if (overrides.sequence_parallel)
     config.tensor_parallel.sequence_parallel = *overrides.sequence_parallel;
+  apply_pipeline(config.pipeline, overrides);
   if (overrides.seq_len) {
     config.seq_len = *overrides.seq_len == 0 ? std::nullopt : std::optional(*overrides.seq_len);
   }

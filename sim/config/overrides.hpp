@@ -40,6 +40,10 @@ struct ConfigOverrides {
   // key).
   std::optional<int> tensor_parallel;
   std::optional<bool> sequence_parallel;
+  // Pipeline parallelism (pipeline.stages) and its schedule (not DeepSpeed keys: its engine runs
+  // 1F1B with one chunk per stage).
+  std::optional<int> pipeline_parallel, virtual_stages;
+  std::optional<PipelineSchedule> pipeline_schedule;
   std::optional<Precision> precision;
   std::optional<std::string>
       optimizer;  // optimizer.type as DeepSpeed names it (Adam, FusedAdam, ...)

@@ -1,6 +1,7 @@
 #pragma once
 // Model parallelism beside ZeRO's data parallelism (docs/parallelism.md).
 #include <cstdint>
+#include <string>
 
 namespace zerolens {
 
@@ -14,6 +15,24 @@ struct TensorParallelism {
   // Megatron's make_vocab_size_divisible_by: under TP the vocabulary is padded to a multiple of
   // this x size (_vocab_size_with_padding), so every rank holds the same rows.
   std::int64_t vocab_multiple = 128;
+  bool active() const { return size > 1; }
+};
+
+// Pipeline schedules (Huang et al. 2019; Narayanan et al. 2021): GPipe runs every micro-batch's
+// forward before any backward; 1F1B (PipeDream-Flush) runs pp - stage - 1 forwards, then one
+// forward and one backward in turn; interleaved 1F1B gives each stage `virtual_stages` model
+// chunks.
+enum class PipelineSchedule : std::uint8_t { GPipe, OneFOneB, Interleaved };
+const char* to_string(PipelineSchedule schedule);
+// "gpipe", "1f1b", "interleaved"; throws InputError naming `where`.
+PipelineSchedule parse_pipeline_schedule(const std::string& text, const std::string& where);
+
+// Pipeline parallelism: the layers split into `size` stages (each a rank of the pipeline group),
+// the micro-batches of a step (gradient_accumulation_steps) flowing through them.
+struct PipelineParallelism {
+  int size = 1;
+  int virtual_stages = 1;  // model chunks per stage (interleaved 1F1B)
+  PipelineSchedule schedule = PipelineSchedule::OneFOneB;
   bool active() const { return size > 1; }
 };
 

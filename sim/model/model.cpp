@@ -392,6 +392,56 @@ Model tensor_parallel_shard(const Model& model, const TensorParallelism& tp) {
   return shard;
 }
 
+Model pipeline_stage_model(const Model& model, const PipelineParallelism& pipeline, int stage) {
+  const int chunks = pipeline.size * pipeline.virtual_stages;
+  if (!model.shape) {
+    throw InputError("--pp", "pipeline parallelism splits a transformer's blocks: model '" +
+                                 model.name + "' is a layer list without a transformer shape");
+  }
+  const int blocks = model.shape->layers;
+  if (blocks % chunks != 0) {
+    throw InputError("--pp", "the model's " + std::to_string(blocks) +
+                                 " blocks do not split into " + std::to_string(pipeline.size) +
+                                 " stages x " + std::to_string(pipeline.virtual_stages) +
+                                 " chunks of equal size (Megatron: num_layers divisible by "
+                                 "pipeline stages x virtual stages)");
+  }
+  // The whole model's layers: embedding, blocks 1..blocks, final norm, LM head.
+  const std::size_t first_block = 1, per_chunk = std::size_t(blocks / chunks);
+  Model stage_model = model;
+  stage_model.layers.clear();
+  stage_model.pipeline = pipeline;
+  stage_model.pipeline_stage = stage;
+  for (int chunk = 0; chunk < pipeline.virtual_stages; ++chunk) {
+    const int global = chunk * pipeline.size + stage;
+    PipelineChunk range{.global_index = global, .first = stage_model.layers.size()};
+    if (global == 0) stage_model.layers.push_back(model.layers.front());
+    for (std::size_t b = 0; b < per_chunk; ++b) {
+      stage_model.layers.push_back(model.layers[first_block + std::size_t(global) * per_chunk + b]);
+    }
+    if (global == chunks - 1) {
+      for (std::size_t tail = first_block + std::size_t(blocks); tail < model.layers.size();
+           ++tail) {
+        stage_model.layers.push_back(model.layers[tail]);
+      }
+    }
+    range.end = stage_model.layers.size();
+    stage_model.pipeline_chunks.push_back(range);
+  }
+  // A tied LM head on a stage without the embedding holds its own copy of the word embeddings.
+  for (auto& layer : stage_model.layers) {
+    if (layer.shares_params_of < 0) continue;
+    const Layer& owner = model.layers[std::size_t(layer.shares_params_of)];
+    layer.shares_params_of = -1;
+    layer.params.push_back(owner.params.front());
+    layer.params.back().name = "lm_head.weight (copy of " + owner.params.front().name + ")";
+    stage_model.tied_embedding_end = true;
+  }
+  if (stage == 0 && model.layers.back().shares_params_of >= 0)
+    stage_model.tied_embedding_end = true;
+  return stage_model;
+}
+
 Elements Model::parameter_count() const {
   Elements count = 0;
   for (const auto& layer : layers) count += layer.numel();

@@ -139,10 +139,26 @@ struct TransformerShape {
   void validate(const std::string& where) const;
 };
 
+// One model chunk of a pipeline stage: chunk `global_index` of the pipeline's size x
+// virtual_stages chunks in layer order (it runs on stage global_index % size), made of the stage
+// model's layers [first, end).
+struct PipelineChunk {
+  int global_index = 0;
+  std::size_t first = 0, end = 0;
+};
+
 struct Model {
   std::string name;
   // The tensor parallelism this model is one rank's shard of (size 1: the whole model).
   TensorParallelism tensor_parallel;
+  // The pipeline stage this model is (pipeline.size 1: the whole model, no chunks), its chunks in
+  // the order of their layers, and whether it holds one end of a tied embedding split over the
+  // first and last stage (Megatron keeps a copy of the word embeddings on the last stage and
+  // all-reduces the two copies' gradients: _allreduce_word_embedding_grads).
+  PipelineParallelism pipeline;
+  int pipeline_stage = 0;
+  std::vector<PipelineChunk> pipeline_chunks;
+  bool tied_embedding_end = false;
   std::string source;  // "preset", "dense", "hf-config", "layers-json"
   std::vector<Layer> layers;
   std::optional<TransformerShape> shape;  // set for transformer models
@@ -161,4 +177,9 @@ Model build_transformer(const std::string& name, const TransformerShape& shape,
 // `model` as one rank of `tp` holds it: the model itself when tp is inactive, else rebuilt from its
 // transformer shape (a layer-list model without one cannot be split: InputError).
 Model tensor_parallel_shard(const Model& model, const TensorParallelism& tp);
+// Stage `stage` of `model` split by `pipeline` (Megatron's layout): the transformer blocks in
+// size x virtual_stages equal chunks, chunk g on stage g % size; the embedding before chunk 0, the
+// final norm and LM head after the last. Throws InputError when the blocks do not split evenly or
+// the model has no transformer shape.
+Model pipeline_stage_model(const Model& model, const PipelineParallelism& pipeline, int stage);
 }  // namespace zerolens

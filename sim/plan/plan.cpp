@@ -116,19 +116,51 @@ void check_activation_total(const Model& model, std::int64_t micro_batch, std::i
 void check_placement(const PlanRequest& request) {
   const int tp = request.config.tensor_parallel.size;
   const int per_node = request.cluster.node.gpus_per_node;
+  const std::int64_t world = std::int64_t(request.dp_size) * tp * request.config.pipeline.size;
+  if (request.cluster.total_gpus() < world) {
+    throw InputError(
+        "--gpus", std::to_string(request.dp_size) + " data-parallel x " + std::to_string(tp) +
+                      " tensor-parallel x " + std::to_string(request.config.pipeline.size) +
+                      " pipeline ranks need " + std::to_string(world) + " GPUs; the cluster has " +
+                      std::to_string(request.cluster.total_gpus()));
+  }
   if (tp <= 1) return;
   if (per_node % tp != 0 && tp % per_node != 0) {
     throw InputError("--tp", "a tensor-parallel group of " + std::to_string(tp) +
                                  " ranks must fill a node's " + std::to_string(per_node) +
                                  " GPUs evenly (divide it, or be a multiple of it)");
   }
-  if (request.cluster.total_gpus() < std::int64_t(request.dp_size) * tp) {
-    throw InputError("--gpus", std::to_string(request.dp_size) + " data-parallel x " +
-                                   std::to_string(tp) + " tensor-parallel ranks need " +
-                                   std::to_string(std::int64_t(request.dp_size) * tp) +
-                                   " GPUs; the cluster has " +
-                                   std::to_string(request.cluster.total_gpus()));
+}
+
+// Every stage's schedule and replay; the stage that uses the most GPU memory (device used, then
+// allocated; the first of equals) becomes the plan's schedule and rank model.
+void plan_pipeline_stages(Plan& plan, const PlanRequest& request, const ScheduleOptions& options,
+                          ReplayDetail detail, MemoryTimeline& replay) {
+  const int stages = request.config.pipeline.size;
+  for (int stage = 0; stage < stages; ++stage) {
+    PipelineStagePlan stage_plan;
+    stage_plan.model = pipeline_stage_model(plan.rank_model, request.config.pipeline, stage);
+    stage_plan.schedule =
+        build_schedule(stage_plan.model, request.config, plan.batch, plan.seq_len, request.dp_size,
+                       request.cluster.node.gpus_per_node, options);
+    MemoryTimeline stage_replay = replay_memory(stage_plan.schedule, detail);
+    stage_plan.gpu_allocated = stage_replay.gpu.allocated;
+    stage_plan.gpu_device_used = stage_replay.gpu.device_used;
+    const auto usage = [](const PipelineStagePlan& p) {
+      return std::pair(p.gpu_device_used, p.gpu_allocated);
+    };
+    const bool worse =
+        stage == 0 ||
+        usage(stage_plan) > usage(plan.pipeline_stages[std::size_t(plan.pipeline_stage)]);
+    if (worse) {
+      plan.pipeline_stage = stage;
+      replay = std::move(stage_replay);
+    }
+    plan.pipeline_stages.push_back(std::move(stage_plan));
   }
+  const PipelineStagePlan& chosen = plan.pipeline_stages[std::size_t(plan.pipeline_stage)];
+  plan.schedule = chosen.schedule;
+  plan.rank_model = chosen.model;
 }
 
 }  // namespace
@@ -161,9 +193,13 @@ Plan make_plan(PlanRequest request, ReplayDetail detail, MemoryTimeline& replay)
   options.allocator.device_limit =
       std::max<Bytes>(0, request.cluster.gpu.memory_bytes - options.cuda_context_bytes -
                              options.library_workspace_bytes);
-  plan.schedule = build_schedule(plan.rank_model, request.config, plan.batch, plan.seq_len,
-                                 request.dp_size, gpus_per_node, options);
-  replay = replay_memory(plan.schedule, detail);
+  if (request.config.pipeline.active()) {
+    plan_pipeline_stages(plan, request, options, detail, replay);
+  } else {
+    plan.schedule = build_schedule(plan.rank_model, request.config, plan.batch, plan.seq_len,
+                                   request.dp_size, gpus_per_node, options);
+    replay = replay_memory(plan.schedule, detail);
+  }
   const int ranks_per_node = plan.schedule.context.ranks_per_node();
   for (int d = 0; d < kDeviceCount; ++d) {
     plan.devices[std::size_t(d)] =

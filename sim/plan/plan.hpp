@@ -36,11 +36,25 @@ struct DeviceReport {
   bool fits() const { return peak <= capacity && !allocator_out_of_memory; }
 };
 
+// One pipeline stage of a plan: what its rank holds and its step.
+struct PipelineStagePlan {
+  Model model;
+  Schedule schedule;
+  Bytes gpu_allocated = 0;    // the stage's peak allocated bytes (max_memory_allocated)
+  Bytes gpu_device_used = 0;  // what nvidia-smi would show on the stage's GPU (decides fits)
+};
+
 struct Plan {
   PlanRequest request;
   // What one rank holds of request.model: the model itself, or its tensor-parallel shard
-  // (config.tensor_parallel). The schedule's layers, FLOPs and tensors are this model's.
+  // (config.tensor_parallel), or with pipeline parallelism the stage planned below. The schedule's
+  // layers, FLOPs and tensors are this model's.
   Model rank_model;
+  // Pipeline parallelism: every stage, in order; `schedule` and `rank_model` are those of the stage
+  // that uses the most GPU memory (device used, then allocated: the one that decides whether the
+  // job fits), `pipeline_stage` its index. Empty without pipeline parallelism.
+  std::vector<PipelineStagePlan> pipeline_stages;
+  int pipeline_stage = 0;
   ResolvedBatch batch;
   std::int64_t seq_len = 0;
   Schedule schedule;

@@ -11,13 +11,34 @@ ReplayDetail detail_for(const PredictionOptions& options) {
   return options.simulate == Simulate::Never ? ReplayDetail::Peaks : ReplayDetail::PerOp;
 }
 
+// The planned stage's timeline, run with every other stage of the pipeline (their receives wait
+// for each other's sends).
+Timeline simulate_pipeline_stage(const Plan& plan, const MemoryTimeline& planned_replay,
+                                 const TimelineOptions& options) {
+  std::vector<const Schedule*> schedules;
+  std::vector<MemoryTimeline> replays;
+  for (std::size_t s = 0; s < plan.pipeline_stages.size(); ++s) {
+    const bool planned = int(s) == plan.pipeline_stage;
+    schedules.push_back(planned ? &plan.schedule : &plan.pipeline_stages[s].schedule);
+    replays.push_back(planned
+                          ? planned_replay
+                          : replay_memory(plan.pipeline_stages[s].schedule, ReplayDetail::PerOp));
+  }
+  auto timelines = simulate_pipeline(schedules, plan.request.cluster, options, replays);
+  return std::move(timelines[std::size_t(plan.pipeline_stage)]);
+}
+
 void simulate(Prediction& prediction, const PredictionOptions& options) {
   const bool wanted = options.simulate == Simulate::Always ||
                       (options.simulate == Simulate::IfFits && prediction.plan.fits());
   if (!wanted) return;
   const Plan& plan = prediction.plan;
-  prediction.timeline = simulate_timeline(plan.schedule, plan.rank_model, plan.request.cluster,
-                                          options.timeline, prediction.memory);
+  if (plan.pipeline_stages.empty()) {
+    prediction.timeline = simulate_timeline(plan.schedule, plan.rank_model, plan.request.cluster,
+                                            options.timeline, prediction.memory);
+  } else {
+    prediction.timeline = simulate_pipeline_stage(plan, prediction.memory, options.timeline);
+  }
   prediction.simulated = true;
   if (options.trace_ranks > 0) {
     prediction.trace =

@@ -46,8 +46,9 @@ std::vector<std::int64_t> micro_batches_of(const SweepSpace& space, std::int64_t
 
 // Why DeepSpeed (or this cluster) refuses a stage/offload combination; empty when accepted.
 std::string refusal(int stage, OffloadDevice optimizer, OffloadDevice param, bool nvme_available,
-                    bool fsdp) {
+                    bool fsdp, bool pipeline) {
   const ZeroStage zero{stage};
+  if (pipeline && stage > 1) return "DeepSpeed's pipeline engine runs ZeRO stage 0 or 1 only";
   if (fsdp && stage != 3) return "FSDP shards parameters (stage 3)";
   if (fsdp && optimizer != param)
     return "FSDP's CPUOffloadPolicy offloads parameters and optimizer together";
@@ -147,7 +148,9 @@ std::vector<SweepPoint> enumerate_sweep(const PlanRequest& base, const SweepSpac
     for (const int stage : std::set<int>(space.stages.begin(), space.stages.end())) {
       for (const auto optimizer : space.optimizer_devices) {
         for (const auto param : space.param_devices) {
-          if (!refusal(stage, optimizer, param, nvme_available, base.config.is_fsdp()).empty())
+          if (!refusal(stage, optimizer, param, nvme_available, base.config.is_fsdp(),
+                       base.config.pipeline.active())
+                   .empty())
             continue;
           for (const bool checkpointing : space.checkpointing) {
             points.push_back({stage, optimizer, param, micro, batch_per_rank / micro, checkpointing});

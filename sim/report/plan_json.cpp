@@ -86,7 +86,31 @@ json comm_json(const Plan& plan) {
   if (plan.request.config.tensor_parallel.active()) {
     out["tensor_parallel_collectives"] = collectives_json(plan.comm.tensor_parallel, false);
   }
+  if (plan.request.config.pipeline.active()) {
+    out["pipeline_collectives"] = collectives_json(plan.comm.pipeline, false);
+  }
   return out;
+}
+
+json pipeline_json(const Plan& plan) {
+  const auto& pipeline = plan.request.config.pipeline;
+  json stages = json::array();
+  for (std::size_t s = 0; s < plan.pipeline_stages.size(); ++s) {
+    const auto& stage = plan.pipeline_stages[s];
+    json layers = json::array();
+    for (const auto& layer : stage.model.layers) layers.push_back(layer.name);
+    stages.push_back({{"stage", s},
+                      {"layers", layers},
+                      {"parameters", stage.model.parameter_count()},
+                      {"gpu_allocated_peak_bytes", stage.gpu_allocated},
+                      {"gpu_device_used_bytes", stage.gpu_device_used}});
+  }
+  return {{"stages", pipeline.size},
+          {"virtual_stages", pipeline.virtual_stages},
+          {"schedule", to_string(pipeline.schedule)},
+          {"micro_batches", plan.batch.gradient_accumulation_steps},
+          {"planned_stage", plan.pipeline_stage},
+          {"per_stage", stages}};
 }
 
 json run_json(const Plan& plan) {
@@ -95,6 +119,7 @@ json run_json(const Plan& plan) {
           {"dp_size", plan.request.dp_size},
           {"tensor_parallel", plan.request.config.tensor_parallel.size},
           {"sequence_parallel", plan.request.config.tensor_parallel.sequence_parallel},
+          {"pipeline_parallel", plan.request.config.pipeline.size},
           {"gpus_per_node", plan.request.cluster.node.gpus_per_node},
           {"nodes", plan.request.cluster.nodes},
           {"seq_len", plan.seq_len},
@@ -142,6 +167,7 @@ json plan_to_json(const Plan& plan) {
   for (const auto& device : plan.devices) devices[to_string(device.device)] = device_json(plan, device);
   out["devices"] = devices;
   out["comm"] = comm_json(plan);
+  if (!plan.pipeline_stages.empty()) out["pipeline"] = pipeline_json(plan);
   out["fits"] = plan.fits();
   out["notes"] = plan.notes;
   return out;

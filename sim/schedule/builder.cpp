@@ -7,6 +7,7 @@
 
 #include "sim/schedule/builder.hpp"
 #include "sim/schedule/param_layout.hpp"
+#include "sim/schedule/pipeline_order.hpp"
 
 namespace zerolens {
 namespace {
@@ -62,6 +63,9 @@ class ScheduleBuilder {
     c.model_states_only = options.model_states_only;
     c.tensor_parallel = model.tensor_parallel.size;
     c.sequence_parallel = model.tensor_parallel.active() && model.tensor_parallel.sequence_parallel;
+    c.pipeline_parallel = model.pipeline.size;
+    c.virtual_stages = model.pipeline.virtual_stages;
+    c.pipeline_stage = model.pipeline_stage;
     schedule_.layout = make_param_layout(model, zero_, dp_size, options.model_states_only);
     schedule_.allocator = options.allocator;
     if (options.model_states_only) schedule_.allocator = AllocatorSpec{.kind = AllocatorKind::Flat};
@@ -100,6 +104,7 @@ class ScheduleBuilder {
   Schedule build() {
     add_resident();
     add_initialization();
+    if (model_.pipeline.active()) return build_pipeline_stage();
     build_use_order();
     const auto micro_steps = schedule_.context.grad_accumulation;
     for (std::int64_t micro = 0; micro < micro_steps; ++micro) {
@@ -431,11 +436,7 @@ class ScheduleBuilder {
 
   // ---- backward ----------------------------------------------------------------------------
   void backward() {
-    if (zero_.zero_stage().uses_flat_partition() && micro_ == 0 && zero_.contiguous_gradients) {
-      // DeepSpeed stages 1-2 allocate the reduce (ipg) buffers at backward(), two with overlap_comm.
-      ipg_bytes_ = Bytes(zero_.overlap() ? 2 : 1) * zero_.reduce_bucket_size * grad_bytes_;
-      pending_ipg_alloc_ = true;
-    }
+    if (micro_ == 0) allocate_reduce_buffers();
     std::size_t use = use_owner_.size() / 2;
     for (std::size_t layer = model_.layers.size(); layer-- > 0;) {
       const bool stage3_use =
@@ -510,6 +511,103 @@ class ScheduleBuilder {
     // A recompute runs the forward again, its tensor-parallel collectives included.
     tensor_parallel_collectives(layer, model_.layers[layer].tp_forward, Phase::Backward, op);
     return op;
+  }
+
+  // DeepSpeed stages 1-2 allocate the reduce (ipg) buffers at the first backward(), two with
+  // overlap_comm.
+  void allocate_reduce_buffers() {
+    if (!zero_.zero_stage().uses_flat_partition() || !zero_.contiguous_gradients || ipg_bytes_ > 0)
+      return;
+    ipg_bytes_ = Bytes(zero_.overlap() ? 2 : 1) * zero_.reduce_bucket_size * grad_bytes_;
+    pending_ipg_alloc_ = true;
+  }
+
+  // ---- pipeline parallelism ------------------------------------------------------------------
+  // One stage's step (ZeRO stage 0-1: gradients reduced once, after the last micro-batch): its
+  // chunks' forwards and backwards in the schedule's order (sim/schedule/pipeline_order.hpp), with
+  // the activations received before and sent after each; then the tied embedding's gradients
+  // summed between the first and last stage, the data-parallel reduction and the update.
+  Schedule build_pipeline_stage() {
+    const auto& c = schedule_.context;
+    for (const PipelineUnit& unit :
+         pipeline_order(model_.pipeline, c.pipeline_stage, c.grad_accumulation)) {
+      micro_ = unit.micro;
+      const PipelineChunk& chunk = model_.pipeline_chunks[std::size_t(unit.chunk)];
+      if (unit.forward) {
+        forward_chunk(chunk);
+      } else {
+        backward_chunk(chunk);
+      }
+    }
+    reduce_at_boundary();
+    last_reduce_ = tied_embedding_gradients(last_reduce_);
+    optimizer_step();
+    return std::move(schedule_);
+  }
+
+  int chunk_count() const { return model_.pipeline.size * model_.pipeline.virtual_stages; }
+  int stage_of_chunk(int global) const { return global % model_.pipeline.size; }
+
+  void forward_chunk(const PipelineChunk& chunk) {
+    const int g = chunk.global_index;
+    if (g > 0) pipeline_transfer(OpKind::Recv, Phase::Forward, g - 1, stage_of_chunk(g - 1));
+    for (std::size_t layer = chunk.first; layer < chunk.end; ++layer) forward_layer(layer);
+    if (g + 1 < chunk_count())
+      pipeline_transfer(OpKind::Send, Phase::Forward, g, stage_of_chunk(g + 1));
+  }
+
+  void backward_chunk(const PipelineChunk& chunk) {
+    const int g = chunk.global_index;
+    if (g + 1 < chunk_count())
+      pipeline_transfer(OpKind::Recv, Phase::Backward, g + 1, stage_of_chunk(g + 1));
+    allocate_reduce_buffers();
+    for (std::size_t layer = chunk.end; layer-- > chunk.first;) backward_layer(layer);
+    if (g > 0) pipeline_transfer(OpKind::Send, Phase::Backward, g, stage_of_chunk(g - 1));
+  }
+
+  // The activations (forward) or their gradients (backward) at a chunk boundary: b x s x h in the
+  // activation dtype, split along the sequence under sequence parallelism (Megatron core's
+  // p2p_communication tensor shape). `sender` is the global chunk that sends.
+  void pipeline_transfer(OpKind kind, Phase phase, int sender, int peer) {
+    const auto& c = schedule_.context;
+    const auto hidden = model_.shape ? model_.shape->hidden : 0;
+    const Elements elements =
+        c.micro_batch * c.seq_len * hidden / (c.sequence_parallel ? c.tensor_parallel : 1);
+    const std::uint32_t last =
+        schedule_.ops.empty() ? kNoOp : std::uint32_t(schedule_.ops.size() - 1);
+    tp_wait_ = emit(Op{.kind = kind,
+                       .stream = Stream::Pipeline,
+                       .phase = phase,
+                       .group_size = 2,
+                       .group = ProcessGroup::Pipeline,
+                       .peer_stage = peer,
+                       .chunk = sender,
+                       .link = Link::Network,
+                       .bytes = elements * param_bytes_,
+                       .wire_element_bytes = std::int32_t(param_bytes_)},
+                    effects(), {last});
+  }
+
+  // Megatron's _allreduce_word_embedding_grads: the first stage's word embeddings and the last
+  // stage's copy (the tied LM head) sum their gradients over the two-rank embedding group.
+  std::uint32_t tied_embedding_gradients(std::uint32_t before) {
+    if (!model_.tied_embedding_end) return before;
+    const auto& c = schedule_.context;
+    const bool first = c.pipeline_stage == 0;
+    const Layer& holder = first ? model_.layers.front() : model_.layers.back();
+    const Elements elements =
+        holder.params.empty() ? 0 : (first ? holder.params.front() : holder.params.back()).numel();
+    return emit(Op{.kind = OpKind::AllReduce,
+                   .stream = Stream::Collective,
+                   .phase = Phase::Reduce,
+                   .group_size = 2,
+                   .group = ProcessGroup::Pipeline,
+                   .peer_stage = first ? c.pipeline_parallel - 1 : 0,
+                   .link = Link::Network,
+                   .bytes = elements * grad_bytes_,
+                   .wire_element_bytes = std::int32_t(grad_bytes_)},
+                effects(),
+                {before, schedule_.ops.empty() ? kNoOp : std::uint32_t(schedule_.ops.size() - 1)});
   }
 
   // ---- tensor parallelism --------------------------------------------------------------------

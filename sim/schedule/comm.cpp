@@ -23,11 +23,23 @@ GroupShape group_shape(int group_size, int gpus_per_node) {
 }
 
 GroupShape op_group_shape(const Op& op, const ScheduleContext& context) {
-  if (op.group == ProcessGroup::Tensor) return group_shape(op.group_size, context.gpus_per_node);
+  switch (op.group) {
+    case ProcessGroup::Tensor:
+      return group_shape(op.group_size, context.gpus_per_node);
+    case ProcessGroup::Pipeline:
+      // Two ranks: this stage's and its peer's, on one node or two.
+      return context.stage_on_same_node(op.peer_stage) ? GroupShape{2, 1} : GroupShape{1, 2};
+    case ProcessGroup::Data:
+      break;
+  }
   return group_shape(op.group_size, context.data_parallel_ranks_per_node());
 }
 
 LinkTraffic collective_traffic(OpKind kind, Bytes message_bytes, GroupShape shape) {
+  // Point to point: a send puts its message on the one link to its peer, a receive sends nothing.
+  if (kind == OpKind::Send)
+    return shape.nodes > 1 ? LinkTraffic{0, message_bytes} : LinkTraffic{message_bytes, 0};
+  if (kind == OpKind::Recv) return {};
   const std::int64_t g = shape.ranks_per_node;
   const std::int64_t m = shape.nodes;
   const std::int64_t phases = (kind == OpKind::AllReduce || kind == OpKind::OverflowCheck ||
@@ -52,8 +64,9 @@ CommReport summarize_comm(const Schedule& schedule) {
         const LinkTraffic traffic =
             collective_traffic(op.kind, op.bytes, op_group_shape(op, schedule.context));
         auto& totals =
-            (op.group == ProcessGroup::Tensor ? report.tensor_parallel
-                                              : report.collectives)[std::size_t(op.kind)];
+            (op.group == ProcessGroup::Tensor     ? report.tensor_parallel
+             : op.group == ProcessGroup::Pipeline ? report.pipeline
+                                                  : report.collectives)[std::size_t(op.kind)];
         totals.calls += 1;
         totals.bytes += op.bytes;
         totals.traffic_bytes += traffic.intra_node + traffic.inter_node;

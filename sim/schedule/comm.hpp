@@ -53,6 +53,9 @@ struct CommReport {
   // The tensor-parallel group's collectives (indexed by OpKind; none without TP). Their traffic is
   // in `links` too.
   std::array<CollectiveTotals, kOpKindCount> tensor_parallel{};
+  // Between pipeline stages: sends, receives and the tied embedding's all-reduce (none without
+  // pipeline parallelism). A send's bytes are sent over the link to its peer; a receive sends none.
+  std::array<CollectiveTotals, kOpKindCount> pipeline{};
   LinkTotals links;                                           // per rank, one step
   const CollectiveTotals& of(OpKind kind) const { return collectives[std::size_t(kind)]; }
 };

@@ -115,11 +115,25 @@ Sharing sharing_of(Component component) {
 }
 
 const char* to_string(ProcessGroup group) {
-  return group == ProcessGroup::Tensor ? "tp" : "dp";
+  switch (group) {
+    case ProcessGroup::Data:
+      return "dp";
+    case ProcessGroup::Tensor:
+      return "tp";
+    case ProcessGroup::Pipeline:
+      return "pp";
+  }
+  return "dp";
+}
+
+bool ScheduleContext::stage_on_same_node(int other_stage) const {
+  const std::int64_t stride = std::int64_t(tensor_parallel) * dp_size;
+  const std::int64_t per_node = std::max(1, gpus_per_node);
+  return stride * pipeline_stage / per_node == stride * other_stage / per_node;
 }
 
 int ScheduleContext::ranks_per_node() const {
-  const std::int64_t world = std::int64_t(dp_size) * tensor_parallel;
+  const std::int64_t world = std::int64_t(dp_size) * tensor_parallel * pipeline_parallel;
   return int(std::max<std::int64_t>(1, std::min<std::int64_t>(world, gpus_per_node)));
 }
 
@@ -137,6 +151,8 @@ const char* to_string(Stream stream) {
     case Stream::Cpu: return "cpu";
     case Stream::TensorParallel:
       return "tp";
+    case Stream::Pipeline:
+      return "pp";
   }
   return "compute";
 }
@@ -159,6 +175,10 @@ const char* to_string(OpKind kind) {
     case OpKind::OverflowCheck: return "overflow_check";
     case OpKind::GradNorm: return "grad_norm";
     case OpKind::LossScaleUpdate: return "loss_scale_update";
+    case OpKind::Send:
+      return "send";
+    case OpKind::Recv:
+      return "recv";
   }
   return "forward";
 }
@@ -294,6 +314,14 @@ std::string Schedule::describe(std::size_t op_index, const Model& model, int ran
       return who + "all-reduces the gradient norm";
     case OpKind::LossScaleUpdate:
       return who + "updates the dynamic loss scale";
+    case OpKind::Send:
+      return who + "sends " +
+             (op.phase == Phase::Forward ? "activations" : "activation gradients") + " (" +
+             megabytes(op.bytes) + ") to pipeline stage " + std::to_string(op.peer_stage) + micro;
+    case OpKind::Recv:
+      return who + "receives " +
+             (op.phase == Phase::Forward ? "activations" : "activation gradients") + " (" +
+             megabytes(op.bytes) + ") from pipeline stage " + std::to_string(op.peer_stage) + micro;
   }
   return who + to_string(op.kind);
 }

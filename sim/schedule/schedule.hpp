@@ -59,34 +59,49 @@ inline constexpr int kComponentCount = 20;
 
 // TensorParallel: the TP group's collectives (Megatron issues them on their own communicator; the
 // next layer waits for them).
-enum class Stream : std::uint8_t { Compute, Collective, H2D, D2H, Nvme, Cpu, TensorParallel };
-inline constexpr int kStreamCount = 7;
+// Pipeline: sends and receives between pipeline stages (blocking in Megatron's and DeepSpeed's
+// schedules: the next compute waits for them).
+enum class Stream : std::uint8_t {
+  Compute,
+  Collective,
+  H2D,
+  D2H,
+  Nvme,
+  Cpu,
+  TensorParallel,
+  Pipeline
+};
+inline constexpr int kStreamCount = 8;
 
 // The process group a collective runs over. Ranks are placed tensor-parallel innermost (Megatron's
 // order): a TP group is `tensor_parallel` consecutive ranks, a data-parallel group ranks that far
 // apart, so a node holds gpus_per_node / tensor_parallel ranks of each DP group.
-enum class ProcessGroup : std::uint8_t { Data, Tensor };
+// Pipeline: a point-to-point pair of neighbouring stages (or the first and last stage's embedding
+// group); pipeline stages are outermost, so neighbours are tensor x data parallel ranks apart.
+enum class ProcessGroup : std::uint8_t { Data, Tensor, Pipeline };
 const char* to_string(ProcessGroup group);
 
 enum class OpKind : std::uint8_t {
   Forward,
   Backward,
-  Recompute,         // activation checkpointing: re-run a layer's forward before its backward
+  Recompute,  // activation checkpointing: re-run a layer's forward before its backward
   AllGather,
   ReduceScatter,
   AllReduce,
   Broadcast,
-  Release,           // free stage-3 gathered parameters
+  Release,  // free stage-3 gathered parameters
   CopyH2D,
   CopyD2H,
   NvmeRead,
   NvmeWrite,
   OptimizerStep,
-  OverflowCheck,     // fp16: all-reduce of the overflow flag
-  GradNorm,          // gradient clipping: all-reduce of the squared-norm partial sums
+  OverflowCheck,  // fp16: all-reduce of the overflow flag
+  GradNorm,       // gradient clipping: all-reduce of the squared-norm partial sums
   LossScaleUpdate,
+  Send,  // pipeline: activations (forward) or their gradients (backward) to the neighbouring stage
+  Recv,  // pipeline: the matching receive; waits for the neighbour's send
 };
-inline constexpr int kOpKindCount = 16;
+inline constexpr int kOpKindCount = 18;
 
 // What a collective's or copy's bytes travel over.
 enum class Link : std::uint8_t { None, Network, PcieH2D, PcieD2H, NvmeRead, NvmeWrite };
@@ -127,6 +142,10 @@ struct Op {
   std::int32_t sub_group = -1;  // optimizer sub-group (NVMe swapping)
   std::int32_t group_size = 1;  // ranks taking part in a collective
   ProcessGroup group = ProcessGroup::Data;  // which group's ranks (group_size of them)
+  // Pipeline ops: the stage at the other end, and the global model chunk that sends (a send and
+  // its receive carry the same chunk, phase and micro-step).
+  std::int32_t peer_stage = -1;
+  std::int32_t chunk = -1;
   Link link = Link::None;
   Bytes bytes = 0;     // collective: message (buffer) size as nccl-tests counts it; copy/IO: bytes moved
   double flops = 0;    // compute ops
@@ -186,12 +205,18 @@ struct ScheduleContext {
   bool model_states_only = false;
   int tensor_parallel = 1;  // ranks of a TP group (1: none)
   bool sequence_parallel = false;
+  int pipeline_parallel = 1;  // pipeline stages (1: none)
+  int virtual_stages = 1;
+  int pipeline_stage = 0;  // the stage this schedule is
 
   ZeroStage zero_stage() const { return {stage}; }
   // Ranks of the job on one node (they share its CPU memory and NVMe).
   int ranks_per_node() const;
   // Ranks of one data-parallel group on one node (TP innermost: gpus_per_node / tensor_parallel).
   int data_parallel_ranks_per_node() const;
+  // Whether this stage's rank and `other_stage`'s (same TP and DP coordinates) share a node:
+  // ranks are numbered TP innermost, then DP, then pipeline stages.
+  bool stage_on_same_node(int other_stage) const;
 };
 
 struct Schedule {

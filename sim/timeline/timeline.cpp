@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <stdexcept>
 
 #include "sim/schedule/comm.hpp"
 #include "sim/schedule/memory_replay.hpp"
@@ -53,6 +55,13 @@ double nvme_seconds(Bytes bytes, double node_bandwidth, const char* key, const S
   return double(bytes) * ranks_on_node(context) / node_bandwidth;
 }
 
+// A pipeline send: one message over the link to the peer stage's rank.
+double send_seconds(const Op& op, const ScheduleContext& context, const Cluster& cluster) {
+  const LinkSpec& link =
+      op_group_shape(op, context).nodes > 1 ? cluster.inter_node : cluster.node.intra_node;
+  return link.latency + double(op.bytes) / link.bandwidth;
+}
+
 // Sorted, merged [start, end) intervals.
 std::vector<std::pair<double, double>> merged(std::vector<std::pair<double, double>> intervals) {
   std::sort(intervals.begin(), intervals.end());
@@ -87,6 +96,8 @@ double exposed_communication(const Schedule& schedule, const std::vector<OpTimin
   std::vector<std::pair<double, double>> compute, other;
   for (std::size_t i = 0; i < schedule.ops.size(); ++i) {
     const auto interval = std::make_pair(timings[i].start, timings[i].end());
+    // A pipeline receive's time is the wait for its sender (a bubble): the send carries the bytes.
+    if (schedule.ops[i].kind == OpKind::Recv) continue;
     (schedule.ops[i].stream == Stream::Compute ? compute : other).push_back(interval);
   }
   return uncovered(merged(std::move(other)), merged(std::move(compute)));
@@ -168,7 +179,8 @@ double collective_seconds(OpKind kind, Bytes message_bytes, GroupShape shape,
 double op_duration(const Op& op, const ScheduleContext& context, const Cluster& cluster, const TimelineOptions& options) {
   switch (op.link) {
     case Link::Network:
-      if (op.group_size <= 1) return 0;
+      if (op.group_size <= 1 || op.kind == OpKind::Recv) return 0;  // a receive waits for its send
+      if (op.kind == OpKind::Send) return send_seconds(op, context, cluster);
       return collective_seconds(op.kind, op.bytes, op_group_shape(op, context), cluster,
                                 options.algorithm);
     case Link::PcieH2D:
@@ -229,6 +241,108 @@ Timeline simulate_timeline(const Schedule& schedule, const Cluster& cluster,
                            const TimelineOptions& options, const MemoryTimeline& replay) {
   return run_ops(schedule, cluster, replay, false,
                  [&](const Op& op) { return op_duration(op, schedule.context, cluster, options); });
+}
+
+namespace {
+
+struct TransferKey {
+  Phase phase;
+  std::int32_t micro, chunk;
+  auto operator<=>(const TransferKey&) const = default;
+};
+
+TransferKey key_of(const Op& op) {
+  return {op.phase, op.micro_step, op.chunk};
+}
+
+// One stage's progress through its ops.
+struct StageRun {
+  std::size_t next = 0;
+  std::array<double, kStreamCount> stream_free{};
+  std::vector<OpTiming> ops;
+  std::map<TransferKey, double> sends;  // end of each send, by what it carries
+};
+
+// Places as many of `stage`'s ops as it can (a receive whose send is not placed yet stops it).
+bool advance(std::size_t s, std::span<const Schedule* const> stages, std::vector<StageRun>& runs,
+             const Cluster& cluster, const TimelineOptions& options) {
+  const Schedule& schedule = *stages[s];
+  StageRun& run = runs[s];
+  bool moved = false;
+  while (run.next < schedule.ops.size()) {
+    const Op& op = schedule.ops[run.next];
+    double start = run.stream_free[std::size_t(op.stream)];
+    for (const auto dep : schedule.deps_of(op)) start = std::max(start, run.ops[dep].end());
+    double end = start + op_duration(op, schedule.context, cluster, options);
+    if (op.kind == OpKind::Recv) {
+      if (op.peer_stage < 0 || std::size_t(op.peer_stage) >= runs.size()) {
+        throw std::logic_error("pipeline receive from stage " + std::to_string(op.peer_stage) +
+                               " of " + std::to_string(runs.size()));
+      }
+      const auto& sent = runs[std::size_t(op.peer_stage)].sends;
+      const auto found = sent.find(key_of(op));
+      if (found == sent.end()) break;
+      end = std::max(end, found->second);
+    }
+    run.ops[run.next] = {start, end - start};
+    run.stream_free[std::size_t(op.stream)] = end;
+    if (op.kind == OpKind::Send) run.sends[key_of(op)] = end;
+    ++run.next;
+    moved = true;
+  }
+  return moved;
+}
+
+}  // namespace
+
+std::vector<Timeline> simulate_pipeline(std::span<const Schedule* const> stages,
+                                        const Cluster& cluster, const TimelineOptions& options,
+                                        std::span<const MemoryTimeline> replays) {
+  cluster.validate("cluster");
+  std::vector<StageRun> runs(stages.size());
+  for (std::size_t s = 0; s < stages.size(); ++s) runs[s].ops.resize(stages[s]->ops.size());
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (std::size_t s = 0; s < stages.size(); ++s)
+      moved = advance(s, stages, runs, cluster, options) || moved;
+  }
+  double step_time = 0;
+  for (std::size_t s = 0; s < stages.size(); ++s) {
+    if (runs[s].next < stages[s]->ops.size()) {
+      throw std::logic_error("pipeline stage " + std::to_string(s) +
+                             " waits for a send no stage makes");
+    }
+    for (const auto& timing : runs[s].ops) step_time = std::max(step_time, timing.end());
+  }
+  std::vector<Timeline> timelines(stages.size());
+  for (std::size_t s = 0; s < stages.size(); ++s) {
+    Timeline& timeline = timelines[s];
+    timeline.ops = std::move(runs[s].ops);
+    for (std::size_t i = 0; i < timeline.ops.size(); ++i) {
+      timeline.busy[std::size_t(stages[s]->ops[i].stream)] += timeline.ops[i].duration;
+    }
+    timeline.step_time = step_time;
+    timeline.exposed_communication = exposed_communication(*stages[s], timeline.ops);
+    timeline.memory = memory_over_time(*stages[s], timeline.ops, replays[s]);
+  }
+  // The rates of the pipeline: its tokens, and per GPU the mean of its stages' FLOPs (a stage's own
+  // would credit the one holding the LM head with the others' idle time).
+  StepRates rates;
+  for (std::size_t s = 0; s < stages.size(); ++s) {
+    const StepRates stage = step_rates(*stages[s], step_time);
+    rates.tokens_per_second = stage.tokens_per_second;
+    rates.model_flops_per_gpu += stage.model_flops_per_gpu / double(stages.size());
+    rates.hardware_flops_per_gpu += stage.hardware_flops_per_gpu / double(stages.size());
+  }
+  const double peak =
+      stages.empty() ? 0 : cluster.gpu.peak_flops(stages.front()->context.precision);
+  for (auto& timeline : timelines) {
+    timeline.tokens_per_second = rates.tokens_per_second;
+    timeline.model_flops_per_gpu = rates.model_flops_per_gpu;
+    timeline.hardware_flops_per_gpu = rates.hardware_flops_per_gpu;
+    timeline.mfu = peak > 0 ? rates.model_flops_per_gpu / peak : 0;
+  }
+  return timelines;
 }
 
 Timeline simulate_timeline(const Schedule& schedule, const Model& model, const Cluster& cluster,

@@ -16,6 +16,7 @@
 //   CPU optimizer: bytes touched / (node CPU memory bandwidth x cpu_efficiency / ranks on the node)
 // A cluster calibrated on the CPU backend is priced by sim/timeline/cpu_ranks.hpp instead.
 #include <array>
+#include <span>
 #include <vector>
 
 #include <functional>
@@ -85,6 +86,15 @@ double collective_seconds(OpKind kind, Bytes message_bytes, GroupShape shape,
                           const Cluster& cluster, CollectiveAlgorithm algorithm);
 
 Timeline simulate_timeline(const Schedule& schedule, const Cluster& cluster, const TimelineOptions& options);
+
+// The stages of a pipeline run together (pipeline parallelism): each stage's ops in its program
+// order on its streams, and a receive ends when the peer stage's matching send (same phase,
+// micro-step and sending chunk) has ended, so the bubbles of the schedule appear as receive waits.
+// `replays` are the stages' memory replays (ReplayDetail::PerOp), parallel to `stages`. Every
+// stage's timeline has the pipeline's step time (the last stage to finish).
+std::vector<Timeline> simulate_pipeline(std::span<const Schedule* const> stages,
+                                        const Cluster& cluster, const TimelineOptions& options,
+                                        std::span<const MemoryTimeline> replays);
 // The same with the schedule's memory replayed already (ReplayDetail::PerOp or more).
 Timeline simulate_timeline(const Schedule& schedule, const Cluster& cluster,
                            const TimelineOptions& options, const MemoryTimeline& replay);

@@ -126,12 +126,30 @@ TEST(CliMessages, TensorParallelIsPlannedAndTheExecutorSaysItDoesNotRunIt) {
   EXPECT_TRUE(contains(plan.output, "dp 4")) << plan.output;
   const Result uneven = run("plan -m gpt2-124m --gpus 6 --tp 4");
   EXPECT_EQ(uneven.exit_code, 2) << uneven.output;
-  EXPECT_TRUE(contains(uneven.output, "--gpus must be a multiple of --tp")) << uneven.output;
+  EXPECT_TRUE(contains(uneven.output, "--gpus must be a multiple of --tp x --pp")) << uneven.output;
   const Result heads = run("plan -m gpt2-1.5b --tp 2");
   EXPECT_EQ(heads.exit_code, 2) << heads.output;
   EXPECT_TRUE(contains(heads.output, "model.heads: the attention heads (25)")) << heads.output;
   const Result executor = run("run -m gpt2-tiny --tp 2 --steps 1");
   EXPECT_EQ(executor.exit_code, 2) << executor.output;
   EXPECT_TRUE(contains(executor.output, "--tp: the executor runs data parallelism only"))
+      << executor.output;
+}
+
+// Pipeline parallelism: every stage planned and listed, DeepSpeed's refusal of ZeRO-2/3 named, the
+// executor's refusal named.
+TEST(CliMessages, PipelineStagesAreListedAndRefusalsNamed) {
+  const Result plan = run("plan -m gpt2-124m -s 1 -p bf16 --grad-accum 8 --gpus 8 --pp 4");
+  EXPECT_EQ(plan.exit_code, 0) << plan.output;
+  EXPECT_TRUE(contains(plan.output, "pipeline 4 stages (1f1b) x data parallel 2")) << plan.output;
+  EXPECT_TRUE(contains(plan.output, "Pipeline stages")) << plan.output;
+  EXPECT_TRUE(contains(plan.output, "h.9 .. lm_head")) << plan.output;
+  EXPECT_TRUE(contains(plan.output, "send")) << plan.output;
+  const Result zero3 = run("plan -m gpt2-124m -s 3 --gpus 8 --pp 2");
+  EXPECT_EQ(zero3.exit_code, 2) << zero3.output;
+  EXPECT_TRUE(contains(zero3.output, "ZeRO-2 and ZeRO-3 are incompatible")) << zero3.output;
+  const Result executor = run("run -m gpt2-tiny --pp 2 --steps 1");
+  EXPECT_EQ(executor.exit_code, 2) << executor.output;
+  EXPECT_TRUE(contains(executor.output, "--pp: the executor runs data parallelism only"))
       << executor.output;
 }
