@@ -10,6 +10,7 @@ struct Flag {
   const char* name;
   const char* value;  // nullptr: a switch
   const char* help;
+  const char* short_name = nullptr;  // as `zerolens plan` spells it (-m, -s, ...)
 };
 
 const Flag kFlags[] = {
@@ -21,20 +22,27 @@ const Flag kFlags[] = {
     {"scale", "MODE", "Rank view and memory chart: capacity|peak"},
     {"walkthrough", nullptr, "The 4-GPU ZeRO-3 walkthrough (gpt2-tiny, every tensor partitioned)"},
     {"trace", "FILE", "Open a trace (zerolens trace -o, or a measured trace) and plan its run"},
-    {"model", "SPEC", "Model preset, dense:<N>, or a JSON file (HF config.json or layer list)"},
+    {"model", "SPEC", "Model preset, dense:<N>, or a JSON file (HF config.json or layer list)",
+     "m"},
     {"hf-config", "FILE", "Hugging Face config.json (same as --model FILE)"},
-    {"deepspeed-config", "FILE", "DeepSpeed config JSON; the flags below override it"},
+    {"deepspeed-config", "FILE", "DeepSpeed config JSON; the flags below override it", "c"},
     {"cluster", "SPEC", "Cluster preset or JSON file"},
-    {"gpus", "N", "Data-parallel ranks"},
+    {"gpus", "N", "Every rank: data parallel x tensor parallel (one per GPU)", "g"},
     {"gpus-per-node", "N", "GPUs per node (default: the cluster's)"},
     {"framework", "NAME", "deepspeed|fsdp2|fsdp1 (FSDP plans stage 3)"},
     {"reduce-dtype", "P", "FSDP reduce_dtype: fp32|fp16|bf16"},
     {"optimizer-kernel", "K", "Adam's GPU kernel: fused|foreach|for-loop (its step's temporaries)"},
-    {"stage", "N", "ZeRO stage 0-3"},
+    {"tp", "N",
+     "Tensor-parallel ranks per group (tensor_parallel.autotp_size, Megatron's layout); ZeRO runs "
+     "over the data-parallel group of --gpus / --tp ranks"},
+    {"sp", "BOOL",
+     "Sequence parallelism with --tp (true|false): norms, dropout and the residual stream split "
+     "along the sequence"},
+    {"stage", "N", "ZeRO stage 0-3", "s"},
     {"offload-optimizer", "DEV", "none|cpu|nvme"},
     {"offload-param", "DEV", "none|cpu|nvme (stage 3)"},
-    {"precision", "P", "fp32|fp16|bf16"},
-    {"micro-batch", "N", "train_micro_batch_size_per_gpu"},
+    {"precision", "P", "fp32|fp16|bf16", "p"},
+    {"micro-batch", "N", "train_micro_batch_size_per_gpu", "b"},
     {"grad-accum", "N", "gradient_accumulation_steps"},
     {"seq-len", "N", "Sequence length"},
     {"activation-checkpointing", "BOOL", "true|false"},
@@ -107,6 +115,8 @@ ConfigOverrides config_edits(const QCommandLineParser& p) {
   if (p.isSet("seq-len")) edits.seq_len = integer(p, "seq-len", 1, std::int64_t(1) << 24);
   if (p.isSet("activation-checkpointing"))
     edits.activation_checkpointing = boolean(p, "activation-checkpointing");
+  if (p.isSet("tp")) edits.tensor_parallel = int(integer(p, "tp", 1, 4096));
+  if (p.isSet("sp")) edits.sequence_parallel = boolean(p, "sp");
   return edits;
 }
 
@@ -114,6 +124,14 @@ void apply_fields(const QCommandLineParser& p, Settings& s) {
   if (p.isSet("gpus")) s.gpus = int(integer(p, "gpus", 1, 10'000'000));
   if (p.isSet("gpus-per-node")) s.gpus_per_node = int(integer(p, "gpus-per-node", 1, 1024));
   apply_edits(s, config_edits(p));
+  // As `zerolens plan`: the GPUs must split into tensor-parallel groups (a TP size from a DeepSpeed
+  // file is checked here too, under the flag that sets the GPUs).
+  const int tp = s.config.tensor_parallel.size;
+  if (tp > 1 && s.gpus % tp != 0) {
+    throw InputError(p.isSet("gpus") || !p.isSet("tp") ? "--gpus" : "--tp",
+                     std::to_string(s.gpus) + " GPUs do not split into tensor-parallel groups of " +
+                         std::to_string(tp) + " (--gpus must be a multiple of --tp)");
+  }
 }
 
 void read_view_options(const QCommandLineParser& p, CommandLine& line) {
@@ -151,8 +169,10 @@ void read_view_options(const QCommandLineParser& p, CommandLine& line) {
 void add_flags(QCommandLineParser& parser) {
   parser.addHelpOption();
   for (const Flag& flag : kFlags) {
-    parser.addOption(flag.value ? QCommandLineOption(flag.name, flag.help, flag.value)
-                                : QCommandLineOption(flag.name, flag.help));
+    QStringList names{flag.name};
+    if (flag.short_name) names.prepend(flag.short_name);
+    parser.addOption(flag.value ? QCommandLineOption(names, flag.help, flag.value)
+                                : QCommandLineOption(names, flag.help));
   }
 }
 

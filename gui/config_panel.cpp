@@ -98,7 +98,19 @@ QWidget* ConfigPanel::make_form() {
   deepspeed_->setWordWrap(true);
   gpus_ = new QSpinBox(this);
   gpus_->setRange(1, 1'000'000);
-  gpus_->setToolTip("Data-parallel ranks (one per GPU)");
+  gpus_->setToolTip(
+      "Every rank (one per GPU): data parallel x tensor parallel. ZeRO partitions over the "
+      "data-parallel group of GPUs / TP ranks");
+  tensor_parallel_ = new QSpinBox(this);
+  tensor_parallel_->setRange(1, 4096);
+  tensor_parallel_->setSpecialValueText("1 (none)");
+  tensor_parallel_->setToolTip(
+      "tensor_parallel.autotp_size: ranks of a tensor-parallel group (Megatron's layout, placed "
+      "innermost); the GPUs must be a multiple of it");
+  sequence_parallel_ = new QCheckBox("split along the sequence", this);
+  sequence_parallel_->setToolTip(
+      "Sequence parallelism with tensor parallelism (Megatron's --sequence-parallel): norms, "
+      "dropout and the residual stream split over the TP group");
   stage_ = combo({"0: plain data parallelism", "1: partition optimizer states", "2: + gradients",
                   "3: + parameters"},
                  "zero_optimization.stage", this);
@@ -125,7 +137,9 @@ QWidget* ConfigPanel::make_form() {
   form->addRow("Model", row(model_, model_file, this));
   form->addRow("DeepSpeed config", row(deepspeed_, deepspeed_file, this));
   form->addRow("Cluster", row(cluster_, cluster_file, this));
-  form->addRow("GPUs (data parallel)", gpus_);
+  form->addRow("GPUs (all ranks)", gpus_);
+  form->addRow("Tensor parallel", tensor_parallel_);
+  form->addRow("Sequence parallel", sequence_parallel_);
   form->addRow("ZeRO stage", stage_);
   form->addRow("Offload optimizer", offload_optimizer_);
   form->addRow("Offload parameters", offload_param_);
@@ -148,6 +162,10 @@ QWidget* ConfigPanel::make_form() {
   });
   connect(gpus_, &QSpinBox::valueChanged, this,
           [this](int n) { edit([n](Settings& s) { s.gpus = n; }); });
+  connect(tensor_parallel_, &QSpinBox::valueChanged, this,
+          [this](int n) { edit([n](Settings& s) { set_tensor_parallel(s, n); }); });
+  connect(sequence_parallel_, &QCheckBox::toggled, this,
+          [this](bool on) { edit([on](Settings& s) { set_sequence_parallel(s, on); }); });
   connect(stage_, &QComboBox::currentIndexChanged, this,
           [this](int stage) { edit([stage](Settings& s) { set_stage(s, stage); }); });
   auto offload = [this] {
@@ -238,12 +256,17 @@ void ConfigPanel::pick_deepspeed_file() {
 void ConfigPanel::show_settings() {
   const Settings& s = session_.settings();
   const QSignalBlocker b1(model_), b2(cluster_), b3(gpus_), b4(stage_), b5(offload_optimizer_),
-      b6(offload_param_), b7(precision_), b8(micro_batch_), b9(seq_len_), b10(checkpointing_);
+      b6(offload_param_), b7(precision_), b8(micro_batch_), b9(seq_len_), b10(checkpointing_),
+      b11(tensor_parallel_), b12(sequence_parallel_);
   select_source(*model_, s.model_source);
   select_source(*cluster_, s.cluster_source);
   deepspeed_->setText(s.deepspeed_source.empty() ? "(none: DeepSpeed defaults)"
                                                  : QString::fromStdString(s.deepspeed_source));
   gpus_->setValue(s.gpus);
+  tensor_parallel_->setValue(s.config.tensor_parallel.size);
+  sequence_parallel_->setChecked(s.config.tensor_parallel.sequence_parallel);
+  sequence_parallel_->setEnabled(s.config.tensor_parallel.active() ||
+                                 s.config.tensor_parallel.sequence_parallel);
   const ZeroConfig& zero = s.config.zero;
   stage_->setCurrentIndex(zero.stage);
   offload_optimizer_->setCurrentIndex(int(zero.offload_optimizer.device));
@@ -266,8 +289,20 @@ void ConfigPanel::show_status() {
     return;
   }
   const Plan& plan = planned->plan;
-  QString text = QString("Planned in %1 ms.\n").arg(session_.plan_milliseconds(), 0, 'f', 1) +
-                 peak_words(plan, Device::Gpu, "GPU peak", "per rank");
+  QString text = QString("Planned in %1 ms.\n").arg(session_.plan_milliseconds(), 0, 'f', 1);
+  const TensorParallelism& tp = plan.request.config.tensor_parallel;
+  if (tp.active()) {
+    text +=
+        QString(
+            "%1 ranks: tensor parallel %2%3 x data parallel %4; each rank holds %5 "
+            "parameters.\n")
+            .arg(std::int64_t(plan.schedule.context.dp_size) * tp.size)
+            .arg(tp.size)
+            .arg(tp.sequence_parallel ? " with sequence parallelism" : "")
+            .arg(plan.schedule.context.dp_size)
+            .arg(QString::fromStdString(format_count(double(plan.rank_model.parameter_count()))));
+  }
+  text += peak_words(plan, Device::Gpu, "GPU peak", "per rank");
   for (Device d : {Device::Cpu, Device::Nvme}) {
     if (plan.device(d).peak > 0)
       text += "\n" + peak_words(plan, d, d == Device::Cpu ? "CPU" : "NVMe", "per node");

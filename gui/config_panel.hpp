@@ -1,7 +1,8 @@
 #pragma once
-// The config panel: model, DeepSpeed config, cluster, data-parallel size, ZeRO stage, offload,
-// precision, micro-batch, sequence length and activation checkpointing. Every change re-plans at
-// once; the panel shows the plan's verdict or the error that names the bad setting.
+// The config panel: model, DeepSpeed config, cluster, GPUs, tensor and sequence parallelism, ZeRO
+// stage, offload, precision, micro-batch, sequence length and activation checkpointing. Every
+// change re-plans at once; the panel shows the plan's verdict or the error that names the bad
+// setting.
 #include <QCheckBox>
 #include <QComboBox>
 #include <QLabel>
@@ -28,6 +29,8 @@ class ConfigPanel : public QWidget {
   QComboBox& offload_param() { return *offload_param_; }
   QComboBox& model() { return *model_; }
   QSpinBox& gpus() { return *gpus_; }
+  QSpinBox& tensor_parallel() { return *tensor_parallel_; }
+  QCheckBox& sequence_parallel() { return *sequence_parallel_; }
   QLabel& status() { return *status_; }
 
   // Loads a file into the settings and re-plans; false (and the error reported) when it fails.
@@ -55,6 +58,8 @@ class ConfigPanel : public QWidget {
   QComboBox* cluster_;
   QLabel* deepspeed_;
   QSpinBox* gpus_;
+  QSpinBox* tensor_parallel_;
+  QCheckBox* sequence_parallel_;
   QComboBox* stage_;
   QComboBox* offload_optimizer_;
   QComboBox* offload_param_;

@@ -123,10 +123,16 @@ void MainWindow::update_title() {
   const Planned* planned = session_.planned();
   if (!planned) return;
   const auto& c = planned->plan.schedule.context;
-  setWindowTitle(QString("zerolens-gui: %1 on %2 x %3, ZeRO stage %4")
+  const QString parallel = c.tensor_parallel > 1
+                               ? QString(" (tensor parallel %1 x data parallel %2)")
+                                     .arg(c.tensor_parallel)
+                                     .arg(c.dp_size)
+                               : QString();
+  setWindowTitle(QString("zerolens-gui: %1 on %2 x %3%4, ZeRO stage %5")
                      .arg(QString::fromStdString(planned->plan.request.model.name))
-                     .arg(c.dp_size)
+                     .arg(session_.world_size())
                      .arg(QString::fromStdString(planned->plan.request.cluster.gpu.name))
+                     .arg(parallel)
                      .arg(c.stage));
 }
 

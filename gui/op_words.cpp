@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "gui/rank_scene.hpp"
 #include "sim/schedule/comm.hpp"
 
 namespace zerolens::gui {
@@ -21,13 +22,36 @@ std::string human_bytes(Bytes bytes) {
   return text;
 }
 
-std::string transfer_words(const Plan& plan, const Op& op) {
+std::string group_words(const std::vector<int>& ranks) {
+  if (ranks.size() == 1) return "rank " + std::to_string(ranks.front());
+  const int stride = ranks[1] - ranks[0];
+  if (stride == 1)
+    return "ranks " + std::to_string(ranks.front()) + "-" + std::to_string(ranks.back());
+  std::string words = "ranks ";
+  if (ranks.size() <= 8) {
+    for (std::size_t i = 0; i < ranks.size(); ++i)
+      words += (i ? ", " : "") + std::to_string(ranks[i]);
+    return words;
+  }
+  return words + std::to_string(ranks[0]) + ", " + std::to_string(ranks[1]) + ", ..., " +
+         std::to_string(ranks.back()) + " (" + std::to_string(stride) + " apart)";
+}
+
+std::string transfer_words(const Plan& plan, const Op& op, int rank) {
   if (op.link != Link::Network) return "";
   const Cluster& cluster = plan.request.cluster;
-  const LinkTraffic traffic = collective_traffic(
-      op.kind, op.bytes, group_shape(op.group_size, plan.schedule.context.gpus_per_node));
-  std::string words = "each of the " + std::to_string(op.group_size) + " ranks sends " +
-                      human_bytes(traffic.intra_node) + " over " + cluster.node.intra_node.name;
+  const ScheduleContext& context = plan.schedule.context;
+  const LinkTraffic traffic = collective_traffic(op.kind, op.bytes, op_group_shape(op, context));
+  std::string ranks = std::to_string(op.group_size) + " ranks";
+  if (context.tensor_parallel > 1) {
+    // Name the group: with TP, ranks belong to a tensor-parallel and a data-parallel group.
+    const bool tensor = op.group == ProcessGroup::Tensor;
+    ranks += std::string(" of its ") + (tensor ? "tensor-parallel" : "data-parallel") + " group (" +
+             group_words(group_ranks(op.group, rank, context.tensor_parallel, context.dp_size)) +
+             ")";
+  }
+  std::string words = "each of the " + ranks + " sends " + human_bytes(traffic.intra_node) +
+                      " over " + cluster.node.intra_node.name;
   if (traffic.inter_node > 0)
     words += " and " + human_bytes(traffic.inter_node) + " over " + cluster.inter_node.name;
   return words;
@@ -44,7 +68,7 @@ std::string op_caption(const Planned& planned, std::int64_t step, int rank) {
   std::string caption = "op " + std::to_string(step + 1) + " of " +
                         std::to_string(schedule.ops.size()) + " (" + to_string(op.phase) +
                         "): " + schedule.describe(std::size_t(step), planned.plan.rank_model, rank);
-  const std::string moved = transfer_words(planned.plan, op);
+  const std::string moved = transfer_words(planned.plan, op, rank);
   if (!moved.empty()) caption += "; " + moved;
   return caption;
 }

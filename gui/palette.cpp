@@ -63,6 +63,17 @@ QColor op_colour(const std::string& kind) {
   return QColor(0x9c755f);  // overflow check, grad norm, loss scale
 }
 
+QColor tensor_parallel_colour() {
+  return QColor(0x17becf);
+}
+
+QColor op_colour(const std::string& kind, const std::string& stream) {
+  if (stream != "tp") return op_colour(kind);
+  if (kind == "all_gather") return tensor_parallel_colour();
+  if (kind == "reduce_scatter") return tensor_parallel_colour().darker(140);
+  return tensor_parallel_colour().darker(200);  // all-reduce
+}
+
 const char* category_label(Category category) {
   switch (category) {
     case Category::Params:

@@ -20,6 +20,11 @@ QColor category_colour(Category category);
 QColor owned_colour(QColor owner, Category category);
 // Timeline and legend colours by op kind name as traces spell it ("all_gather", ...).
 QColor op_colour(const std::string& kind);
+// The same for an op on a stream (as traces spell it): the tensor-parallel group's collectives
+// ("tp") take tensor_parallel_colour, shaded by kind, so they read apart from ZeRO's collectives.
+QColor op_colour(const std::string& kind, const std::string& stream);
+// The tensor-parallel group: its stream, its collectives and its ranks in the rank view.
+QColor tensor_parallel_colour();
 // Short names for labels inside blocks and legends.
 const char* category_label(Category category);
 

@@ -80,10 +80,12 @@ void add_owners(Cursor& cursor, const RankLayout& layout) {
   cursor.at.ry() += 6;
   cursor.line("owner of a partition", true);
   std::vector<std::pair<QColor, QString>> owners;
-  for (const auto& column : layout.columns)
-    owners.emplace_back(owner_colour(layout, column.rank), QString("rank %1").arg(column.rank));
+  // Partitions belong to data-parallel indices: with TP, rank r holds dp index r / tp's partition
+  // of its TP shard.
+  const QString name = layout.tp_size > 1 ? "dp %1" : "rank %1";
+  for (int owner : layout.owners) owners.emplace_back(owner_colour(layout, owner), name.arg(owner));
   cursor.swatch_grid(owners);
-  if (int(layout.columns.size()) < layout.dp_size)
+  if (int(layout.owners.size()) < layout.dp_size)
     cursor.swatch(other_ranks_colour(), "the other ranks");
   cursor.paragraph(
       "A model-state block takes the colour of the rank that owns it (stripe: its category). "
@@ -113,12 +115,44 @@ void add_scale(Cursor& cursor, const Planned& planned, const RankLayout& layout,
     cursor.paragraph("Zoomed to the step's peak: the capacity may be off the bar.");
 }
 
+// With tensor parallelism: which group the columns are.
+void add_groups(Cursor& cursor, const Planned& planned, const RankLayout& layout, int selected) {
+  const ScheduleContext& c = planned.plan.schedule.context;
+  const int world = c.dp_size * layout.tp_size;
+  const RankCoordinate at = coordinate_of(selected, layout.tp_size);
+  QString text = QString(
+                     "Tensor parallel %1%2 x data parallel %3: %4 ranks, placed TP innermost "
+                     "(rank r is tp r mod %1, dp r / %1). ")
+                     .arg(layout.tp_size)
+                     .arg(c.sequence_parallel ? " with sequence parallelism" : "")
+                     .arg(c.dp_size)
+                     .arg(world);
+  if (layout.group == ProcessGroup::Tensor) {
+    text += QString(
+                "Drawn: the tensor-parallel group of rank %1 (dp %2), which this "
+                "collective runs over; each holds its 1/%3 shard of every layer's matrices.")
+                .arg(selected)
+                .arg(at.dp)
+                .arg(layout.tp_size);
+  } else {
+    text += QString(
+                "Drawn: the data-parallel group of rank %1 (tp %2), over which ZeRO "
+                "partitions; its tensor-parallel group is drawn at a TP collective.")
+                .arg(selected)
+                .arg(at.tp);
+  }
+  cursor.paragraph(text);
+  if (layout.group == ProcessGroup::Tensor)
+    cursor.swatch(tensor_parallel_colour(), "tensor-parallel group");
+}
+
 }  // namespace
 
 double add_legend(QGraphicsScene& scene, const Planned& planned, const RankLayout& layout,
-                  const RankViewOptions& options, QPointF top_left) {
+                  const RankViewOptions& options, QPointF top_left, int selected_rank) {
   Cursor cursor{scene, top_left};
-  if (int(layout.columns.size()) < layout.dp_size) {
+  if (layout.tp_size > 1) add_groups(cursor, planned, layout, selected_rank);
+  if (layout.group == ProcessGroup::Data && int(layout.columns.size()) < layout.dp_size) {
     cursor.paragraph(
         QString("%1 ranks: %2 drawn. Ranks are symmetric: every rank holds the same bytes, "
                 "each owning 1/%1 of the partitioned states.")

@@ -197,7 +197,7 @@ double add_component(Drawing& dr, const ColumnGeometry& column, Device d, Compon
   const double scale = dr.layout.pixels_per_byte[std::size_t(d)];
   double y = bottom;
   for (const Slice& slice :
-       slices_of(c, bytes, column.rank, dr.layout.dp_size, dr.options.max_columns)) {
+       slices_of(c, bytes, column.dp_index, dr.layout.dp_size, dr.options.max_columns)) {
     const double height = double(slice.bytes) * scale;
     auto* item = dr.scene.addRect(QRectF(bar.left(), y - height, bar.width(), height), Qt::NoPen,
                                   QBrush(block_colour(dr.layout, c, slice.owner)));
@@ -283,17 +283,42 @@ void add_column(Drawing& dr, const ColumnGeometry& column, bool selected) {
     if (dr.layout.devices[std::size_t(d)]) add_bar(dr, column, Device(d));
   }
   const QRectF label(column.area.left(), column.area.bottom() - 24, column.area.width(), 16);
-  auto* text = add_text(dr.scene, QString("rank %1").arg(column.rank), label.topLeft(), 10,
-                        owner_colour(dr.layout, column.rank).darker(130), true);
+  const QColor colour = owner_colour(dr.layout, column.dp_index).darker(130);
+  auto* text =
+      add_text(dr.scene, QString("rank %1").arg(column.rank), label.topLeft(), 10, colour, true);
   text->setPos(label.center().x() - text->boundingRect().width() / 2, label.top());
+  tag(text, ItemRole::RankLabel, column.rank, Device::Gpu, -1, kNoOwner, 0);
+  if (dr.layout.tp_size <= 1) return;
+  // The rank's (tp, dp) coordinate under its number.
+  auto* place = add_text(dr.scene, coordinate_label(column.rank, dr.layout.tp_size),
+                         label.topLeft() + QPointF(0, 15), 8, colour);
+  place->setPos(label.center().x() - place->boundingRect().width() / 2, label.top() + 15);
+  tag(place, ItemRole::RankLabel, column.rank, Device::Gpu, -1, kNoOwner, 0);
+}
+
+// A frame around the columns when they are the tensor-parallel group, in its colour.
+void add_group_frame(Drawing& dr) {
+  if (dr.layout.group != ProcessGroup::Tensor) return;
+  QRectF frame = dr.layout.columns.front().area;
+  for (const auto& column : dr.layout.columns) frame = frame.united(column.area);
+  auto* item =
+      dr.scene.addRect(frame.adjusted(-3, -3, 3, 3),
+                       QPen(tensor_parallel_colour().darker(110), 2, Qt::DashLine), Qt::NoBrush);
+  item->setZValue(-1);
 }
 
 std::string run_title(const Plan& plan) {
   const ScheduleContext& c = plan.schedule.context;
-  std::string title = plan.request.model.name + " (" +
-                      format_count(double(plan.request.model.parameter_count())) +
-                      " parameters) on " + std::to_string(c.dp_size) + " x " +
-                      plan.request.cluster.gpu.name + ", " + c.zero_stage().description();
+  std::string title =
+      plan.request.model.name + " (" + format_count(double(plan.request.model.parameter_count())) +
+      " parameters) on " + std::to_string(std::int64_t(c.dp_size) * c.tensor_parallel) + " x " +
+      plan.request.cluster.gpu.name;
+  if (c.tensor_parallel > 1) {
+    // Short: the legend spells the groups out.
+    title += " (TP " + std::to_string(c.tensor_parallel) + (c.sequence_parallel ? " with SP" : "") +
+             " x DP " + std::to_string(c.dp_size) + ")";
+  }
+  title += ", " + c.zero_stage().description();
   if (c.optimizer_device != OffloadDevice::None)
     title += ", optimizer on " + std::string(to_string(c.optimizer_device));
   if (c.param_device != OffloadDevice::None)
@@ -349,29 +374,74 @@ std::vector<int> representative_ranks(int dp_size, int max_columns) {
 }
 
 QColor owner_colour(const RankLayout& layout, int owner) {
-  for (std::size_t i = 0; i < layout.columns.size(); ++i) {
-    if (layout.columns[i].rank == owner) return rank_colour(int(i));
+  for (std::size_t i = 0; i < layout.owners.size(); ++i) {
+    if (layout.owners[i] == owner) return rank_colour(int(i));
   }
   return other_ranks_colour();
+}
+
+RankCoordinate coordinate_of(int rank, int tp_size) {
+  const int tp = std::max(1, tp_size);
+  return {rank % tp, rank / tp};
+}
+
+QString coordinate_label(int rank, int tp_size) {
+  const RankCoordinate at = coordinate_of(rank, tp_size);
+  return QString("(tp %1, dp %2)").arg(at.tp).arg(at.dp);
+}
+
+std::vector<int> group_ranks(ProcessGroup group, int rank, int tp_size, int dp_size) {
+  const int tp = std::max(1, tp_size);
+  const RankCoordinate at = coordinate_of(rank, tp);
+  std::vector<int> ranks;
+  if (group == ProcessGroup::Tensor) {
+    for (int t = 0; t < tp; ++t) ranks.push_back(at.dp * tp + t);
+  } else {
+    for (int d = 0; d < dp_size; ++d) ranks.push_back(d * tp + at.tp);
+  }
+  return ranks;
 }
 
 RankLayout build_rank_scene(QGraphicsScene& scene, const Planned& planned, std::int64_t step,
                             int selected_rank, const RankViewOptions& options) {
   scene.clear();
   RankLayout layout;
-  layout.dp_size = planned.plan.schedule.context.dp_size;
+  const ScheduleContext& context = planned.plan.schedule.context;
+  layout.dp_size = context.dp_size;
+  layout.tp_size = std::max(1, context.tensor_parallel);
   fill_scale(layout, planned, options);
-  const std::vector<int> ranks = representative_ranks(layout.dp_size, options.max_columns);
-  for (std::size_t i = 0; i < ranks.size(); ++i)
-    layout.columns.push_back(column_geometry(int(i), ranks[i], layout.devices, options.bar_height));
+  layout.owners = representative_ranks(layout.dp_size, options.max_columns);
+  const auto& ops = planned.plan.schedule.ops;
+  if (layout.tp_size > 1 && step >= 0 && std::size_t(step) < ops.size() &&
+      ops[std::size_t(step)].group == ProcessGroup::Tensor)
+    layout.group = ProcessGroup::Tensor;
+  // The selected rank's group: its data-parallel group (representative indices when large), or its
+  // tensor-parallel group at a TP collective.
+  const RankCoordinate selected = coordinate_of(selected_rank, layout.tp_size);
+  const bool tensor = layout.group == ProcessGroup::Tensor;
+  const std::vector<int> indices =
+      representative_ranks(tensor ? layout.tp_size : layout.dp_size, options.max_columns);
+  for (std::size_t i = 0; i < indices.size(); ++i) {
+    const int rank = tensor ? selected.dp * layout.tp_size + indices[i]
+                            : indices[i] * layout.tp_size + selected.tp;
+    ColumnGeometry column = column_geometry(int(i), rank, layout.devices, options.bar_height);
+    column.dp_index = coordinate_of(rank, layout.tp_size).dp;
+    layout.columns.push_back(column);
+  }
   Drawing drawing{scene, planned, step, options, layout};
   for (const auto& column : layout.columns)
     add_column(drawing, column, column.rank == selected_rank);
-  const double right = layout.columns.back().area.right();
+  add_group_frame(drawing);
+  // The frame holds the wider of the two groups, so the view does not jump between them.
+  std::size_t widest = layout.owners.size();
+  if (layout.tp_size > 1)
+    widest = std::max(widest, representative_ranks(layout.tp_size, options.max_columns).size());
+  const double right =
+      column_geometry(int(widest) - 1, 0, layout.devices, options.bar_height).area.right();
   const QRectF header = add_header(drawing, selected_rank, right);
   add_transfers(scene, planned, step, layout);
   const double legend_bottom =
-      add_legend(scene, planned, layout, options, QPointF(right + 24, -150));
+      add_legend(scene, planned, layout, options, QPointF(right + 24, -150), selected_rank);
   // A fixed frame per plan and options, so the view does not jump while the cursor moves.
   const double bottom = std::max(options.bar_height + 80, legend_bottom + 10);
   const QRectF frame(-32, -246, right + 24 + 260 + 32, bottom + 246);

@@ -4,6 +4,10 @@
 // NVMe beside when they hold anything, each device's capacity, and the data the current op moves.
 // Every block carries its rank, device, component, owner and bytes as item data, so tests measure
 // the drawing against the schedule.
+//
+// With tensor parallelism the columns are the data-parallel group of the selected rank (ZeRO's
+// ranks: partitions are owned by data-parallel indices), or its tensor-parallel group while the
+// cursor is on a TP collective; each column is labelled with its (tp, dp) coordinate.
 #include <QGraphicsScene>
 #include <QRectF>
 #include <array>
@@ -26,8 +30,23 @@ struct RankViewOptions {
   double bar_height = 440;  // scene units; the view fits it to the window's shape
 };
 
+// Where a rank sits in the job. Ranks are placed tensor-parallel innermost (Megatron's order):
+// global rank r is TP index r % tp of data-parallel index r / tp.
+struct RankCoordinate {
+  int tp = 0;
+  int dp = 0;
+  bool operator==(const RankCoordinate&) const = default;
+};
+RankCoordinate coordinate_of(int rank, int tp_size);
+// "(tp 1, dp 2)"
+QString coordinate_label(int rank, int tp_size);
+// The group `op` runs over with `rank` in it, in rank order: its tensor-parallel group for a TP
+// collective, else its data-parallel group.
+std::vector<int> group_ranks(ProcessGroup group, int rank, int tp_size, int dp_size);
+
 struct ColumnGeometry {
-  int rank = 0;
+  int rank = 0;                           // global rank
+  int dp_index = 0;                       // its data-parallel index: the owner of its partitions
   QRectF area;                            // the whole column (clicks select its rank)
   std::array<QRectF, kDeviceCount> bars;  // full-height bar per device; empty when not drawn
 };
@@ -39,14 +58,21 @@ struct RankLayout {
   std::array<double, kDeviceCount> pixels_per_byte{};
   double bar_height = 0;
   int dp_size = 1;
+  int tp_size = 1;
+  ProcessGroup group = ProcessGroup::Data;  // the group the columns are
+  // Data-parallel indices with a colour of their own (the drawn ones of a data-parallel group);
+  // the same whichever group the columns are, so colours stay as the cursor moves.
+  std::vector<int> owners;
 };
 
 // Ranks drawn for a data-parallel size: all up to max_columns, else the first seven and the last.
 std::vector<int> representative_ranks(int dp_size, int max_columns);
 bool shows(ShowMemory show, Component component);
-// The colour of `owner`'s bytes in this layout (a rank not drawn: other_ranks_colour).
+// The colour of `owner`'s bytes in this layout (a data-parallel index; one without a colour of its
+// own: other_ranks_colour).
 QColor owner_colour(const RankLayout& layout, int owner);
 
+// `selected_rank` is a global rank (0 to dp x tp - 1).
 RankLayout build_rank_scene(QGraphicsScene& scene, const Planned& planned, std::int64_t step,
                             int selected_rank, const RankViewOptions& options);
 
@@ -55,6 +81,6 @@ void add_transfers(QGraphicsScene& scene, const Planned& planned, std::int64_t s
                    const RankLayout& layout);
 // Returns the legend's bottom.
 double add_legend(QGraphicsScene& scene, const Planned& planned, const RankLayout& layout,
-                  const RankViewOptions& options, QPointF top_left);
+                  const RankViewOptions& options, QPointF top_left, int selected_rank);
 
 }  // namespace zerolens::gui

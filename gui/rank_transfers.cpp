@@ -92,21 +92,35 @@ const char* collective_name(OpKind kind) {
 void add_collective(QGraphicsScene& scene, const Planned& planned, std::int64_t step,
                     const RankLayout& layout) {
   const Op& op = planned.plan.schedule.ops[std::size_t(step)];
+  const bool tensor = op.group == ProcessGroup::Tensor;
   const double left = layout.columns.front().area.left() + 8,
                right = layout.columns.back().area.right() - 8;
-  auto* bus = scene.addLine(left, kBusY, right, kBusY,
-                            QPen(op_colour(to_string(op.kind)), 5, Qt::SolidLine, Qt::RoundCap));
+  const QColor bus_colour = op_colour(to_string(op.kind), to_string(op.stream));
+  auto* bus =
+      scene.addLine(left, kBusY, right, kBusY, QPen(bus_colour, 5, Qt::SolidLine, Qt::RoundCap));
   tag_transfer(bus, step, -1);
-  const LinkTraffic traffic = collective_traffic(
-      op.kind, op.bytes, group_shape(op.group_size, planned.plan.schedule.context.gpus_per_node));
-  const std::string title = std::string(collective_name(op.kind)) + " of " + human_bytes(op.bytes) +
-                            " over " + std::to_string(op.group_size) + " ranks";
-  add_label(scene, QString::fromStdString(title), QPointF((left + right) / 2, kBusY - 14), 9, true);
+  const LinkTraffic traffic =
+      collective_traffic(op.kind, op.bytes, op_group_shape(op, planned.plan.schedule.context));
+  std::string title = std::string(collective_name(op.kind)) + " of " + human_bytes(op.bytes);
+  double title_y = kBusY - 14;
+  if (layout.tp_size > 1) {
+    // Two lines, the second naming the group: a TP group is few columns wide.
+    title += std::string("\nover the ") + (tensor ? "tensor" : "data") + "-parallel group (" +
+             std::to_string(op.group_size) + " ranks)";
+    title_y -= 8;
+  } else {
+    title += " over " + std::to_string(op.group_size) + " ranks";
+  }
+  auto* label = add_label(scene, QString::fromStdString(title),
+                          QPointF((left + right) / 2, title_y), 9, true);
+  // Over a small group the title is wider than the bus: start it at the first column.
+  if (label->x() < left - 8) label->setX(left - 8);
   const bool gathers = op.kind == OpKind::AllGather || op.kind == OpKind::Broadcast;
   const bool scatters = op.kind == OpKind::ReduceScatter;
   for (const auto& column : layout.columns) {
     const QRectF bar = column.bars[std::size_t(Device::Gpu)];
-    const QColor own = owner_colour(layout, column.rank);
+    // ZeRO moves partitions (the owner's colour); the TP group moves activations, in its colour.
+    const QColor own = tensor ? bus_colour : owner_colour(layout, column.dp_index);
     const double up_x = bar.left() + bar.width() * 0.3, down_x = bar.left() + bar.width() * 0.7;
     add_arrow(scene, QPointF(up_x, -6), QPointF(up_x, kBusY + 4), gathers ? own : kNeutral, 0, step,
               column.rank);

@@ -6,6 +6,6 @@ namespace zerolens::gui {
 namespace item_key {
 enum : int { Role = 0, Rank, Device, Component, Owner, Bytes, Op };
 }
-enum class ItemRole : int { Block = 1, Freed, Capacity, Transfer, Column, Op };
+enum class ItemRole : int { Block = 1, Freed, Capacity, Transfer, Column, Op, RankLabel };
 
 }  // namespace zerolens::gui

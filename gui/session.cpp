@@ -29,6 +29,12 @@ std::int64_t Session::op_count() const {
   return planned_ ? std::int64_t(planned_->plan.schedule.ops.size()) : 0;
 }
 
+int Session::world_size() const {
+  if (!planned_) return 1;
+  const ScheduleContext& c = planned_->plan.schedule.context;
+  return c.dp_size * std::max(1, c.tensor_parallel);
+}
+
 bool Session::apply(Settings settings) {
   settings_ = std::move(settings);
   QElapsedTimer clock;
@@ -43,7 +49,7 @@ bool Session::apply(Settings settings) {
   plan_ms_ = double(clock.nsecsElapsed()) / 1e6;
   error_.clear();
   step_ = std::clamp<std::int64_t>(step_, -1, op_count() - 1);
-  rank_ = std::clamp(rank_, 0, planned_->plan.schedule.context.dp_size - 1);
+  rank_ = std::clamp(rank_, 0, world_size() - 1);
   emit planChanged();  // views redraw the cursor with the plan: no separate stepChanged
   return true;
 }
@@ -57,7 +63,7 @@ void Session::set_step(std::int64_t step) {
 
 void Session::select_rank(int rank) {
   if (!planned_) return;
-  const int clamped = std::clamp(rank, 0, planned_->plan.schedule.context.dp_size - 1);
+  const int clamped = std::clamp(rank, 0, world_size() - 1);
   if (clamped == rank_) return;
   rank_ = clamped;
   emit rankChanged(rank_);

@@ -54,7 +54,8 @@ class Session : public QObject {
   // Re-plans. On failure the previous plan stays on screen and planFailed names the problem.
   bool apply(Settings settings);
   void set_step(std::int64_t step);  // clamped to [-1, ops - 1]
-  void select_rank(int rank);        // clamped to [0, dp - 1]
+  void select_rank(int rank);        // clamped to [0, dp x tp - 1]
+  int world_size() const;            // every rank: dp x tp (1 before a plan)
   // Re-plans the run the trace records and shows the trace beside the prediction. Throws
   // InputError when the trace cannot be shown (the current plan stays).
   void load_trace(Trace trace, const std::string& path);

@@ -66,7 +66,13 @@ PlanRequest make_request(const Settings& s) {
   request.model = s.model;
   request.config = s.config;
   // s.gpus counts every rank; with tensor parallelism the data-parallel group is a TP-th of them.
-  request.dp_size = std::max(1, s.gpus / std::max(1, s.config.tensor_parallel.size));
+  const int tp = std::max(1, s.config.tensor_parallel.size);
+  if (s.gpus % tp != 0) {
+    throw InputError("gpus",
+                     std::to_string(s.gpus) + " GPUs do not split into tensor-parallel groups of " +
+                         std::to_string(tp) + " (the GPUs must be a multiple of the TP size)");
+  }
+  request.dp_size = data_parallel_size(s);
   request.cluster = with_ranks(s.cluster, s.gpus, s.gpus_per_node);
   request.options = s.options;
   return request;
@@ -101,6 +107,18 @@ void set_seq_len(Settings& s, std::optional<std::int64_t> seq_len) {
   apply_edits(s, {.seq_len = seq_len.value_or(0)});
 }
 
+void set_tensor_parallel(Settings& s, int size) {
+  apply_edits(s, {.tensor_parallel = size});
+}
+
+void set_sequence_parallel(Settings& s, bool enabled) {
+  apply_edits(s, {.sequence_parallel = enabled});
+}
+
+int data_parallel_size(const Settings& s) {
+  return std::max(1, s.gpus / std::max(1, s.config.tensor_parallel.size));
+}
+
 void load_model_spec(Settings& s, const std::string& spec, Diagnostics& diagnostics) {
   s.model = load_model(spec, diagnostics);
   s.model_source = spec;
@@ -126,7 +144,7 @@ void load_deepspeed_file(Settings& s, const std::string& path, Diagnostics& diag
 
 std::int64_t micro_batch_of(const Settings& s) {
   try {
-    return resolve_batch(s.config.batch, s.gpus).micro_batch_per_gpu;
+    return resolve_batch(s.config.batch, data_parallel_size(s)).micro_batch_per_gpu;
   } catch (const InputError&) {
     return s.config.batch.micro_batch_per_gpu.value_or(1);
   }
@@ -159,7 +177,13 @@ Settings settings_for_trace(const Settings& current, const TraceRun& run,
     s.cluster = std::move(recorded->cluster);
     s.options = recorded->options;
     s.deepspeed_source.clear();
+  } else {
+    // A trace without its inputs comes from a run without tensor parallelism (the executor
+    // refuses --tp); the current TP size must not carry over.
+    s.config.tensor_parallel = {};
   }
+  // The trace records the data-parallel size; the GUI's GPUs count every rank.
+  s.gpus = run.dp_size * std::max(1, s.config.tensor_parallel.size);
   return s;
 }
 

@@ -22,7 +22,7 @@ struct Settings {
   std::string cluster_source;
   TrainingConfig config;
   std::string deepspeed_source;  // the DeepSpeed file the config started from, or ""
-  int gpus = 8;
+  int gpus = 8;  // every rank: data parallel x tensor parallel (config.tensor_parallel.size)
   int gpus_per_node = 0;  // <= 0: the cluster's
   ScheduleOptions options;
   bool walkthrough = false;  // started from the 4-GPU walkthrough (views default to its scale)
@@ -32,6 +32,7 @@ struct Settings {
 Settings default_settings();
 // The 4-GPU ZeRO-3 walkthrough (sim/plan/walkthrough.hpp).
 Settings walkthrough_settings();
+// Throws InputError when the GPUs do not split into tensor-parallel groups.
 PlanRequest make_request(const Settings& settings);
 
 // Edits of the panel and the command line, applied by sim (apply_overrides) as the CLI's flags
@@ -46,6 +47,11 @@ void set_precision(Settings& settings, Precision precision);
 void set_micro_batch(Settings& settings, std::int64_t micro_batch);
 void set_checkpointing(Settings& settings, bool enabled);
 void set_seq_len(Settings& settings, std::optional<std::int64_t> seq_len);
+// Like --tp and --sp: the GPUs stay, the data-parallel size becomes gpus / tensor_parallel.
+void set_tensor_parallel(Settings& settings, int size);
+void set_sequence_parallel(Settings& settings, bool enabled);
+// Ranks of the data-parallel group: gpus / tensor_parallel.
+int data_parallel_size(const Settings& settings);
 
 // Sources. Each throws InputError naming the file or key.
 void load_model_spec(Settings& settings, const std::string& spec, Diagnostics& diagnostics);

@@ -81,6 +81,8 @@ QString op_tooltip(const TraceOp& op) {
   text += "start " + std::to_string(op.start * 1e3) + " ms, " +
           std::to_string(op.duration * unit.per_second) + " " + unit.name;
   if (op.bytes > 0) text += ", " + human_bytes(op.bytes);
+  if (op.stream == "tp")
+    text += "\nover the rank's tensor-parallel group (" + std::to_string(op.group_size) + " ranks)";
   return QString::fromStdString(text);
 }
 
@@ -88,8 +90,8 @@ QGraphicsRectItem* add_op(QGraphicsScene& scene, const TraceOp& op, double y,
                           const TimelineGeometry& g) {
   const double x = g.label_width + op.start * g.pixels_per_second;
   const double width = std::max(1.0, op.duration * g.pixels_per_second);
-  auto* item = scene.addRect(QRectF(x, y + 2, width, g.row_height - 4),
-                             QPen(QColor(255, 255, 255), 0), QBrush(op_colour(op.kind)));
+  const QRectF rect(x, y + 2, width, g.row_height - 4);
+  auto* item = scene.addRect(rect, op_pen(rect), QBrush(op_colour(op.kind, op.stream)));
   item->setData(item_key::Role, int(ItemRole::Op));
   item->setData(item_key::Rank, op.rank);
   item->setData(item_key::Op, qlonglong(op.index));
@@ -108,6 +110,11 @@ QGraphicsRectItem* add_op(QGraphicsScene& scene, const TraceOp& op, double y,
 }
 
 }  // namespace
+
+QPen op_pen(const QRectF& rect) {
+  // A white gap between ops wide enough to show one; a narrower op would be all border.
+  return rect.width() >= 3 ? QPen(QColor(255, 255, 255), 0) : QPen(Qt::NoPen);
+}
 
 double trace_end_time(const Trace& trace) {
   double end = 0;
@@ -131,11 +138,20 @@ TimelineItems build_timeline_scene(QGraphicsScene& scene, const Trace& trace,
   add_axis(scene, g, items.end_time, height);
   for (std::size_t r = 0; r < items.rows.size(); ++r) {
     const double y = kAxisHeight + double(r) * g.row_height;
-    if (r % 2 == 0)
-      scene.addRect(
-          QRectF(0, y, g.label_width + items.end_time * g.pixels_per_second + 20, g.row_height),
-          Qt::NoPen, QBrush(QColor(0xf4f6f8)));
-    scene.addSimpleText(items.rows[r])->setPos(6, y + 3);
+    const QRectF band(0, y, g.label_width + items.end_time * g.pixels_per_second + 20,
+                      g.row_height);
+    // The tensor-parallel group's stream is tinted in its colour.
+    const bool tensor = items.rows[r].endsWith(" tp");
+    if (tensor) {
+      QColor tint = tensor_parallel_colour();
+      tint.setAlpha(r % 2 == 0 ? 30 : 20);
+      scene.addRect(band, Qt::NoPen, QBrush(tint));
+    } else if (r % 2 == 0) {
+      scene.addRect(band, Qt::NoPen, QBrush(QColor(0xf4f6f8)));
+    }
+    auto* label = scene.addSimpleText(items.rows[r]);
+    label->setPos(6, y + 3);
+    if (tensor) label->setBrush(tensor_parallel_colour().darker(170));
   }
   for (const auto& op : trace.ops) {
     const auto row = rows.find({op.rank, op.stream});

@@ -4,6 +4,7 @@
 #include <QGraphicsLineItem>
 #include <QGraphicsRectItem>
 #include <QGraphicsScene>
+#include <QPen>
 #include <cstdint>
 #include <unordered_map>
 #include <vector>
@@ -28,6 +29,8 @@ struct TimelineItems {
   QGraphicsLineItem* cursor = nullptr;
 };
 
+// The outline of an op's rectangle when the cursor is not on it.
+QPen op_pen(const QRectF& rect);
 // Seconds from the start of the step to the last op's end.
 double trace_end_time(const Trace& trace);
 TimelineItems build_timeline_scene(QGraphicsScene& scene, const Trace& trace,

@@ -73,7 +73,7 @@ void TimelineView::rebuild() {
 void TimelineView::show_step() {
   if (dirty_) return;  // drawn with the next rebuild
   for (auto* item : highlighted_) {
-    item->setPen(QPen(Qt::white, 0));
+    item->setPen(op_pen(item->rect()));
     item->setZValue(0);
   }
   highlighted_.clear();

@@ -52,15 +52,30 @@ QString collective_label(OpKind kind, std::int64_t calls) {
 
 QChart* collectives_chart(const Plan& plan) {
   std::vector<Bar> bars;
-  for (int k = 0; k < kOpKindCount; ++k) {
-    const CollectiveTotals& totals = plan.comm.collectives[std::size_t(k)];
-    if (totals.calls == 0) continue;
-    bars.push_back({collective_label(OpKind(k), totals.calls),
-                    {double(totals.bytes), double(totals.traffic_bytes)}});
-  }
+  // With tensor parallelism each row names its group (dp, tp), as `zerolens plan` does.
+  const ScheduleContext& c = plan.schedule.context;
+  const bool groups = c.tensor_parallel > 1;
+  const auto add = [&](const auto& collectives, const char* group) {
+    for (int k = 0; k < kOpKindCount; ++k) {
+      const CollectiveTotals& totals = collectives[std::size_t(k)];
+      if (totals.calls == 0) continue;
+      // With the group named, "(130 calls)" would not fit the axis: "tp reduce_scatter x130".
+      const QString label =
+          groups ? QString("%1%2 \u00d7%3").arg(group).arg(to_string(OpKind(k))).arg(totals.calls)
+                 : collective_label(OpKind(k), totals.calls);
+      bars.push_back({label, {double(totals.bytes), double(totals.traffic_bytes)}});
+    }
+  };
+  add(plan.comm.collectives, groups ? "dp " : "");
+  if (groups) add(plan.comm.tensor_parallel, "tp ");
   if (bars.empty()) bars.push_back({"no collectives (1 rank)", {0, 0}});
   std::reverse(bars.begin(), bars.end());
-  return bar_chart("Traffic per collective in one step", " per step",
+  const QString title =
+      groups ? QString("Traffic per collective in one step (dp: %1 ranks, tp: %2 ranks)")
+                   .arg(c.dp_size)
+                   .arg(c.tensor_parallel)
+             : QString("Traffic per collective in one step");
+  return bar_chart(title, " per step",
                    {"message sizes, summed (as nccl-tests counts them)", "bytes each rank sends"},
                    bars);
 }
