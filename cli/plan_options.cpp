@@ -113,6 +113,12 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
             parse_pipeline_schedule,
             "Pipeline schedule: 1f1b (default; DeepSpeed's and Megatron's), gpipe, interleaved",
             {"gpipe", "1f1b", "interleaved"});
+  app.add_option(
+         "--shard-group", o.shard_group,
+         "Hybrid sharding at stage 3: partition over groups of this many data-parallel "
+         "ranks and replicate across them (DeepSpeed MiCS: zero_optimization.mics_shard_size; "
+         "FSDP: HSDP's shard group)")
+      ->check(integer_in(1, 1 << 24));
   app.add_option("--gpus-per-node", o.gpus_per_node, "GPUs per node (default: the cluster's)")
       ->check(integer_in(1, 1024));
   app.add_option("--attention", o.attention, "Attention implementation for activation memory: eager|flash")

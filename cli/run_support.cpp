@@ -88,6 +88,12 @@ Plan make_run_plan(const RunFlags& flags, const exec::Backend& backend, Diagnost
                                         to_string(request.config.framework) +
                                         "; plan FSDP with `zerolens plan --framework`");
   }
+  if (request.config.zero.shard_group_size > 0 &&
+      request.config.zero.shard_group_size < request.dp_size) {
+    throw InputError("--shard-group",
+                     "the executor partitions over every data-parallel rank (hybrid "
+                     "sharding is planned, not yet run: docs/parallelism.md)");
+  }
   if (request.config.pipeline.active()) {
     throw InputError("--pp",
                      "the executor runs data parallelism only (pipeline parallelism is planned, "

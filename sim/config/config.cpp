@@ -208,6 +208,10 @@ void TrainingConfig::validate() const {
   require(tensor_parallel.size >= 1 && tensor_parallel.size <= 4096, "tensor_parallel.autotp_size",
           "must be between 1 and 4096");
   validate_pipeline();
+  require(zero.shard_group_size >= 0, zero_key("mics_shard_size"), "must be -1 (off) or positive");
+  require(zero.shard_group_size == 0 || zero.stage == 3, zero_key("mics_shard_size"),
+          "hybrid sharding (MiCS, HSDP) partitions stage 3's states; stage is " +
+              std::to_string(zero.stage));
   require(gradient_clipping >= 0, "gradient_clipping", "must not be negative");
   require(gradient_predivide_factor > 0, "gradient_predivide_factor", "must be positive");
   require(!seq_len || *seq_len >= 1, "--seq-len", "must be positive");

@@ -69,6 +69,10 @@ struct ZeroConfig {
   Elements stage3_max_reuse_distance = 1'000'000'000;
   Elements sub_group_size = 1'000'000'000;
   bool round_robin_gradients = false;
+  // Hybrid sharding (stage 3): states partitioned over groups of this many data-parallel ranks and
+  // replicated across the groups: DeepSpeed's MiCS (mics_shard_size; -1 or 0: off) and FSDP's HSDP
+  // (the shard dimension of its device mesh). 0: one group of every data-parallel rank.
+  int shard_group_size = 0;
 
   // What the stage partitions and allows (sim/config/zero_stage.hpp).
   ZeroStage zero_stage() const { return {stage}; }

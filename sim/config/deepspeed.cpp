@@ -307,9 +307,6 @@ void warn_unmodelled_zero(const json& zero, Diagnostics& diagnostics) {
       diagnostics.warn(join_key(w, key), "ZeRO++ quantized communication is not modelled");
     }
   }
-  if (const json* v = member(zero, "mics_shard_size"); v && v->is_number() && v->get<double>() > 0) {
-    diagnostics.warn(join_key(w, "mics_shard_size"), "MiCS sharding is not modelled");
-  }
 }
 
 void read_zero(const json& zero, const Reader& r, ZeroConfig& z) {
@@ -333,6 +330,10 @@ void read_zero(const json& zero, const Reader& r, ZeroConfig& z) {
   if (const json* v = member(zero, "reduce_scatter")) z.reduce_scatter = as_bool(*v, join_key(w, "reduce_scatter"));
   if (const json* v = member(zero, "contiguous_gradients")) z.contiguous_gradients = as_bool(*v, join_key(w, "contiguous_gradients"));
   if (const json* v = member(zero, "round_robin_gradients")) z.round_robin_gradients = as_bool(*v, join_key(w, "round_robin_gradients"));
+  if (const json* v = member(zero, "mics_shard_size")) {
+    const auto size = as_int(*v, join_key(w, "mics_shard_size"), -1, 1 << 24);
+    z.shard_group_size = size > 0 ? int(size) : 0;
+  }
   read_zero_sizes(zero, r, z);
 }
 

@@ -40,6 +40,7 @@ json zero_json(const ZeroConfig& z) {
                {"sub_group_size", z.sub_group_size},
                {"round_robin_gradients", z.round_robin_gradients}};
   if (z.overlap_comm) zero["overlap_comm"] = *z.overlap_comm;
+  if (z.shard_group_size > 0) zero["mics_shard_size"] = z.shard_group_size;
   return zero;
 }
 

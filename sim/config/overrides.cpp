@@ -180,6 +180,7 @@ void drop_other_keys(json& d, const ConfigOverrides& o) {
   if (o.tensor_parallel) erase_path(d, {"tensor_parallel", "autotp_size"});
   if (o.sequence_parallel) erase_path(d, {"tensor_parallel", "sequence_parallel"});
   if (o.pipeline_parallel) erase_path(d, {"pipeline", "stages"});
+  if (o.shard_group) erase_path(d, {"zero_optimization", "mics_shard_size"});
   if (o.virtual_stages) erase_path(d, {"pipeline", "virtual_stages"});
   if (o.pipeline_schedule) erase_path(d, {"pipeline", "schedule"});
   if (o.momentum) erase_path(d, {"optimizer", "params", "momentum"});
@@ -228,6 +229,7 @@ void apply_overrides(TrainingConfig& config, const ConfigOverrides& overrides,
   if (overrides.sequence_parallel)
     config.tensor_parallel.sequence_parallel = *overrides.sequence_parallel;
   apply_pipeline(config.pipeline, overrides);
+  if (overrides.shard_group) config.zero.shard_group_size = *overrides.shard_group;
   if (overrides.seq_len) {
     config.seq_len = *overrides.seq_len == 0 ? std::nullopt : std::optional(*overrides.seq_len);
   }

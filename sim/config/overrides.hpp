@@ -43,6 +43,8 @@ struct ConfigOverrides {
   // Pipeline parallelism (pipeline.stages) and its schedule (not DeepSpeed keys: its engine runs
   // 1F1B with one chunk per stage).
   std::optional<int> pipeline_parallel, virtual_stages;
+  // Hybrid sharding: zero_optimization.mics_shard_size (FSDP: HSDP's shard group).
+  std::optional<int> shard_group;
   std::optional<PipelineSchedule> pipeline_schedule;
   std::optional<Precision> precision;
   std::optional<std::string>

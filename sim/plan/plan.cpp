@@ -124,6 +124,12 @@ void check_placement(const PlanRequest& request) {
                       " pipeline ranks need " + std::to_string(world) + " GPUs; the cluster has " +
                       std::to_string(request.cluster.total_gpus()));
   }
+  const int shard = request.config.zero.shard_group_size;
+  if (shard > 0 && request.dp_size % shard != 0) {
+    throw InputError("zero_optimization.mics_shard_size",
+                     "a shard group of " + std::to_string(shard) + " ranks must divide the " +
+                         std::to_string(request.dp_size) + " data-parallel ranks");
+  }
   if (tp <= 1) return;
   if (per_node % tp != 0 && tp % per_node != 0) {
     throw InputError("--tp", "a tensor-parallel group of " + std::to_string(tp) +

@@ -66,7 +66,10 @@ class ScheduleBuilder {
     c.pipeline_parallel = model.pipeline.size;
     c.virtual_stages = model.pipeline.virtual_stages;
     c.pipeline_stage = model.pipeline_stage;
-    schedule_.layout = make_param_layout(model, zero_, dp_size, options.model_states_only);
+    c.shard_group =
+        zero_.shard_group_size > 0 && zero_.shard_group_size < dp_size ? zero_.shard_group_size : 0;
+    // Hybrid sharding partitions every state over a shard group instead of all data-parallel ranks.
+    schedule_.layout = make_param_layout(model, zero_, c.shard_size(), options.model_states_only);
     schedule_.allocator = options.allocator;
     if (options.model_states_only) schedule_.allocator = AllocatorSpec{.kind = AllocatorKind::Flat};
     param_bytes_ = config.precision.param_bytes();
@@ -156,7 +159,9 @@ class ScheduleBuilder {
 
   // ---- facts -------------------------------------------------------------------------------
   const ParamLayout& params() const { return schedule_.layout; }
-  int dp() const { return schedule_.context.dp_size; }
+  // The ranks a state is partitioned over, and every gather and reduce-scatter runs over: all
+  // data-parallel ranks, or a shard group under hybrid sharding.
+  int dp() const { return schedule_.context.shard_size(); }
   int owner_of(std::size_t layer) const {
     const int shared = model_.layers[layer].shares_params_of;
     return shared >= 0 ? shared : int(layer);
@@ -812,8 +817,8 @@ class ScheduleBuilder {
                                 .bytes = message,
                                 .wire_element_bytes = std::int32_t(grad_bytes_)},
                              fx, {bucket_producer_});
-    last_reduce_ = reduce;
-    if (!zero_.overlap() && !boundary_reduce) blocking_reduce_ = reduce;
+    last_reduce_ = all_reduce_replicas(reduce, message, phase);
+    if (!zero_.overlap() && !boundary_reduce) blocking_reduce_ = last_reduce_;
     if (stage.partitions_optimizer_states() && optimizer_device_ != Device::Gpu) {
       // ZeRO-Offload: the reduced low-precision gradient partition crosses PCIe to the host.
       last_d2h_ = emit(Op{.kind = OpKind::CopyD2H, .stream = Stream::D2H, .phase = phase,
@@ -846,7 +851,7 @@ class ScheduleBuilder {
                                 .bytes = reduce_scatter_input_bytes_,
                                 .wire_element_bytes = std::int32_t(reduce_bytes_)},
                              fx, {bucket_producer_});
-    last_reduce_ = reduce;
+    last_reduce_ = all_reduce_replicas(reduce, reduce_scatter_input_bytes_, Phase::Backward);
     if (optimizer_device_ != Device::Gpu) {
       // CPUOffloadPolicy: the reduced shard is copied to the sharded gradient on the host.
       last_d2h_ = emit(Op{.kind = OpKind::CopyD2H,
@@ -858,6 +863,27 @@ class ScheduleBuilder {
                        effects(), {reduce});
     }
     record_bucket();
+  }
+
+  // Hybrid sharding: the shard group's reduced partition of a `message`-byte reduction is summed
+  // with its copies in the other shard groups. FSDP's HSDP all-reduces every reduce-scatter's
+  // output over the replicate group (foreach_reduce); DeepSpeed's MiCS all-reduces the gradient
+  // partitions across replication groups at the accumulation boundary (mics.py
+  // allreduce_mics_shard_grads).
+  std::uint32_t all_reduce_replicas(std::uint32_t reduce, Bytes message, Phase phase) {
+    const auto& c = schedule_.context;
+    if (c.replicas() <= 1) return reduce;
+    if (!fsdp_ && micro_ + 1 < c.grad_accumulation) return reduce;
+    return emit(Op{.kind = OpKind::AllReduce,
+                   .stream = Stream::Collective,
+                   .phase = phase,
+                   .bucket = std::int32_t(schedule_.buckets.size()),
+                   .group_size = c.replicas(),
+                   .group = ProcessGroup::Replicate,
+                   .link = Link::Network,
+                   .bytes = message / dp(),
+                   .wire_element_bytes = std::int32_t(fsdp_ ? reduce_bytes_ : grad_bytes_)},
+                effects(), {reduce});
   }
 
   void record_bucket() {

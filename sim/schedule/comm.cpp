@@ -29,6 +29,13 @@ GroupShape op_group_shape(const Op& op, const ScheduleContext& context) {
     case ProcessGroup::Pipeline:
       // Two ranks: this stage's and its peer's, on one node or two.
       return context.stage_on_same_node(op.peer_stage) ? GroupShape{2, 1} : GroupShape{1, 2};
+    case ProcessGroup::Replicate: {
+      // Shard groups are consecutive data-parallel ranks: the copies of a partition are shard
+      // ranks apart, so a node holds its DP ranks / shard of them.
+      const int per_node =
+          std::max(1, context.data_parallel_ranks_per_node() / context.shard_size());
+      return group_shape(op.group_size, per_node);
+    }
     case ProcessGroup::Data:
       break;
   }

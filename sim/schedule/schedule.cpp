@@ -122,6 +122,8 @@ const char* to_string(ProcessGroup group) {
       return "tp";
     case ProcessGroup::Pipeline:
       return "pp";
+    case ProcessGroup::Replicate:
+      return "replicate";
   }
   return "dp";
 }

@@ -78,7 +78,8 @@ inline constexpr int kStreamCount = 8;
 // apart, so a node holds gpus_per_node / tensor_parallel ranks of each DP group.
 // Pipeline: a point-to-point pair of neighbouring stages (or the first and last stage's embedding
 // group); pipeline stages are outermost, so neighbours are tensor x data parallel ranks apart.
-enum class ProcessGroup : std::uint8_t { Data, Tensor, Pipeline };
+// Replicate: under hybrid sharding, the ranks holding the same partition (one per shard group).
+enum class ProcessGroup : std::uint8_t { Data, Tensor, Pipeline, Replicate };
 const char* to_string(ProcessGroup group);
 
 enum class OpKind : std::uint8_t {
@@ -208,6 +209,7 @@ struct ScheduleContext {
   int pipeline_parallel = 1;  // pipeline stages (1: none)
   int virtual_stages = 1;
   int pipeline_stage = 0;  // the stage this schedule is
+  int shard_group = 0;     // hybrid sharding: ranks a state is partitioned over (0: dp_size)
 
   ZeroStage zero_stage() const { return {stage}; }
   // Ranks of the job on one node (they share its CPU memory and NVMe).
@@ -217,6 +219,9 @@ struct ScheduleContext {
   // Whether this stage's rank and `other_stage`'s (same TP and DP coordinates) share a node:
   // ranks are numbered TP innermost, then DP, then pipeline stages.
   bool stage_on_same_node(int other_stage) const;
+  // Ranks a state is partitioned over, and the groups that hold copies of each partition.
+  int shard_size() const { return shard_group > 0 ? shard_group : dp_size; }
+  int replicas() const { return dp_size / shard_size(); }
 };
 
 struct Schedule {
