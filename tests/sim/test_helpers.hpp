@@ -39,6 +39,20 @@ inline Model small_transformer(int layers, std::int64_t hidden, bool tied = true
   return build_transformer("small", shape);
 }
 
+// GPT-2 blocks of hidden 8, 2 heads, MLP 32, vocabulary 100 and 16 positions, tied embeddings: a
+// block holds 872 parameters, small enough to work the parallelism tests' figures by hand.
+inline TransformerShape hand_worked_shape(int blocks) {
+  TransformerShape shape;
+  shape.layers = blocks;
+  shape.hidden = 8;
+  shape.heads = 2;
+  shape.kv_heads = 2;
+  shape.ffn_hidden = 32;
+  shape.vocab = 100;
+  shape.max_positions = 16;
+  return shape;
+}
+
 // Mixed-precision Adam (K = 12 bytes of optimizer state per parameter, as in the ZeRO paper).
 inline TrainingConfig mixed_adam(int stage, Precision precision = Precision::Fp16) {
   TrainingConfig config;

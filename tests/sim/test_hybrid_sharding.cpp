@@ -13,17 +13,7 @@
 namespace zerolens {
 namespace {
 
-Model tiny() {
-  TransformerShape shape;
-  shape.layers = 2;
-  shape.hidden = 8;
-  shape.heads = 2;
-  shape.kv_heads = 2;
-  shape.ffn_hidden = 32;
-  shape.vocab = 100;
-  shape.max_positions = 16;
-  return build_transformer("tiny", shape);
-}
+Model tiny() { return build_transformer("tiny", testing::hand_worked_shape(2)); }
 
 TrainingConfig zero3(int shard_group, Framework framework = Framework::DeepSpeed) {
   TrainingConfig config;

@@ -19,18 +19,7 @@
 namespace zerolens {
 namespace {
 
-// GPT-2 blocks of hidden 8, 2 heads, MLP 32, vocabulary 100, 16 positions, tied embeddings.
-TransformerShape tiny_shape(int blocks) {
-  TransformerShape shape;
-  shape.layers = blocks;
-  shape.hidden = 8;
-  shape.heads = 2;
-  shape.kv_heads = 2;
-  shape.ffn_hidden = 32;
-  shape.vocab = 100;
-  shape.max_positions = 16;
-  return shape;
-}
+TransformerShape tiny_shape(int blocks) { return testing::hand_worked_shape(blocks); }
 
 TrainingConfig pp_config(int stages, std::int64_t micro_batches,
                          PipelineSchedule schedule = PipelineSchedule::OneFOneB, int chunks = 1) {

@@ -16,18 +16,7 @@
 namespace zerolens {
 namespace {
 
-// Two GPT-2 blocks: hidden 8, 2 heads, MLP 32, vocabulary 100, 16 positions, tied embeddings.
-TransformerShape tiny_shape() {
-  TransformerShape shape;
-  shape.layers = 2;
-  shape.hidden = 8;
-  shape.heads = 2;
-  shape.kv_heads = 2;
-  shape.ffn_hidden = 32;
-  shape.vocab = 100;
-  shape.max_positions = 16;
-  return shape;
-}
+TransformerShape tiny_shape() { return testing::hand_worked_shape(2); }
 
 Model tiny(int tp, bool sp = false) {
   return build_transformer("tiny", tiny_shape(),
