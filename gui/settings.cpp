@@ -65,8 +65,9 @@ PlanRequest make_request(const Settings& s) {
   PlanRequest request;
   request.model = s.model;
   request.config = s.config;
-  // s.gpus counts every rank; with tensor parallelism the data-parallel group is a TP-th of them.
-  const int tp = std::max(1, s.config.tensor_parallel.size);
+  // s.gpus counts every rank; with tensor and pipeline parallelism the data-parallel group is a
+  // (TP x PP)-th of them.
+  const int tp = std::max(1, s.config.model_parallel_size());
   if (s.gpus % tp != 0) {
     throw InputError("gpus",
                      std::to_string(s.gpus) + " GPUs do not split into tensor-parallel groups of " +
@@ -116,7 +117,7 @@ void set_sequence_parallel(Settings& s, bool enabled) {
 }
 
 int data_parallel_size(const Settings& s) {
-  return std::max(1, s.gpus / std::max(1, s.config.tensor_parallel.size));
+  return std::max(1, s.gpus / std::max(1, s.config.model_parallel_size()));
 }
 
 void load_model_spec(Settings& s, const std::string& spec, Diagnostics& diagnostics) {
@@ -183,7 +184,7 @@ Settings settings_for_trace(const Settings& current, const TraceRun& run,
     s.config.tensor_parallel = {};
   }
   // The trace records the data-parallel size; the GUI's GPUs count every rank.
-  s.gpus = run.dp_size * std::max(1, s.config.tensor_parallel.size);
+  s.gpus = run.dp_size * std::max(1, s.config.model_parallel_size());
   return s;
 }
 

@@ -207,6 +207,8 @@ struct TrainingConfig {
   void validate() const;
   void validate_pipeline() const;
   bool is_fsdp() const { return framework != Framework::DeepSpeed; }
+  // GPUs of one data-parallel rank: a TP group on every pipeline stage.
+  int model_parallel_size() const { return tensor_parallel.size * pipeline.size; }
   // The optimizer kernel the framework runs: as set, else fused under DeepSpeed, foreach under
   // FSDP.
   OptimizerKernel effective_optimizer_kernel() const;
