@@ -118,8 +118,13 @@ void print_comm(std::ostream& out, const Plan& plan, SizeUnit unit) {
   out << "\nCommunication per rank per step (" << unit_name(unit)
       << "; traffic = bytes sent by a rank)\n";
   Table table({"collective", "group", "calls", "message bytes", "traffic"});
-  add_collective_rows(table, plan.comm.collectives, "dp " + std::to_string(plan.request.dp_size),
-                      unit);
+  const int shard = plan.schedule.context.shard_size();
+  const std::string dp = "dp " + std::to_string(plan.request.dp_size);
+  add_collective_rows(
+      table, plan.comm.collectives,
+      shard < plan.request.dp_size ? "shard " + std::to_string(shard) + " of " + dp : dp, unit);
+  add_collective_rows(table, plan.comm.replicate,
+                      "replicate " + std::to_string(plan.schedule.context.replicas()), unit);
   add_collective_rows(table, plan.comm.tensor_parallel,
                       "tp " + std::to_string(plan.request.config.tensor_parallel.size), unit);
   add_collective_rows(table, plan.comm.pipeline, "pp", unit);

@@ -89,6 +89,9 @@ json comm_json(const Plan& plan) {
   if (plan.request.config.pipeline.active()) {
     out["pipeline_collectives"] = collectives_json(plan.comm.pipeline, false);
   }
+  if (plan.schedule.context.replicas() > 1) {
+    out["replicate_collectives"] = collectives_json(plan.comm.replicate, false);
+  }
   return out;
 }
 

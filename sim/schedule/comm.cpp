@@ -59,6 +59,24 @@ LinkTraffic collective_traffic(OpKind kind, Bytes message_bytes, GroupShape shap
   return traffic;
 }
 
+namespace {
+
+std::array<CollectiveTotals, kOpKindCount>& totals_of(CommReport& report, ProcessGroup group) {
+  switch (group) {
+    case ProcessGroup::Tensor:
+      return report.tensor_parallel;
+    case ProcessGroup::Pipeline:
+      return report.pipeline;
+    case ProcessGroup::Replicate:
+      return report.replicate;
+    case ProcessGroup::Data:
+      break;
+  }
+  return report.collectives;
+}
+
+}  // namespace
+
 CommReport summarize_comm(const Schedule& schedule) {
   CommReport report;
   for (const auto& op : schedule.ops) {
@@ -70,10 +88,7 @@ CommReport summarize_comm(const Schedule& schedule) {
       case Link::Network: {
         const LinkTraffic traffic =
             collective_traffic(op.kind, op.bytes, op_group_shape(op, schedule.context));
-        auto& totals =
-            (op.group == ProcessGroup::Tensor     ? report.tensor_parallel
-             : op.group == ProcessGroup::Pipeline ? report.pipeline
-                                                  : report.collectives)[std::size_t(op.kind)];
+        auto& totals = totals_of(report, op.group)[std::size_t(op.kind)];
         totals.calls += 1;
         totals.bytes += op.bytes;
         totals.traffic_bytes += traffic.intra_node + traffic.inter_node;

@@ -56,6 +56,8 @@ struct CommReport {
   // Between pipeline stages: sends, receives and the tied embedding's all-reduce (none without
   // pipeline parallelism). A send's bytes are sent over the link to its peer; a receive sends none.
   std::array<CollectiveTotals, kOpKindCount> pipeline{};
+  // Hybrid sharding: the all-reduces over the replicate group (none without it).
+  std::array<CollectiveTotals, kOpKindCount> replicate{};
   LinkTotals links;                                           // per rank, one step
   const CollectiveTotals& of(OpKind kind) const { return collectives[std::size_t(kind)]; }
 };

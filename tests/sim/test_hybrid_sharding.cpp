@@ -81,6 +81,8 @@ TEST(HybridSharding, ReplicasAllReduceTheReducedPartitionWorkedByHand) {
   }
   EXPECT_GT(replicate_ops, 0);
   EXPECT_EQ(replicate_bytes, partition * 2);
+  EXPECT_EQ(plan.comm.replicate[std::size_t(OpKind::AllReduce)].bytes, partition * 2);
+  EXPECT_EQ(plan.comm.collectives[std::size_t(OpKind::AllReduce)].calls, 0);
   // 16 ranks on two 8-GPU nodes: a shard group's 4 ranks share a node, a replicate group's 4 ranks
   // are 4 apart: 2 on each node. Its all-reduce of S sends 2 x 1/2 S inside and 2 x 1/4 S across.
   EXPECT_EQ(plan.comm.links.inter_node, partition * 2 / 2);
