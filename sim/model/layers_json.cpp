@@ -126,11 +126,90 @@ Layer read_layer(const json& object, const std::string& where, const std::map<st
   return layer;
 }
 
+// The transformer shape a layer list was built from (written by zerolens with the layers): tensor
+// and pipeline parallelism rebuild the model from it (a rank's shard, a stage's blocks).
+json shape_to_json(const TransformerShape& s) {
+  return {{"family", s.family},
+          {"layers", s.layers},
+          {"hidden", s.hidden},
+          {"heads", s.heads},
+          {"kv_heads", s.kv_heads},
+          {"head_dim", s.head_dim},
+          {"ffn_hidden", s.ffn_hidden},
+          {"vocab", s.vocab},
+          {"max_positions", s.max_positions},
+          {"learned_positions", s.learned_positions},
+          {"tied_embeddings", s.tied_embeddings},
+          {"qkv_bias", s.qkv_bias},
+          {"out_proj_bias", s.out_proj_bias},
+          {"mlp_bias", s.mlp_bias},
+          {"norm", s.norm == NormKind::LayerNorm ? "layernorm" : "rmsnorm"},
+          {"mlp", s.mlp == MlpKind::Gelu ? "gelu" : "swiglu"},
+          {"dropout", s.dropout},
+          {"attention", to_string(s.attention)},
+          {"extra_params", s.extra_params}};
+}
+
+std::string one_of(const json& object, const std::string& key, const std::string& where,
+                   std::initializer_list<const char*> names) {
+  const std::string text = as_string(object.at(key), join_key(where, key));
+  for (const char* name : names) {
+    if (text == name) return text;
+  }
+  std::string expected;
+  for (const char* name : names) expected += (expected.empty() ? "" : " or ") + std::string(name);
+  throw InputError(join_key(where, key),
+                   "unknown value '" + text + "' (expected " + expected + ")");
+}
+
+// Every key is required: the shape is written whole, and a partial one would be a different model.
+TransformerShape shape_from_json(const json& object, const std::string& where) {
+  as_object(object, where);
+  const json written = shape_to_json(TransformerShape{});
+  for (const auto& [key, value] : written.items()) {
+    if (!object.contains(key))
+      throw InputError(join_key(where, key), "missing (the shape is written whole)");
+  }
+  auto integer = [&](const char* key, std::int64_t low, std::int64_t high) {
+    return as_int(object.at(key), join_key(where, key), low, high);
+  };
+  auto flag = [&](const char* key) { return as_bool(object.at(key), join_key(where, key)); };
+  TransformerShape s;
+  s.family = as_string(object.at("family"), join_key(where, "family"));  // a name, not a rule
+  if (s.family.size() > 64)
+    throw InputError(join_key(where, "family"), "longer than 64 characters");
+  s.layers = int(integer("layers", 1, 10'000));
+  s.hidden = integer("hidden", 1, 1 << 20);
+  s.heads = int(integer("heads", 1, 1 << 20));
+  s.kv_heads = int(integer("kv_heads", 1, 1 << 20));
+  s.head_dim = integer("head_dim", 0, 1 << 16);
+  s.ffn_hidden = integer("ffn_hidden", 1, 1 << 24);
+  s.vocab = integer("vocab", 1, 1 << 24);
+  s.max_positions = integer("max_positions", 1, 1 << 24);
+  s.learned_positions = flag("learned_positions");
+  s.tied_embeddings = flag("tied_embeddings");
+  s.qkv_bias = flag("qkv_bias");
+  s.out_proj_bias = flag("out_proj_bias");
+  s.mlp_bias = flag("mlp_bias");
+  s.norm = one_of(object, "norm", where, {"layernorm", "rmsnorm"}) == "layernorm"
+               ? NormKind::LayerNorm
+               : NormKind::RmsNorm;
+  s.mlp =
+      one_of(object, "mlp", where, {"gelu", "swiglu"}) == "gelu" ? MlpKind::Gelu : MlpKind::SwiGlu;
+  s.dropout = as_double(object.at("dropout"), join_key(where, "dropout"), 0, 0.999);
+  s.attention = parse_attention_impl(one_of(object, "attention", where, {"eager", "flash"}));
+  s.extra_params = integer("extra_params", 0, std::int64_t(1) << 40);
+  s.validate(where);
+  return s;
+}
+
 }  // namespace
 
 Model model_from_layers_json(const json& document, Diagnostics& diagnostics, const std::string& name) {
   as_object(document, name);
-  warn_unknown_keys(document, {"format", "version", "name", "default_seq_len", "layers"}, name, diagnostics);
+  warn_unknown_keys(document,
+                    {"format", "version", "name", "default_seq_len", "layers", "transformer"}, name,
+                    diagnostics);
   if (const json* version = member(document, "version")) {
     if (as_int(*version, join_key(name, "version")) != 1) throw InputError(join_key(name, "version"), "unsupported version (expected 1)");
   }
@@ -158,6 +237,14 @@ Model model_from_layers_json(const json& document, Diagnostics& diagnostics, con
     }
   }
   if (total <= 0) throw InputError(join_key(name, "layers"), "the model has no parameters");
+  if (const json* shape = member(document, "transformer")) {
+    model.shape = shape_from_json(*shape, join_key(name, "transformer"));
+    // The layers must be the shape's: tensor and pipeline parallelism rebuild them from it.
+    if (build_transformer(model.name, *model.shape).parameter_count() != model.parameter_count()) {
+      throw InputError(join_key(name, "transformer"),
+                       "does not match the layers (another parameter count)");
+    }
+  }
   return model;
 }
 
@@ -178,8 +265,13 @@ json model_to_json(const Model& model) {
     entry["attention_flops_per_token_position"] = layer.attention_flops_per_token_position;
     layers.push_back(entry);
   }
-  return {{"format", "zerolens.model"}, {"version", 1}, {"name", model.name},
-          {"default_seq_len", model.default_seq_len}, {"layers", layers}};
+  json out = {{"format", "zerolens.model"},
+              {"version", 1},
+              {"name", model.name},
+              {"default_seq_len", model.default_seq_len},
+              {"layers", layers}};
+  if (model.shape) out["transformer"] = shape_to_json(*model.shape);
+  return out;
 }
 
 }  // namespace zerolens

@@ -9,6 +9,7 @@
 
 #include "sim/config/deepspeed_json.hpp"
 #include "sim/config/overrides.hpp"
+#include "sim/model/layers_json.hpp"
 #include "sim/schedule/comm.hpp"
 #include "sim/timeline/timeline.hpp"
 #include "test_helpers.hpp"
@@ -239,6 +240,39 @@ TEST(TensorParallel, ShapesThatDoNotSplitAreRefusedByName) {
   } catch (const InputError& error) {
     EXPECT_NE(std::string(error.what()).find("--tp"), std::string::npos) << error.what();
   }
+}
+
+}  // namespace
+}  // namespace zerolens
+
+namespace zerolens {
+namespace {
+
+// A model written as a layer list keeps its transformer shape, so a trace's recorded model can be
+// split again (check-measured, the GUI reopening a TP trace); a shape that is not the layers' is
+// refused.
+TEST(TensorParallel, LayerListKeepsTheShapeToSplitAgain) {
+  const Model whole = tiny(1);
+  Diagnostics diagnostics;
+  const nlohmann::json written = model_to_json(whole);
+  const Model read = model_from_layers_json(written, diagnostics, "trace model");
+  ASSERT_TRUE(read.shape.has_value());
+  EXPECT_EQ(tensor_parallel_shard(read, {.size = 2}).parameter_count(), tiny(2).parameter_count());
+  nlohmann::json other = written;
+  other["transformer"]["layers"] = 3;
+  try {
+    model_from_layers_json(other, diagnostics, "trace model");
+    FAIL() << "a 3-block shape over 2 blocks' layers";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("trace model.transformer"), std::string::npos)
+        << error.what();
+  }
+  nlohmann::json partial = written;
+  partial["transformer"].erase("vocab");
+  EXPECT_THROW(model_from_layers_json(partial, diagnostics, "trace model"), InputError);
+  nlohmann::json bad = written;
+  bad["transformer"]["norm"] = "batchnorm";
+  EXPECT_THROW(model_from_layers_json(bad, diagnostics, "trace model"), InputError);
 }
 
 }  // namespace
