@@ -164,6 +164,8 @@ void TrainingConfig::validate_pipeline() const {
           "must be between 1 and 4096");
   require(pipeline.virtual_stages >= 1 && pipeline.virtual_stages <= 1024, "--virtual-stages",
           "must be between 1 and 1024");
+  require(pipeline.active() || pipeline.virtual_stages == 1, "--virtual-stages",
+          "model chunks per pipeline stage need pipeline parallelism (--pp 2 or more)");
   if (!pipeline.active()) return;
   require(zero.stage <= 1 || is_fsdp(), zero_key("stage"),
           "DeepSpeed's pipeline engine runs ZeRO stage 0 or 1 only (\"ZeRO-2 and ZeRO-3 are "
@@ -208,6 +210,8 @@ void TrainingConfig::validate() const {
   require(tensor_parallel.size >= 1 && tensor_parallel.size <= 4096, "tensor_parallel.autotp_size",
           "must be between 1 and 4096");
   validate_pipeline();
+  require(!tensor_parallel.sequence_parallel || tensor_parallel.active(), "--sp",
+          "sequence parallelism splits the tensor-parallel group's work: it needs --tp 2 or more");
   require(zero.shard_group_size >= 0, zero_key("mics_shard_size"), "must be -1 (off) or positive");
   require(zero.shard_group_size == 0 || zero.stage == 3, zero_key("mics_shard_size"),
           "hybrid sharding (MiCS, HSDP) partitions stage 3's states; stage is " +

@@ -228,6 +228,10 @@ void apply_overrides(TrainingConfig& config, const ConfigOverrides& overrides,
   if (overrides.tensor_parallel) config.tensor_parallel.size = *overrides.tensor_parallel;
   if (overrides.sequence_parallel)
     config.tensor_parallel.sequence_parallel = *overrides.sequence_parallel;
+  // The GUI's TP box at 1 switches sequence parallelism off with it (the CLI names the conflict).
+  if (policy == OverridePolicy::Interactive && !config.tensor_parallel.active()) {
+    config.tensor_parallel.sequence_parallel = false;
+  }
   apply_pipeline(config.pipeline, overrides);
   if (overrides.shard_group) config.zero.shard_group_size = *overrides.shard_group;
   if (overrides.seq_len) {

@@ -406,8 +406,17 @@ Model pipeline_stage_model(const Model& model, const PipelineParallelism& pipeli
                                  " chunks of equal size (Megatron: num_layers divisible by "
                                  "pipeline stages x virtual stages)");
   }
-  // The whole model's layers: embedding, blocks 1..blocks, final norm, LM head.
+  // The whole model's layers: embedding, blocks 1..blocks, final norm, LM head (as built from its
+  // shape; a layer list that says otherwise cannot be split by its shape).
   const std::size_t first_block = 1, per_chunk = std::size_t(blocks / chunks);
+  if (model.layers.size() != std::size_t(blocks) + 3 ||
+      model.layers.front().kind != LayerKind::Embedding ||
+      model.layers.back().kind != LayerKind::LmHead) {
+    throw InputError("--pp",
+                     "model '" + model.name +
+                         "': its layers are not its transformer shape's (embedding, blocks, final "
+                         "norm, LM head), so its stages cannot be split");
+  }
   Model stage_model = model;
   stage_model.layers.clear();
   stage_model.pipeline = pipeline;

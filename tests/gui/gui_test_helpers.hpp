@@ -3,6 +3,8 @@
 #include <QGraphicsItem>
 #include <QGraphicsRectItem>
 #include <QGraphicsScene>
+#include <QProcess>
+#include <QStringList>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -44,6 +46,25 @@ inline std::string temp_file(const std::string& name, const std::string& text = 
   const std::string path = ::testing::TempDir() + "/zerolens_gui_" + name;
   if (!text.empty()) std::ofstream(path) << text;
   return path;
+}
+
+// zerolens-gui run as a user runs it, without a display (--screenshot picks the offscreen
+// platform itself): its exit code and what it printed.
+struct GuiRun {
+  int exit_code;
+  std::string output;
+};
+
+inline GuiRun run_gui(const QStringList& arguments) {
+  QProcess process;
+  QProcessEnvironment environment = QProcessEnvironment::systemEnvironment();
+  environment.remove("QT_QPA_PLATFORM");
+  environment.remove("DISPLAY");
+  process.setProcessEnvironment(environment);
+  process.setProcessChannelMode(QProcess::MergedChannels);
+  process.start(ZEROLENS_GUI_BINARY, arguments);
+  if (!process.waitForFinished(120000)) return {-1, "timed out"};
+  return {process.exitCode(), process.readAll().toStdString()};
 }
 
 }  // namespace zerolens::gui::testing

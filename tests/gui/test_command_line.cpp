@@ -11,6 +11,8 @@
 namespace zerolens::gui {
 namespace {
 
+using testing::GuiRun;
+using testing::run_gui;
 using testing::temp_file;
 
 QStringList args(std::initializer_list<const char*> list) {
@@ -111,23 +113,6 @@ TEST(CommandLine, BadFlagsNameTheFlag) {
       EXPECT_NE(std::string(error.what()).find(expected), std::string::npos) << error.what();
     }
   }
-}
-
-struct GuiRun {
-  int exit_code;
-  std::string output;
-};
-
-GuiRun run_gui(const QStringList& arguments) {
-  QProcess process;
-  QProcessEnvironment environment = QProcessEnvironment::systemEnvironment();
-  environment.remove("QT_QPA_PLATFORM");  // --screenshot picks the offscreen platform itself
-  environment.remove("DISPLAY");
-  process.setProcessEnvironment(environment);
-  process.setProcessChannelMode(QProcess::MergedChannels);
-  process.start(ZEROLENS_GUI_BINARY, arguments);
-  if (!process.waitForFinished(120000)) return {-1, "timed out"};
-  return {process.exitCode(), process.readAll().toStdString()};
 }
 
 TEST(Headless, ScreenshotRendersEachViewWithoutADisplay) {

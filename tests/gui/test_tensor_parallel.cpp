@@ -26,8 +26,10 @@ namespace zerolens::gui {
 namespace {
 
 using testing::data_int;
+using testing::GuiRun;
 using testing::height_of;
 using testing::items_with_role;
+using testing::run_gui;
 using testing::temp_file;
 
 // The walkthrough's gpt2-tiny on 8 GPUs: tensor parallel 2 x data parallel 4.
@@ -324,23 +326,6 @@ TEST(TensorParallel, TrafficChartListsBothGroupsCollectives) {
   const auto& gathers = comm.tensor_parallel[std::size_t(OpKind::AllGather)];
   EXPECT_TRUE(labels.contains(QString::fromUtf8("tp all_gather \u00d7%1").arg(gathers.calls)))
       << labels.join(", ").toStdString();
-}
-
-struct GuiRun {
-  int exit_code;
-  std::string output;
-};
-
-GuiRun run_gui(const QStringList& arguments) {
-  QProcess process;
-  QProcessEnvironment environment = QProcessEnvironment::systemEnvironment();
-  environment.remove("QT_QPA_PLATFORM");
-  environment.remove("DISPLAY");
-  process.setProcessEnvironment(environment);
-  process.setProcessChannelMode(QProcess::MergedChannels);
-  process.start(ZEROLENS_GUI_BINARY, arguments);
-  if (!process.waitForFinished(120000)) return {-1, "timed out"};
-  return {process.exitCode(), process.readAll().toStdString()};
 }
 
 TEST(TensorParallel, HeadlessRendersATensorParallelRunAndRefusesABadSize) {

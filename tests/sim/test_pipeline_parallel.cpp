@@ -301,3 +301,28 @@ TEST(PipelineParallel, ConfigReadsStagesAndRefusesWhatDeepSpeedRefuses) {
 
 }  // namespace
 }  // namespace zerolens
+
+namespace zerolens {
+namespace {
+
+// Settings that would be ignored are refused by name: chunks without stages, SP without TP, and a
+// layer list whose layers are not its shape's.
+TEST(PipelineParallel, SettingsThatWouldBeIgnoredAreRefused) {
+  Diagnostics diagnostics;
+  TrainingConfig config;
+  apply_overrides(config, ConfigOverrides{.virtual_stages = 2}, diagnostics);
+  EXPECT_THROW(config.validate(), InputError);
+  TrainingConfig sp;
+  apply_overrides(sp, ConfigOverrides{.sequence_parallel = true}, diagnostics);
+  EXPECT_THROW(sp.validate(), InputError);
+  TrainingConfig gui = sp;  // the GUI's TP box back at 1 takes SP with it
+  apply_overrides(gui, ConfigOverrides{.tensor_parallel = 1}, diagnostics, std::nullopt,
+                  OverridePolicy::Interactive);
+  EXPECT_NO_THROW(gui.validate());
+  Model reordered = build_transformer("tiny", tiny_shape(4));
+  std::swap(reordered.layers.front(), reordered.layers.back());
+  EXPECT_THROW(pipeline_stage_model(reordered, {.size = 2}, 0), InputError);
+}
+
+}  // namespace
+}  // namespace zerolens
