@@ -201,6 +201,12 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
   app.add_option("--overlap-comm", o.overlap_comm, "zero_optimization.overlap_comm (true|false)")->group(zero);
   app.add_option("--contiguous-gradients", o.contiguous_gradients, "zero_optimization.contiguous_gradients")->group(zero);
   app.add_option("--reduce-scatter", o.reduce_scatter, "zero_optimization.reduce_scatter")->group(zero);
+  app.add_option(
+         "--reduce-buffers-at", o.reduce_buffers_at,
+         "when stages 1-2 allocate the reduce buffers: first-hook (DeepSpeed 0.19.8, default) or "
+         "backward (older DeepSpeed, allocated as backward() starts)")
+      ->check(CLI::IsMember({"first-hook", "backward"}))
+      ->group(zero);
   app.add_option("--set", o.set, "Any DeepSpeed key: --set zero_optimization.round_robin_gradients=true (repeatable)")
       ->group(zero);
   auto* accounting = "Accounting";

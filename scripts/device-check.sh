@@ -3,13 +3,16 @@
 # (scripts/device-pack.sh): every GPU test, the kernel benchmarks, calibrate --device cuda, training on
 # the CUDA backend next to the CPU backend, real DeepSpeed/FSDP2/PyTorch runs
 # (traces/framework_reference.py), the tokens/s ratio, and the measured-trace matrix on the CUDA backend.
-# usage: scripts/device-check.sh [all|tests|bench|calibrate|train|frameworks|throughput|measure|measure-large]...
+# usage: scripts/device-check.sh [all|tests|bench|calibrate|train|remeasure|frameworks|throughput|measure|measure-large]...
 #        (default: all, in that order: what no GPU session has measured yet comes first)
 # Each part runs even when an earlier one fails; the exit status is the first failure's.
 # DEVICE_DEADLINE=SECONDS (default 0: none) bounds the whole script: every command gets at most its own
 # cap and what is left of the deadline, and a part that would start with under 10 s left is skipped
 # (named in skipped.txt), so a device session always ends with its outputs written.
-# FRAMEWORK_ONLY=REGEX runs only the framework configs whose name matches (traces/framework_reference.py --list).
+# FRAMEWORK_ONLY=REGEX runs only the framework configs whose name matches (traces/framework_reference.py --list);
+# FRAMEWORK_BUDGET=SECONDS (default 240) bounds the framework matrix.
+# REMEASURE='MODEL:REGEX ...' (default: the configs traces/measured/*/superseded/ waits for) re-records those
+# configs of the measured matrix on the CUDA backend; it runs while DeepSpeed installs.
 # Outputs: the device tool brings back only a few files of $OUT, so everything is written to a scratch
 # folder and archived, on any exit, as $OUT/device-check.tar.gz (without $OUT: device-out/, unarchived).
 set -uo pipefail
@@ -94,12 +97,20 @@ if wants train; then  # the same run on both backends: the losses should agree (
   run --cap 20 validate-cuda "$bin/zerolens" validate --device cuda --steps 5 --stage 3 --log-every 0 \
     --measured-trace "$out/validate-cuda.measured.json"
 fi
+measure_args=(--zerolens "$bin/zerolens" --mpirun "$bin/mpirun" --validate-args "--device cuda" --torch none)
+if wants remeasure; then  # what a change in sim or the executor set aside (superseded/README.md)
+  for entry in ${REMEASURE:-gpt2-124m:^zero2-bf16-np2\$}; do
+    run --cap 60 "remeasure-${entry%%:*}" traces/measure.sh "${measure_args[@]}" --out "$out/measured" \
+      --model "${entry%%:*}" --only "${entry#*:}"
+  done
+fi
 if wants frameworks; then  # real DeepSpeed, FSDP2 and PyTorch: traces/framework_reference.py
   wait "$install_pid"
   echo "deepspeed install exit $?" >>"$out/deepspeed-install.txt"
-  budget=$(left); [ "$budget" -gt 240 ] && budget=240
-  only=(); [ -n "${FRAMEWORK_ONLY:-}" ] && only=(--only "$FRAMEWORK_ONLY")
-  DS_ACCELERATOR=cuda run --cap 245 frameworks "$torch_python" traces/framework_reference.py --matrix \
+  framework_budget=${FRAMEWORK_BUDGET:-240}
+  budget=$(left); [ "$budget" -gt "$framework_budget" ] && budget=$framework_budget
+  only=(); [ -n "${FRAMEWORK_ONLY:-}" ] && only=("--only=$FRAMEWORK_ONLY")
+  DS_ACCELERATOR=cuda run --cap $((budget + 5)) frameworks "$torch_python" traces/framework_reference.py --matrix \
     --out "$out/frameworks" --deadline "$((budget - 5))" --per-run-timeout 60 "${only[@]}"
 fi
 if wants throughput; then  # issue 6's benchmark: GPT-2 124M tokens/s, zerolens over PyTorch (target 0.9)
@@ -111,7 +122,6 @@ if wants throughput; then  # issue 6's benchmark: GPT-2 124M tokens/s, zerolens 
   run --cap 5 throughput-ratio "$torch_python" scripts/throughput-ratio.py "$out/zerolens-124m.measured.json" \
     "$out/torch-124m.json"
 fi
-measure_args=(--zerolens "$bin/zerolens" --mpirun "$bin/mpirun" --validate-args "--device cuda" --torch none)
 if wants measure; then
   run --cap 90 measure traces/measure.sh "${measure_args[@]}" --out "$out/measured"
 fi

@@ -38,7 +38,8 @@ from zerolens_record import RunRecorder  # noqa: E402  (what a user adds to a re
 NO_GPU_EXIT = 3
 FRAMEWORKS = ("deepspeed", "fsdp2", "torch")
 
-# name: flags. Every run: bf16 unless said, micro-batch 4, sequence 1024 (GPT-2's context), 8 steps.
+# name: flags. Every run: bf16, micro-batch 4, sequence 1024 (GPT-2's context), 8 steps, unless said; the
+# last rows change the batch, so activations' share of the peak is held at more than one size.
 MATRIX = """
 ds-z0-gpt2-124m        --framework deepspeed --stage 0
 ds-z1-gpt2-124m        --framework deepspeed --stage 1
@@ -57,6 +58,10 @@ fsdp2-gpt2-355m        --framework fsdp2 --preset gpt2-355m
 ds-z1-fp16-gpt2-124m   --framework deepspeed --stage 1 --precision fp16
 ds-z2-fp32-gpt2-124m   --framework deepspeed --stage 2 --precision fp32
 torch-compile-gpt2-124m --framework torch --compile
+ds-z2-mb8-gpt2-124m    --framework deepspeed --stage 2 --micro-batch 8
+ds-z3-mb8-gpt2-124m    --framework deepspeed --stage 3 --micro-batch 8
+fsdp2-mb8-gpt2-124m    --framework fsdp2 --micro-batch 8
+ds-z1-mb2-seq512-gpt2-355m --framework deepspeed --stage 1 --preset gpt2-355m --micro-batch 2 --seq-len 512
 """
 
 

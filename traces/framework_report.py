@@ -11,12 +11,17 @@ PyTorch: stage 0), and prints a markdown table of three figures side by side:
   device used  total - free (cudaMemGetInfo) after each step, against the plan's device used, with
                the CUDA context the run measured before its first tensor (a fact of the machine).
 
+With --hold PERCENT, every run of a framework zerolens has a profile for (DeepSpeed, FSDP2) must have
+its allocated peak predicted within PERCENT, and their mean absolute error within --hold-mean PERCENT
+(plain PyTorch has no profile and is shown, not held); a summary line per framework follows the table.
+
 It also checks what a run must satisfy to be a valid measurement of that shape, and exits 1 when one
 does not: the model has exactly the parameters of the zerolens preset (an independent count of the
 shape), allocated <= reserved <= device used, the steady peaks do not exceed the peaks from process
 start, and the CUDA context (device used before any tensor) is positive. Exit 2 on bad input.
 
   python3 traces/framework_report.py --zerolens build/release/cli/zerolens traces/measured/nvidia-h200/frameworks
+  python3 traces/framework_report.py --hold 14 --hold-mean 7 traces/measured/nvidia-h200/frameworks
 """
 import argparse
 import glob
@@ -26,6 +31,7 @@ import subprocess
 import sys
 
 MIB = 1 << 20
+PROFILED = ("deepspeed", "fsdp2")  # frameworks zerolens plans with their own profile (--framework)
 
 
 class BadRun(Exception):
@@ -116,15 +122,24 @@ def describe(run):
     return " ".join(parts)
 
 
+def error_percent(predicted, measured):
+    return (predicted - measured) / measured * 100 if measured else None
+
+
 def error(predicted, measured):
-    return f"{(predicted - measured) / measured * 100:+.1f} %" if measured else "-"
+    percent = error_percent(predicted, measured)
+    return f"{percent:+.1f} %" if percent is not None else "-"
+
+
+def allocated_error(run, plan):
+    return error_percent(plan["devices"]["gpu"]["memory"]["allocated"], run["steady"]["max_allocated"])
 
 
 def table_row(run, plan):
     memory = plan["devices"]["gpu"]["memory"]
     steady = run["steady"]
     context = run["points"][0]["device_used"] - run["points"][0]["reserved"]
-    cells = [run["model"]["preset"], describe(run), run["precision"]]
+    cells = [run["model"]["preset"], describe(run), f"{run['micro_batch']} x {run['seq_len']}", run["precision"]]
     for measured, predicted in ((steady["max_allocated"], memory["allocated"]),
                                 (steady["max_reserved"], memory["reserved"]),
                                 (steady["device_used_after_steps"], memory["device_used"])):
@@ -138,37 +153,63 @@ def context_bytes(run):
     return run["points"][0]["device_used"] - run["points"][0]["reserved"]
 
 
-HEADER = ("| model | run | precision | allocated measured (MiB) | predicted | error | reserved measured (MiB) "
+HEADER = ("| model | run | batch | precision | allocated measured (MiB) | predicted | error | reserved measured (MiB) "
           "| predicted | error | device used measured (MiB) | predicted | error | CUDA context (MiB) | step (ms) |\n"
-          "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+
+
+def held_summary(errors, hold, hold_mean):
+    """One line per profiled framework (allocated: mean and largest absolute error), and what is outside."""
+    lines, outside = [], []
+    for framework in PROFILED:
+        runs = [(name, e) for name, kind, e in errors if kind == framework and e is not None]
+        if not runs:
+            continue
+        mean = sum(abs(e) for _, e in runs) / len(runs)
+        name, largest = max(runs, key=lambda item: abs(item[1]))
+        lines.append(f"{framework}: {len(runs)} runs, allocated peak mean |error| {mean:.1f} %, "
+                     f"largest {largest:+.1f} % ({name})")
+        if hold is not None:
+            outside += [f"{n}: allocated {e:+.1f} % (held to {hold:g} %)" for n, e in runs if abs(e) > hold]
+        if hold_mean is not None and mean > hold_mean:
+            outside.append(f"{framework}: mean |error| {mean:.1f} % (held to {hold_mean:g} %)")
+    return lines, outside
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", help="a directory of framework_reference.py JSON files (or one file)")
     parser.add_argument("--zerolens", default="build/release/cli/zerolens", help="the zerolens binary")
+    parser.add_argument("--hold", type=float, help="largest allocated error (%%) of a DeepSpeed or FSDP2 run")
+    parser.add_argument("--hold-mean", type=float, help="largest mean allocated error (%%) per framework")
     args = parser.parse_args(argv)
     paths = sorted(glob.glob(os.path.join(args.runs, "*.json"))) if os.path.isdir(args.runs) else [args.runs]
     paths = [p for p in paths if not p.endswith("matrix.json")]
     if not paths:
         print(f"framework_report: no runs in {args.runs}", file=sys.stderr)
         return 2
-    rows, invalid = [], []
+    rows, invalid, errors = [], [], []
     scratch = os.environ.get("TMPDIR", "/tmp")
     try:
         for path in paths:
             run = load_run(path)
             plan = predict(args.zerolens, run, scratch)
             rows.append(table_row(run, plan))
+            errors.append((os.path.basename(path), run["framework"], allocated_error(run, plan)))
             invalid += [f"{os.path.basename(path)}: {p}" for p in validity_problems(run, plan)]
     except BadRun as bad:
         print(f"framework_report: {bad}", file=sys.stderr)
         return 2
     print(HEADER)
     print("\n".join(rows))
+    summary, outside = held_summary(errors, args.hold, args.hold_mean)
+    print()
+    print("\n".join(summary))
     for line in invalid:
         print(f"framework_report: invalid measurement: {line}", file=sys.stderr)
-    return 1 if invalid else 0
+    for line in outside:
+        print(f"framework_report: outside what is held: {line}", file=sys.stderr)
+    return 1 if invalid or outside else 0
 
 
 if __name__ == "__main__":

@@ -14,7 +14,12 @@ void* allocate_device(std::size_t bytes) {
   const cudaError_t allocated = cudaMalloc(&data, bytes);
   if (allocated != cudaSuccess) cudaGetLastError();  // not left behind for the next launch check
   check_cuda(allocated, "cudaMalloc");
-  const cudaError_t zeroed = cudaMemset(data, 0, bytes);
+  // cudaMemset runs on the legacy default stream and may still be running when it returns; a
+  // cudaStreamNonBlocking producer does not wait for that stream, so its write could land first and
+  // be zeroed (seen on the H200 with two ranks sharing the GPU). Zeroed before the buffer is handed
+  // out.
+  cudaError_t zeroed = cudaMemset(data, 0, bytes);
+  if (zeroed == cudaSuccess) zeroed = cudaStreamSynchronize(nullptr);
   if (zeroed != cudaSuccess) {
     cudaFree(data);
     check_cuda(zeroed, "cudaMemset");

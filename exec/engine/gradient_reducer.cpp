@@ -100,6 +100,12 @@ void GradientReducer::follow_reduce_buffer(const Op& op, bool allocations) {
   }
 }
 
+bool GradientReducer::reduce_buffer_comes_first(const Op& op) const {
+  const auto effects = ctx_.schedule.effects_of(op);
+  return !effects.empty() && effects.front().device == Device::Gpu &&
+         effects.front().component == Component::ReduceBucket && effects.front().bytes > 0;
+}
+
 void GradientReducer::reduce_bucket(const Op& op) {
   const Bucket& bucket = ctx_.schedule.buckets.at(std::size_t(op.bucket));
   const auto tensors = ctx_.schedule.tensors_of(bucket);

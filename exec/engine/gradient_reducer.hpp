@@ -35,6 +35,8 @@ class GradientReducer {
   // The persistent reduce buffer (DeepSpeed's ipg buffer) follows the schedule's effects of `op`:
   // its allocations before the op's work, its releases after.
   void follow_reduce_buffer(const Op& op, bool allocations);
+  // Whether `op`'s first effect allocates the reduce buffer (before the op's own work).
+  bool reduce_buffer_comes_first(const Op& op) const;
   void reduce_bucket(const Op& op);  // AllReduce or ReduceScatter
   void copy_to_host(const Op& op);   // CopyD2H of a reduced bucket (optimizer offload)
 

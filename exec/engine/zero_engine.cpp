@@ -119,11 +119,14 @@ void ZeroEngine::State::begin_step(std::int64_t step_index) {
   params.begin_step();
 }
 
-// The reduce buffer appears before the op's work and goes after it, in the order of the schedule's
-// effects (a backward allocates it before its working set comes and goes).
+// The reduce buffer comes and goes in the order of the schedule's effects: a backward allocates it
+// after its work (DeepSpeed's first gradient hook) unless it is the op's first effect (as
+// backward() begins), any other op before its work; it goes after.
 void ZeroEngine::State::run(const Op& op) {
-  grads.follow_reduce_buffer(op, /*allocations=*/true);
+  const bool allocates_after = op.kind == OpKind::Backward && !grads.reduce_buffer_comes_first(op);
+  if (!allocates_after) grads.follow_reduce_buffer(op, /*allocations=*/true);
   run_op(op);
+  if (allocates_after) grads.follow_reduce_buffer(op, /*allocations=*/true);
   grads.follow_reduce_buffer(op, /*allocations=*/false);
 }
 

@@ -71,6 +71,7 @@ void apply_zero(ZeroConfig& z, const ConfigOverrides& o, OverridePolicy policy) 
   apply_zero_sizes(z, o);
   if (o.overlap_comm) z.overlap_comm = *o.overlap_comm;
   if (o.contiguous_gradients) z.contiguous_gradients = *o.contiguous_gradients;
+  if (o.reduce_buffers_at) z.reduce_buffers_at_first_hook = *o.reduce_buffers_at == "first-hook";
   if (o.reduce_scatter) z.reduce_scatter = *o.reduce_scatter;
   if (policy == OverridePolicy::Interactive) settle_offloads(z, o);
 }

@@ -29,6 +29,7 @@ struct ConfigOverrides {
   std::optional<double> reduce_bucket_size, allgather_bucket_size, prefetch_bucket_size,
       param_persistence_threshold, max_live_parameters, max_reuse_distance, sub_group_size;
   std::optional<bool> overlap_comm, contiguous_gradients, reduce_scatter;
+  std::optional<std::string> reduce_buffers_at;  // "first-hook" or "backward"
   // Batch sizes. One given replaces those it conflicts with unless they are given too: the
   // micro-batch or the accumulation steps let train_batch_size follow, train_batch_size alone
   // lets the micro-batch follow.

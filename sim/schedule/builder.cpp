@@ -463,7 +463,7 @@ class ScheduleBuilder {
     // Effects in the order they happen: buffers and gradients appear, the working set comes and
     // goes, then the layer's activations are freed.
     Effects fx = effects();
-    if (pending_ipg_alloc_) {
+    if (pending_ipg_alloc_ && !zero_.reduce_buffers_at_first_hook) {  // as backward() starts
       fx.add(Device::Gpu, Component::ReduceBucket, ipg_bytes_);
       pending_ipg_alloc_ = false;
     }
@@ -477,6 +477,10 @@ class ScheduleBuilder {
       fx.add(Device::Gpu, Component::ActivationsStored, -act.stored);
     }
     const bool ready = layer_makes_grads_ready(layer);
+    if (ready && pending_ipg_alloc_) {  // the first gradient hook allocates the reduce buffers
+      fx.add(Device::Gpu, Component::ReduceBucket, ipg_bytes_);
+      pending_ipg_alloc_ = false;
+    }
     if (ready && !zero_.reduces_at_boundary()) {
       fx.add(Device::Gpu, Component::UnreducedGrads, -copied_at_hook(owner) * grad_bytes_);
     }
@@ -518,8 +522,14 @@ class ScheduleBuilder {
     return op;
   }
 
-  // DeepSpeed stages 1-2 allocate the reduce (ipg) buffers at the first backward(), two with
-  // overlap_comm.
+  // DeepSpeed 0.19.8's stages 1-2 allocate the reduce (ipg) buffers, two with overlap_comm, when
+  // the first gradient hook of a step fires (stage_1_and_2.py: process_gradients -> setup_buckets,
+  // hooks made whenever contiguous_gradients is on): after the first backward that completes a
+  // parameter's gradient, its activations already freed. A tied LM head completes none (wte's
+  // gradient is whole only after the embedding's backward), so with GPT-2 the buffers come after
+  // ln_f's backward, when the loss's logits and their gradients are gone. Older DeepSpeed allocated
+  // them as backward() began (zero.reduce_buffers_at_first_hook false), before the first backward's
+  // working set.
   void allocate_reduce_buffers() {
     if (!zero_.zero_stage().uses_flat_partition() || !zero_.contiguous_gradients || ipg_bytes_ > 0)
       return;
@@ -948,7 +958,7 @@ class ScheduleBuilder {
     grads_partition_bytes_ = 0;
     fx.add(Device::Gpu, Component::ReduceBucket, -reduce_scatter_input_bytes_);
     reduce_scatter_input_bytes_ = 0;
-    if (zero_.zero_stage().uses_flat_partition())
+    if (zero_.zero_stage().uses_flat_partition() && !pending_ipg_alloc_)
       fx.add(Device::Gpu, Component::ReduceBucket, -ipg_bytes_);
   }
 
