@@ -38,6 +38,29 @@ TEST(CliMessages, IntegerFlagsSayWhatTheyExpectInOneLine) {
   EXPECT_FALSE(contains(steps.output, "error: error:")) << steps.output;
 }
 
+// --reduce-buffers-at: DeepSpeed 0.19.8 allocates the stage-1/2 reduce buffer at the first gradient
+// hook, older DeepSpeed as backward() began. GPT-2 124M at 4 x 1024 peaks in the loss's backward,
+// before its first hook (ln_f): the older timing holds the whole 5e8-element bf16 buffer (1e9
+// bytes) there too, and nothing else moves.
+TEST(CliMessages, ReduceBuffersAtTakesTheDeepSpeedTimingByName) {
+  const Result bad = run("plan --reduce-buffers-at later");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_TRUE(contains(bad.output, "--reduce-buffers-at")) << bad.output;
+  EXPECT_TRUE(contains(bad.output, "first-hook")) << bad.output;
+  const std::string common =
+      "plan --json --model gpt2-124m --gpus 1 --stage 2 --precision bf16 --micro-batch 4 "
+      "--seq-len 1024 --attention eager --cluster h100-x1";
+  const auto allocated = [&](const std::string& extra) {
+    const Result result = run(common + extra);
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    const std::string key = "\"allocated\": ";
+    const auto at = result.output.find(key);
+    EXPECT_NE(at, std::string::npos) << result.output;
+    return at == std::string::npos ? 0.0 : std::stod(result.output.substr(at + key.size()));
+  };
+  EXPECT_DOUBLE_EQ(allocated(" --reduce-buffers-at backward") - allocated(""), 1e9);
+}
+
 TEST(CliMessages, CheckMeasuredNamesAFifoAsSuch) {
   const std::string fifo =
       (std::filesystem::temp_directory_path() / ("zerolens-fifo-" + std::to_string(::getpid())))

@@ -316,6 +316,51 @@ TEST(ScheduleMemory, GradientLargerThanABucketLivesUntilItsReduction) {
   }
 }
 
+// DeepSpeed 0.19.8 allocates the stage-1/2 reduce buffers at the step's first gradient hook
+// (process_gradients -> setup_buckets): after the first backward that completes a gradient, once
+// its activations are freed. A tied LM head completes none (the embedding's gradient is whole only
+// after the embedding's backward), so ln_f's backward carries them; an untied head's own. Older
+// DeepSpeed allocated them as backward() began: the first effect of the first backward.
+TEST(ScheduleMemory, ReduceBuffersComeAtTheFirstGradientHook) {
+  for (const bool tied : {true, false}) {
+    for (const bool first_hook : {true, false}) {
+      SCOPED_TRACE(std::string(tied ? "tied" : "untied") +
+                   (first_hook ? ", first hook" : ", backward()"));
+      const Model model = small_transformer(tied);
+      TrainingConfig config = testing::mixed_adam(2);
+      config.zero.reduce_bucket_size = 5000;
+      config.zero.reduce_buffers_at_first_hook = first_hook;
+      const Plan plan = testing::plan_of(model, config, 2);
+      const Bytes ipg = 5000 * 2;  // one bf16 buffer (overlap_comm is off for stage 2)
+      std::vector<std::pair<const Op*, std::size_t>> allocations;  // op, position among its effects
+      for (const Op& op : plan.schedule.ops) {
+        const auto effects = plan.schedule.effects_of(op);
+        for (std::size_t i = 0; i < effects.size(); ++i) {
+          if (effects[i].component == Component::ReduceBucket && effects[i].bytes == ipg)
+            allocations.push_back({&op, i});
+        }
+      }
+      ASSERT_EQ(allocations.size(), 1u);
+      const auto [op, position] = allocations.front();
+      const int head = int(model.layers.size()) - 1;
+      ASSERT_EQ(op->kind, OpKind::Backward);
+      if (!first_hook) {
+        EXPECT_EQ(op->layer, head);
+        EXPECT_EQ(position, 0u);
+        continue;
+      }
+      EXPECT_EQ(op->layer, tied ? head - 1 : head);
+      const auto effects = plan.schedule.effects_of(*op);
+      const auto stored_freed =
+          std::find_if(effects.begin(), effects.end(), [](const MemEffect& e) {
+            return e.component == Component::ActivationsStored && e.bytes < 0;
+          });
+      ASSERT_NE(stored_freed, effects.end());
+      EXPECT_GT(std::ptrdiff_t(position), stored_freed - effects.begin());
+    }
+  }
+}
+
 // The temporaries torch.optim's Adam builds during step(), worked by hand for a 1000-element and
 // a 100-element tensor on 2 ranks (550 elements owned each):
 // - DeepSpeed steps one flat fp32 tensor: foreach sqrt(v) of its elements, 4 B each (550 x 4);
