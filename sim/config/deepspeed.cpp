@@ -465,18 +465,31 @@ OptimizerType parse_optimizer_type(const std::string& text) {
 }
 
 // DeepSpeed's AutoTP training block (runtime/tensor_parallel/config.py): autotp_size ranks per
-// tensor-parallel group. Its other keys change how, not how much, is split. sequence_parallel is
-// zerolens's (Megatron's --sequence-parallel, not a DeepSpeed key): a written config keeps it.
+// tensor-parallel group. sequence_parallel is zerolens's (Megatron's --sequence-parallel, not a
+// DeepSpeed key): a written config keeps it.
 void read_tensor_parallel(const json& root, Diagnostics& diagnostics, TensorParallelism& tp) {
   const json* block = member(root, "tensor_parallel");
   if (!block) return;
   as_object(*block, "tensor_parallel");
   warn_unknown_keys(*block,
                     {"autotp_size", "sequence_parallel", "tp_overlap_comm", "tp_grain_size",
-                     "preset_model", "partition_config", "tp"},
+                     "preset_model", "partition_config", "tp", "vocab_parallel_lm_head"},
                     "tensor_parallel", diagnostics);
   if (const json* size = member(*block, "autotp_size")) {
     tp.size = int(as_int(*size, "tensor_parallel.autotp_size", 1, 4096));
+  }
+  const json* vocab_parallel = member(*block, "vocab_parallel_lm_head");
+  if (tp.size > 1 &&
+      !(vocab_parallel && as_bool(*vocab_parallel, "tensor_parallel.vocab_parallel_lm_head"))) {
+    // module_inject/auto_tp.py (0.19.8): _slice_embedding cuts embeddings along the hidden
+    // dimension, and in training the LM head is a column-parallel LinearLayer with
+    // gather_output=True; a Conv1D GPT-2 keeps both whole.
+    diagnostics.warn(
+        "tensor_parallel.autotp_size",
+        "zerolens plans Megatron's layout (embedding, LM head and loss split over the "
+        "vocabulary); DeepSpeed's AutoTP gathers the LM head's logits on every rank "
+        "unless tensor_parallel.vocab_parallel_lm_head is true, so the loss's memory per "
+        "rank can be up to autotp_size times the plan's");
   }
   if (const json* sp = member(*block, "sequence_parallel")) {
     tp.sequence_parallel = as_bool(*sp, "tensor_parallel.sequence_parallel");

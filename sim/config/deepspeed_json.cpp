@@ -84,8 +84,11 @@ json to_deepspeed_json(const TrainingConfig& c) {
     if (a.number_checkpoints) out["activation_checkpointing"]["number_checkpoints"] = *a.number_checkpoints;
   }
   if (c.tensor_parallel.active() || c.tensor_parallel.sequence_parallel) {
+    // vocab_parallel_lm_head: the vocabulary-split LM head and loss zerolens plans (Megatron's),
+    // which DeepSpeed's AutoTP gives only with it.
     out["tensor_parallel"] = {{"autotp_size", c.tensor_parallel.size},
-                              {"sequence_parallel", c.tensor_parallel.sequence_parallel}};
+                              {"sequence_parallel", c.tensor_parallel.sequence_parallel},
+                              {"vocab_parallel_lm_head", true}};
   }
   if (c.pipeline.active()) {
     out["pipeline"] = {{"stages", c.pipeline.size},

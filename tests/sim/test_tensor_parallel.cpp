@@ -219,6 +219,24 @@ TEST(TensorParallel, ConfigReadsAutotpSizeAndKeepsSequenceParallel) {
   }
 }
 
+// DeepSpeed 0.19.8's AutoTP gathers the LM head's logits on every rank unless
+// vocab_parallel_lm_head (module_inject/auto_tp.py): zerolens plans Megatron's vocab-parallel
+// loss, and says so when a config asks for AutoTP without it.
+TEST(TensorParallel, AutotpWithoutAVocabParallelHeadIsWarnedAbout) {
+  const auto warnings_of = [](const char* text) {
+    Diagnostics diagnostics;
+    parse_training_config(nlohmann::json::parse(text), diagnostics);
+    return diagnostics.warnings;
+  };
+  const auto gathered = warnings_of(R"({"tensor_parallel": {"autotp_size": 2}})");
+  ASSERT_EQ(gathered.size(), 1u);
+  EXPECT_NE(gathered.front().find("vocab_parallel_lm_head"), std::string::npos) << gathered.front();
+  EXPECT_TRUE(
+      warnings_of(R"({"tensor_parallel": {"autotp_size": 2, "vocab_parallel_lm_head": true}})")
+          .empty());
+  EXPECT_TRUE(warnings_of(R"({"tensor_parallel": {"autotp_size": 1}})").empty());
+}
+
 TEST(TensorParallel, ShapesThatDoNotSplitAreRefusedByName) {
   TransformerShape shape = tiny_shape();
   shape.heads = 3;
