@@ -64,7 +64,8 @@ struct ZeroConfig {
   bool contiguous_gradients = true;
   // When stages 1-2 allocate their reduce (ipg) buffers: at the step's first gradient hook
   // (DeepSpeed 0.19.8: process_gradients -> setup_buckets), or at the start of backward() (older
-  // DeepSpeed, e.g. the 0.9 of 2023). Not a DeepSpeed key: --reduce-buffers-at.
+  // DeepSpeed, e.g. the 0.9 of 2023). Not a DeepSpeed key: --reduce-buffers-at, or
+  // zero_optimization.reduce_buffers_at in a config zerolens reads or writes.
   bool reduce_buffers_at_first_hook = true;
   Elements stage3_prefetch_bucket_size = 50'000'000;
   Elements stage3_param_persistence_threshold = 100'000;

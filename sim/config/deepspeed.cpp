@@ -77,21 +77,54 @@ const std::vector<std::string> kTopLevelKeys = {"train_batch_size",
                                                 "zero_optimization_stage",
                                                 "tensor_parallel"};
 
-const std::vector<std::string> kZeroKeys = {
-    "stage", "allgather_partitions", "allgather_bucket_size", "overlap_comm", "reduce_scatter",
-    "reduce_bucket_size", "contiguous_gradients", "offload_param", "offload_optimizer", "cpu_offload",
-    "cpu_offload_params", "cpu_offload_use_pin_memory", "sub_group_size", "stage3_prefetch_bucket_size",
-    "prefetch_bucket_size", "stage3_param_persistence_threshold", "param_persistence_threshold",
-    "stage3_model_persistence_threshold", "model_persistence_threshold", "stage3_max_live_parameters",
-    "max_live_parameters", "stage3_max_reuse_distance", "max_reuse_distance",
-    "stage3_gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save",
-    "gather_16bit_weights_on_model_save", "round_robin_gradients", "elastic_checkpoint",
-    "load_from_fp32_weights", "ignore_unused_parameters", "legacy_stage1", "zero_hpz_partition_size",
-    "zero_quantized_weights", "zero_quantized_nontrainable_weights", "zero_quantized_gradients",
-    "mics_shard_size", "mics_hierarchical_params_gather", "memory_efficient_linear",
-    "pipeline_loading_checkpoint", "override_module_apply", "use_multi_rank_bucket_allreduce",
-    "log_trace_cache_warnings", "module_granularity_threshold", "use_all_reduce_for_fetch_params",
-    "stage3_use_all_reduce_for_fetch_params", "zeropp_loco_param", "offload_optimizer_config"};
+const std::vector<std::string> kZeroKeys = {"stage",
+                                            "allgather_partitions",
+                                            "allgather_bucket_size",
+                                            "overlap_comm",
+                                            "reduce_scatter",
+                                            "reduce_bucket_size",
+                                            "contiguous_gradients",
+                                            "offload_param",
+                                            "offload_optimizer",
+                                            "cpu_offload",
+                                            "cpu_offload_params",
+                                            "cpu_offload_use_pin_memory",
+                                            "sub_group_size",
+                                            "stage3_prefetch_bucket_size",
+                                            "prefetch_bucket_size",
+                                            "stage3_param_persistence_threshold",
+                                            "param_persistence_threshold",
+                                            "stage3_model_persistence_threshold",
+                                            "model_persistence_threshold",
+                                            "stage3_max_live_parameters",
+                                            "max_live_parameters",
+                                            "stage3_max_reuse_distance",
+                                            "max_reuse_distance",
+                                            "stage3_gather_16bit_weights_on_model_save",
+                                            "stage3_gather_fp16_weights_on_model_save",
+                                            "gather_16bit_weights_on_model_save",
+                                            "round_robin_gradients",
+                                            "elastic_checkpoint",
+                                            "load_from_fp32_weights",
+                                            "ignore_unused_parameters",
+                                            "legacy_stage1",
+                                            "zero_hpz_partition_size",
+                                            "zero_quantized_weights",
+                                            "zero_quantized_nontrainable_weights",
+                                            "zero_quantized_gradients",
+                                            "reduce_buffers_at",
+                                            "mics_shard_size",
+                                            "mics_hierarchical_params_gather",
+                                            "memory_efficient_linear",
+                                            "pipeline_loading_checkpoint",
+                                            "override_module_apply",
+                                            "use_multi_rank_bucket_allreduce",
+                                            "log_trace_cache_warnings",
+                                            "module_granularity_threshold",
+                                            "use_all_reduce_for_fetch_params",
+                                            "stage3_use_all_reduce_for_fetch_params",
+                                            "zeropp_loco_param",
+                                            "offload_optimizer_config"};
 
 const std::vector<std::string> kOffloadKeys = {"device", "nvme_path", "pin_memory", "buffer_count", "buffer_size",
                                                "max_in_cpu", "pipeline_read", "pipeline_write", "pipeline",
@@ -330,6 +363,15 @@ void read_zero(const json& zero, const Reader& r, ZeroConfig& z) {
   if (const json* v = member(zero, "reduce_scatter")) z.reduce_scatter = as_bool(*v, join_key(w, "reduce_scatter"));
   if (const json* v = member(zero, "contiguous_gradients")) z.contiguous_gradients = as_bool(*v, join_key(w, "contiguous_gradients"));
   if (const json* v = member(zero, "round_robin_gradients")) z.round_robin_gradients = as_bool(*v, join_key(w, "round_robin_gradients"));
+  // zerolens's key (--reduce-buffers-at; not DeepSpeed's): a written config keeps the timing
+  // planned.
+  if (const json* v = member(zero, "reduce_buffers_at")) {
+    const std::string key = join_key(w, "reduce_buffers_at");
+    const std::string at = as_string(*v, key);
+    if (at != "first-hook" && at != "backward")
+      throw InputError(key, "must be \"first-hook\" or \"backward\", got \"" + at + "\"");
+    z.reduce_buffers_at_first_hook = at == "first-hook";
+  }
   if (const json* v = member(zero, "mics_shard_size")) {
     const auto size = as_int(*v, join_key(w, "mics_shard_size"), -1, 1 << 24);
     z.shard_group_size = size > 0 ? int(size) : 0;

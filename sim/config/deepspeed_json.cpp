@@ -41,6 +41,7 @@ json zero_json(const ZeroConfig& z) {
                {"round_robin_gradients", z.round_robin_gradients}};
   if (z.overlap_comm) zero["overlap_comm"] = *z.overlap_comm;
   if (z.shard_group_size > 0) zero["mics_shard_size"] = z.shard_group_size;
+  if (!z.reduce_buffers_at_first_hook) zero["reduce_buffers_at"] = "backward";
   return zero;
 }
 

@@ -165,6 +165,7 @@ void drop_zero_keys(json& d, const ConfigOverrides& o) {
   if (o.overlap_comm) erase_path(d, {z, "overlap_comm"});
   if (o.contiguous_gradients) erase_path(d, {z, "contiguous_gradients"});
   if (o.reduce_scatter) erase_path(d, {z, "reduce_scatter"});
+  if (o.reduce_buffers_at) erase_path(d, {z, "reduce_buffers_at"});
 }
 
 void drop_other_keys(json& d, const ConfigOverrides& o) {

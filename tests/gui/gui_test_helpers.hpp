@@ -6,10 +6,16 @@
 #include <QProcess>
 #include <QStringList>
 #include <fstream>
+#include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include <gtest/gtest.h>
+
+#include "gui/command_line.hpp"
 #include "gui/scene_items.hpp"
+#include "sim/core/error.hpp"
 #include "gui/settings.hpp"
 #include "sim/plan/variants.hpp"
 
@@ -21,6 +27,25 @@ inline Settings variant_settings(const Variant& variant) {
   set_stage(settings, variant.stage);
   set_offload(settings, variant.offload_optimizer, variant.offload_param);
   return settings;
+}
+
+// The GUI's command line: its program name, then `list`.
+inline QStringList args(std::initializer_list<const char*> list) {
+  QStringList out{"zerolens-gui"};
+  for (const char* a : list) out << a;
+  return out;
+}
+
+// Each command line is refused by parse_command_line with a message that contains its text.
+inline void expect_refused(const std::vector<std::pair<QStringList, std::string>>& cases) {
+  for (const auto& [arguments, expected] : cases) {
+    try {
+      parse_command_line(arguments);
+      ADD_FAILURE() << "accepted " << arguments.join(' ').toStdString();
+    } catch (const InputError& error) {
+      EXPECT_NE(std::string(error.what()).find(expected), std::string::npos) << error.what();
+    }
+  }
 }
 
 inline std::vector<QGraphicsItem*> items_with_role(const QGraphicsScene& scene, ItemRole role) {

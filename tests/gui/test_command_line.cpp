@@ -11,15 +11,11 @@
 namespace zerolens::gui {
 namespace {
 
+using testing::args;
+using testing::expect_refused;
 using testing::GuiRun;
 using testing::run_gui;
 using testing::temp_file;
-
-QStringList args(std::initializer_list<const char*> list) {
-  QStringList out{"zerolens-gui"};
-  for (const char* a : list) out << a;
-  return out;
-}
 
 TEST(CommandLine, FlagsBuildTheSettings) {
   const CommandLine line = parse_command_line(args({"--model",
@@ -105,14 +101,7 @@ TEST(CommandLine, BadFlagsNameTheFlag) {
       {args({"--model", "no-such-model"}), "no-such-model"},
       {args({"--no-such-flag"}), "no-such-flag"},
       {args({"extra"}), "extra"}};
-  for (const auto& [arguments, expected] : cases) {
-    try {
-      parse_command_line(arguments);
-      ADD_FAILURE() << "accepted " << arguments.join(' ').toStdString();
-    } catch (const InputError& error) {
-      EXPECT_NE(std::string(error.what()).find(expected), std::string::npos) << error.what();
-    }
-  }
+  expect_refused(cases);
 }
 
 TEST(Headless, ScreenshotRendersEachViewWithoutADisplay) {

@@ -60,6 +60,23 @@ TEST(DeepSpeedConfig, EmptyConfigHasDeepSpeedDefaults) {
   EXPECT_TRUE(parse(json{{"zero_optimization", {{"stage", 3}}}}).zero.overlap());  // true at stage 3
 }
 
+// --reduce-buffers-at is zerolens's, not DeepSpeed's: a config zerolens writes keeps the older
+// timing as zero_optimization.reduce_buffers_at, so a trace or an export plans again the same; the
+// default (DeepSpeed 0.19.8's first hook) is not written; any other value is refused by its key.
+TEST(DeepSpeedConfig, ReduceBuffersAtRoundTripsAndIsCheckedByKey) {
+  TrainingConfig older = parse(json::object());
+  EXPECT_TRUE(older.zero.reduce_buffers_at_first_hook);
+  EXPECT_FALSE(to_deepspeed_json(older)["zero_optimization"].contains("reduce_buffers_at"));
+  older.zero.reduce_buffers_at_first_hook = false;
+  const json written = to_deepspeed_json(older);
+  EXPECT_EQ(written["zero_optimization"]["reduce_buffers_at"], "backward");
+  EXPECT_FALSE(parse(written).zero.reduce_buffers_at_first_hook);
+  EXPECT_EQ(error_key(json::parse(R"({"zero_optimization":{"reduce_buffers_at":"later"}})")),
+            "zero_optimization.reduce_buffers_at");
+  EXPECT_EQ(error_key(json::parse(R"({"zero_optimization":{"reduce_buffers_at":1}})")),
+            "zero_optimization.reduce_buffers_at");
+}
+
 TEST(DeepSpeedConfig, ReadsAZeroOffloadConfig) {
   const TrainingConfig c = parse(read("deepspeed/zero2_offload.json"));
   EXPECT_EQ(c.zero.stage, 2);
