@@ -29,6 +29,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 MIB = 1 << 20
 PROFILED = ("deepspeed", "fsdp2")  # frameworks zerolens plans with their own profile (--framework)
@@ -189,14 +190,15 @@ def main(argv=None):
         print(f"framework_report: no runs in {args.runs}", file=sys.stderr)
         return 2
     rows, invalid, errors = [], [], []
-    scratch = os.environ.get("TMPDIR", "/tmp")
     try:
-        for path in paths:
-            run = load_run(path)
-            plan = predict(args.zerolens, run, scratch)
-            rows.append(table_row(run, plan))
-            errors.append((os.path.basename(path), run["framework"], allocated_error(run, plan)))
-            invalid += [f"{os.path.basename(path)}: {p}" for p in validity_problems(run, plan)]
+        # A directory of its own: two reports at once (ctest -j) must not plan each other's config.
+        with tempfile.TemporaryDirectory(prefix="framework_report.") as scratch:
+            for path in paths:
+                run = load_run(path)
+                plan = predict(args.zerolens, run, scratch)
+                rows.append(table_row(run, plan))
+                errors.append((os.path.basename(path), run["framework"], allocated_error(run, plan)))
+                invalid += [f"{os.path.basename(path)}: {p}" for p in validity_problems(run, plan)]
     except BadRun as bad:
         print(f"framework_report: {bad}", file=sys.stderr)
         return 2
