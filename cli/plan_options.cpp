@@ -119,6 +119,20 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
          "ranks and replicate across them (DeepSpeed MiCS: zero_optimization.mics_shard_size; "
          "FSDP: HSDP's shard group)")
       ->check(integer_in(1, 1 << 24));
+  app.add_option(
+         "--hpz", o.hpz_partition_size,
+         "ZeRO++ hpZ at stage 3: a secondary copy of the parameters partitioned over groups "
+         "of this many ranks (a node's), which backward gathers within the group "
+         "(zero_optimization.zero_hpz_partition_size; 1: off)")
+      ->check(integer_in(1, 1 << 24));
+  app.add_option(
+      "--quantized-weights", o.quantized_weights,
+      "ZeRO++ qwZ at stage 3 (true|false): parameter all-gathers in block-quantized int8 "
+      "(zero_optimization.zero_quantized_weights)");
+  app.add_option(
+      "--quantized-gradients", o.quantized_gradients,
+      "ZeRO++ qgZ at stage 3 (true|false): 2-D gradients reduced by an int4 all-to-all "
+      "within each node, then across nodes (zero_optimization.zero_quantized_gradients)");
   app.add_option("--gpus-per-node", o.gpus_per_node, "GPUs per node (default: the cluster's)")
       ->check(integer_in(1, 1024));
   app.add_option("--attention", o.attention, "Attention implementation for activation memory: eager|flash")

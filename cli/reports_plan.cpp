@@ -128,6 +128,12 @@ void print_comm(std::ostream& out, const Plan& plan, SizeUnit unit) {
   add_collective_rows(table, plan.comm.tensor_parallel,
                       "tp " + std::to_string(plan.request.config.tensor_parallel.size), unit);
   add_collective_rows(table, plan.comm.pipeline, "pp", unit);
+  const ScheduleContext& context = plan.schedule.context;
+  add_collective_rows(table, plan.comm.secondary, "hpz " + std::to_string(context.hpz_group), unit);
+  const int node = context.data_parallel_ranks_per_node();
+  add_collective_rows(table, plan.comm.node_local, "node " + std::to_string(node), unit);
+  add_collective_rows(table, plan.comm.cross_node,
+                      "cross-node " + std::to_string(context.dp_size / node), unit);
   table.print(out);
   const auto& links = plan.comm.links;
   const auto& cluster = plan.request.cluster;
@@ -221,14 +227,21 @@ void print_plan_csv(std::ostream& out, const Plan& plan) {
   out << "memory,gpu,initialization_allocated," << gpu.initialization_allocated << '\n';
   out << "memory,gpu,initialization_allocated_partitioned,"
       << gpu.initialization_allocated_partitioned << '\n';
-  for (int k = 0; k < kOpKindCount; ++k) {
-    const auto& totals = plan.comm.collectives[std::size_t(k)];
-    if (totals.calls == 0) continue;
-    const std::string name = to_string(OpKind(k));
-    out << "collective," << name << ",calls," << totals.calls << '\n';
-    out << "collective," << name << ",bytes," << totals.bytes << '\n';
-    out << "collective," << name << ",traffic_bytes," << totals.traffic_bytes << '\n';
-  }
+  // Data-parallel collectives by kind; ZeRO++'s groups' as "hpz.all_gather", "node.all_to_all".
+  const auto collective_rows = [&](const auto& all, const std::string& prefix) {
+    for (int k = 0; k < kOpKindCount; ++k) {
+      const auto& totals = all[std::size_t(k)];
+      if (totals.calls == 0) continue;
+      const std::string name = prefix + to_string(OpKind(k));
+      out << "collective," << name << ",calls," << totals.calls << '\n';
+      out << "collective," << name << ",bytes," << totals.bytes << '\n';
+      out << "collective," << name << ",traffic_bytes," << totals.traffic_bytes << '\n';
+    }
+  };
+  collective_rows(plan.comm.collectives, "");
+  collective_rows(plan.comm.secondary, "hpz.");
+  collective_rows(plan.comm.node_local, "node.");
+  collective_rows(plan.comm.cross_node, "cross_node.");
   const auto& links = plan.comm.links;
   out << "link,intra_node,bytes," << links.intra_node << '\n'
       << "link,inter_node,bytes," << links.inter_node << '\n'

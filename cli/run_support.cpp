@@ -94,6 +94,14 @@ Plan make_run_plan(const RunFlags& flags, const exec::Backend& backend, Diagnost
                      "the executor partitions over every data-parallel rank (hybrid "
                      "sharding is planned, not yet run: docs/parallelism.md)");
   }
+  if (request.config.zero.zeropp()) {
+    const ZeroConfig& z = request.config.zero;
+    throw InputError(z.hpz_partition_size > 1 ? "--hpz"
+                     : z.quantized_weights    ? "--quantized-weights"
+                                              : "--quantized-gradients",
+                     "the executor gathers and reduces in the training dtype over every "
+                     "data-parallel rank (ZeRO++ is planned, not yet run: docs/parallelism.md)");
+  }
   if (request.config.pipeline.active()) {
     throw InputError("--pp",
                      "the executor runs data parallelism only (pipeline parallelism is planned, "

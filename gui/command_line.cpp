@@ -38,6 +38,9 @@ const Flag kFlags[] = {
     {"sp", "BOOL",
      "Sequence parallelism with --tp (true|false): norms, dropout and the residual stream split "
      "along the sequence"},
+    {"hpz", "N", "ZeRO++ hpZ: secondary partition over groups of N ranks (stage 3; 1: off)"},
+    {"quantized-weights", "BOOL", "ZeRO++ qwZ: int8 parameter all-gathers (stage 3)"},
+    {"quantized-gradients", "BOOL", "ZeRO++ qgZ: int4 two-hop gradient all-to-all (stage 3)"},
     {"stage", "N", "ZeRO stage 0-3", "s"},
     {"offload-optimizer", "DEV", "none|cpu|nvme"},
     {"offload-param", "DEV", "none|cpu|nvme (stage 3)"},
@@ -117,6 +120,9 @@ ConfigOverrides config_edits(const QCommandLineParser& p) {
     edits.activation_checkpointing = boolean(p, "activation-checkpointing");
   if (p.isSet("tp")) edits.tensor_parallel = int(integer(p, "tp", 1, 4096));
   if (p.isSet("sp")) edits.sequence_parallel = boolean(p, "sp");
+  if (p.isSet("hpz")) edits.hpz_partition_size = int(integer(p, "hpz", 1, 1 << 24));
+  if (p.isSet("quantized-weights")) edits.quantized_weights = boolean(p, "quantized-weights");
+  if (p.isSet("quantized-gradients")) edits.quantized_gradients = boolean(p, "quantized-gradients");
   return edits;
 }
 

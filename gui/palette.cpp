@@ -55,7 +55,8 @@ QColor op_colour(const std::string& kind) {
   if (kind == "backward") return QColor(0x2f4b7c);
   if (kind == "recompute") return QColor(0x76b7b2);
   if (kind == "all_gather" || kind == "broadcast") return QColor(0xf28e2b);
-  if (kind == "reduce_scatter" || kind == "all_reduce") return QColor(0xe15759);
+  if (kind == "reduce_scatter" || kind == "all_reduce" || kind == "all_to_all")
+    return QColor(0xe15759);  // gradient reductions (qgZ's all-to-all among them)
   if (kind == "release") return QColor(0xbab0ac);
   if (kind == "copy_h2d" || kind == "copy_d2h") return QColor(0x59a14f);
   if (kind == "nvme_read" || kind == "nvme_write") return QColor(0xb07aa1);

@@ -29,6 +29,7 @@ constexpr std::array kStackOrder = {Component::CudaContext,
                                     Component::ParamsFull,
                                     Component::ParamsPartition,
                                     Component::ParamsPersistent,
+                                    Component::ParamsSecondary,
                                     Component::GradsFull,
                                     Component::GradsPartition,
                                     Component::MasterPartition,
@@ -168,6 +169,8 @@ const char* block_label(Component component) {
       return "fp32 grads";
     case Component::OptimizerTemporaries:
       return "optimizer temp";
+    case Component::ParamsSecondary:
+      return "hpZ copy";
     default:
       return category_label(category_of(component));
   }

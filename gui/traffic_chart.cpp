@@ -54,7 +54,7 @@ QChart* collectives_chart(const Plan& plan) {
   std::vector<Bar> bars;
   // With tensor parallelism each row names its group (dp, tp), as `zerolens plan` does.
   const ScheduleContext& c = plan.schedule.context;
-  const bool groups = c.tensor_parallel > 1;
+  const bool groups = c.tensor_parallel > 1 || c.hpz_group > 0 || c.quantized_gradients;
   const auto add = [&](const auto& collectives, const char* group) {
     for (int k = 0; k < kOpKindCount; ++k) {
       const CollectiveTotals& totals = collectives[std::size_t(k)];
@@ -68,13 +68,18 @@ QChart* collectives_chart(const Plan& plan) {
   };
   add(plan.comm.collectives, groups ? "dp " : "");
   if (groups) add(plan.comm.tensor_parallel, "tp ");
+  if (groups) add(plan.comm.secondary, "hpz ");
+  if (groups) add(plan.comm.node_local, "node ");
+  if (groups) add(plan.comm.cross_node, "cross-node ");
   if (bars.empty()) bars.push_back({"no collectives (1 rank)", {0, 0}});
   std::reverse(bars.begin(), bars.end());
   const QString title =
-      groups ? QString("Traffic per collective in one step (dp: %1 ranks, tp: %2 ranks)")
-                   .arg(c.dp_size)
-                   .arg(c.tensor_parallel)
-             : QString("Traffic per collective in one step");
+      c.tensor_parallel > 1
+          ? QString("Traffic per collective in one step (dp: %1 ranks, tp: %2 ranks)")
+                .arg(c.dp_size)
+                .arg(c.tensor_parallel)
+      : groups ? QString("Traffic per collective in one step (dp: %1 ranks)").arg(c.dp_size)
+               : QString("Traffic per collective in one step");
   return bar_chart(title, " per step",
                    {"message sizes, summed (as nccl-tests counts them)", "bytes each rank sends"},
                    bars);

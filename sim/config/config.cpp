@@ -216,6 +216,14 @@ void TrainingConfig::validate() const {
   require(zero.shard_group_size == 0 || zero.stage == 3, zero_key("mics_shard_size"),
           "hybrid sharding (MiCS, HSDP) partitions stage 3's states; stage is " +
               std::to_string(zero.stage));
+  require(zero.hpz_partition_size >= 1, zero_key("zero_hpz_partition_size"),
+          "must be 1 (off) or more");
+  require(!zero.zeropp() || zero.stage == 3,
+          zero.hpz_partition_size > 1 ? zero_key("zero_hpz_partition_size")
+          : zero.quantized_weights    ? zero_key("zero_quantized_weights")
+                                      : zero_key("zero_quantized_gradients"),
+          "ZeRO++ changes stage 3's parameter gathers and gradient reduction; stage is " +
+              std::to_string(zero.stage));
   require(gradient_clipping >= 0, "gradient_clipping", "must not be negative");
   require(gradient_predivide_factor > 0, "gradient_predivide_factor", "must be positive");
   require(!seq_len || *seq_len >= 1, "--seq-len", "must be positive");

@@ -78,6 +78,15 @@ struct ZeroConfig {
   // replicated across the groups: DeepSpeed's MiCS (mics_shard_size; -1 or 0: off) and FSDP's HSDP
   // (the shard dimension of its device mesh). 0: one group of every data-parallel rank.
   int shard_group_size = 0;
+  // ZeRO++ (stage 3; DeepSpeed's zero_hpz_partition_size, zero_quantized_weights,
+  // zero_quantized_gradients). hpZ: a secondary copy of the 16-bit parameters partitioned over
+  // groups of this many consecutive ranks (a node's), made as forward releases each layer, which
+  // backward gathers within the group; 1: off. qwZ: parameter all-gathers in block-quantized int8.
+  // qgZ: 2-D gradients reduced by a two-hop (node, then across nodes) all-to-all in int4.
+  int hpz_partition_size = 1;
+  bool quantized_weights = false;
+  bool quantized_gradients = false;
+  bool zeropp() const { return hpz_partition_size > 1 || quantized_weights || quantized_gradients; }
 
   // What the stage partitions and allows (sim/config/zero_stage.hpp).
   ZeroStage zero_stage() const { return {stage}; }

@@ -3,6 +3,7 @@
 // Hugging Face integration does (integrations/deepspeed.py).
 #include "sim/config/deepspeed.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include <nlohmann/json.hpp>
@@ -332,14 +333,36 @@ void read_zero_sizes(const json& zero, const Reader& r, ZeroConfig& z) {
 
 void warn_unmodelled_zero(const json& zero, Diagnostics& diagnostics) {
   const std::string w = "zero_optimization";
-  if (const json* v = member(zero, "zero_hpz_partition_size"); v && v->is_number() && v->get<double>() > 1) {
-    diagnostics.warn(join_key(w, "zero_hpz_partition_size"), "ZeRO++ hierarchical partitioning is not modelled");
+  const std::string key = join_key(w, "zero_quantized_nontrainable_weights");
+  if (const json* v = member(zero, "zero_quantized_nontrainable_weights"); v && as_bool(*v, key)) {
+    diagnostics.warn(
+        key, "frozen weights' int8 secondary copies are not modelled (every parameter trains)");
   }
-  for (const char* key : {"zero_quantized_weights", "zero_quantized_gradients"}) {
-    if (const json* v = member(zero, key); v && v->is_boolean() && v->get<bool>()) {
-      diagnostics.warn(join_key(w, key), "ZeRO++ quantized communication is not modelled");
-    }
+}
+
+// ZeRO++ (DeepSpeed reads these keys only at stage 3: stage3.py, partition_parameters.py).
+// A key left out keeps what the config had (--set reads a few keys onto a whole config).
+void read_zeropp(const json& zero, const Reader& r, ZeroConfig& z) {
+  const std::string w = "zero_optimization";
+  ZeroConfig read = z;
+  if (const json* v = member(zero, "zero_hpz_partition_size"))
+    read.hpz_partition_size =
+        std::max(1, int(as_int(*v, join_key(w, "zero_hpz_partition_size"), 0, 1 << 24)));
+  if (const json* v = member(zero, "zero_quantized_weights"))
+    read.quantized_weights = as_bool(*v, join_key(w, "zero_quantized_weights"));
+  if (const json* v = member(zero, "zero_quantized_gradients"))
+    read.quantized_gradients = as_bool(*v, join_key(w, "zero_quantized_gradients"));
+  if (z.stage != 3 && read.zeropp()) {
+    r.diagnostics.warn(join_key(w, read.hpz_partition_size > 1 ? "zero_hpz_partition_size"
+                                   : read.quantized_weights    ? "zero_quantized_weights"
+                                                               : "zero_quantized_gradients"),
+                       "ZeRO++ is read at stage 3 only (DeepSpeed ignores it at stage " +
+                           std::to_string(z.stage) + "); ignored");
+    read = ZeroConfig{};
   }
+  z.hpz_partition_size = read.hpz_partition_size;
+  z.quantized_weights = read.quantized_weights;
+  z.quantized_gradients = read.quantized_gradients;
 }
 
 void read_zero(const json& zero, const Reader& r, ZeroConfig& z) {
@@ -376,6 +399,7 @@ void read_zero(const json& zero, const Reader& r, ZeroConfig& z) {
     const auto size = as_int(*v, join_key(w, "mics_shard_size"), -1, 1 << 24);
     z.shard_group_size = size > 0 ? int(size) : 0;
   }
+  read_zeropp(zero, r, z);
   read_zero_sizes(zero, r, z);
 }
 

@@ -41,6 +41,9 @@ json zero_json(const ZeroConfig& z) {
                {"round_robin_gradients", z.round_robin_gradients}};
   if (z.overlap_comm) zero["overlap_comm"] = *z.overlap_comm;
   if (z.shard_group_size > 0) zero["mics_shard_size"] = z.shard_group_size;
+  if (z.hpz_partition_size > 1) zero["zero_hpz_partition_size"] = z.hpz_partition_size;
+  if (z.quantized_weights) zero["zero_quantized_weights"] = true;
+  if (z.quantized_gradients) zero["zero_quantized_gradients"] = true;
   if (!z.reduce_buffers_at_first_hook) zero["reduce_buffers_at"] = "backward";
   return zero;
 }

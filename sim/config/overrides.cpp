@@ -183,6 +183,9 @@ void drop_other_keys(json& d, const ConfigOverrides& o) {
   if (o.sequence_parallel) erase_path(d, {"tensor_parallel", "sequence_parallel"});
   if (o.pipeline_parallel) erase_path(d, {"pipeline", "stages"});
   if (o.shard_group) erase_path(d, {"zero_optimization", "mics_shard_size"});
+  if (o.hpz_partition_size) erase_path(d, {"zero_optimization", "zero_hpz_partition_size"});
+  if (o.quantized_weights) erase_path(d, {"zero_optimization", "zero_quantized_weights"});
+  if (o.quantized_gradients) erase_path(d, {"zero_optimization", "zero_quantized_gradients"});
   if (o.virtual_stages) erase_path(d, {"pipeline", "virtual_stages"});
   if (o.pipeline_schedule) erase_path(d, {"pipeline", "schedule"});
   if (o.momentum) erase_path(d, {"optimizer", "params", "momentum"});
@@ -236,6 +239,10 @@ void apply_overrides(TrainingConfig& config, const ConfigOverrides& overrides,
   }
   apply_pipeline(config.pipeline, overrides);
   if (overrides.shard_group) config.zero.shard_group_size = *overrides.shard_group;
+  if (overrides.hpz_partition_size) config.zero.hpz_partition_size = *overrides.hpz_partition_size;
+  if (overrides.quantized_weights) config.zero.quantized_weights = *overrides.quantized_weights;
+  if (overrides.quantized_gradients)
+    config.zero.quantized_gradients = *overrides.quantized_gradients;
   if (overrides.seq_len) {
     config.seq_len = *overrides.seq_len == 0 ? std::nullopt : std::optional(*overrides.seq_len);
   }

@@ -46,6 +46,10 @@ struct ConfigOverrides {
   std::optional<int> pipeline_parallel, virtual_stages;
   // Hybrid sharding: zero_optimization.mics_shard_size (FSDP: HSDP's shard group).
   std::optional<int> shard_group;
+  // ZeRO++: zero_optimization.zero_hpz_partition_size, zero_quantized_weights,
+  // zero_quantized_gradients.
+  std::optional<int> hpz_partition_size;
+  std::optional<bool> quantized_weights, quantized_gradients;
   std::optional<PipelineSchedule> pipeline_schedule;
   std::optional<Precision> precision;
   std::optional<std::string>

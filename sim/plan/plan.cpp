@@ -112,6 +112,43 @@ void check_activation_total(const Model& model, std::int64_t micro_batch, std::i
   }
 }
 
+// ZeRO++ as DeepSpeed builds its groups (utils/groups.py _create_zero_param_parallel_group: runs
+// of zero_hpz_partition_size consecutive ranks of the world; qgZ's local and global all-to-all
+// groups from the node's GPU count), which zerolens plans over pure data parallelism.
+void check_zeropp(const PlanRequest& request) {
+  const ZeroConfig& zero = request.config.zero;
+  if (!zero.zeropp() || zero.stage != 3) return;
+  const std::string key =
+      "zero_optimization." + std::string(zero.hpz_partition_size > 1 ? "zero_hpz_partition_size"
+                                         : zero.quantized_weights    ? "zero_quantized_weights"
+                                                                     : "zero_quantized_gradients");
+  if (request.config.is_fsdp())
+    throw InputError(key, "ZeRO++ is DeepSpeed's; FSDP has no such option");
+  if (request.config.tensor_parallel.active() || request.config.pipeline.active())
+    throw InputError(key,
+                     "ZeRO++ with tensor or pipeline parallelism is not modelled (DeepSpeed groups "
+                     "its ranks over the whole world); plan it with --tp 1 --pp 1");
+  if (zero.shard_group_size > 0 && zero.shard_group_size < request.dp_size)
+    throw InputError(key, "ZeRO++ with hybrid sharding (mics_shard_size) is not modelled");
+  const int hpz = zero.hpz_partition_size;
+  if (hpz > 1 && request.dp_size % std::min(hpz, request.dp_size) != 0) {
+    throw InputError("zero_optimization.zero_hpz_partition_size",
+                     "groups of " + std::to_string(hpz) + " ranks must divide the " +
+                         std::to_string(request.dp_size) + " data-parallel ranks");
+  }
+  if (hpz > 1 && zero.offload_param.device != OffloadDevice::None) {
+    throw InputError("zero_optimization.zero_hpz_partition_size",
+                     "hpZ's secondary partition with offload_param is not modelled");
+  }
+  const int per_node = request.cluster.node.gpus_per_node;
+  if (zero.quantized_gradients && request.dp_size > per_node && request.dp_size % per_node != 0) {
+    throw InputError("zero_optimization.zero_quantized_gradients",
+                     "qgZ's all-to-all needs whole nodes: " + std::to_string(request.dp_size) +
+                         " ranks are not a multiple of the node's " + std::to_string(per_node) +
+                         " GPUs");
+  }
+}
+
 // Ranks are placed TP innermost: a TP group is a node's consecutive ranks, or whole nodes.
 void check_placement(const PlanRequest& request) {
   const int tp = request.config.tensor_parallel.size;
@@ -192,6 +229,7 @@ Plan make_plan(PlanRequest request, ReplayDetail detail, MemoryTimeline& replay)
   plan.batch = resolve_batch(request.config.batch, request.dp_size);
   plan.rank_model = tensor_parallel_shard(request.model, request.config.tensor_parallel);
   check_placement(request);
+  check_zeropp(request);
   check_activation_total(plan.rank_model, plan.batch.micro_batch_per_gpu, plan.seq_len);
   const int gpus_per_node = request.cluster.node.gpus_per_node;
   ScheduleOptions options = request.options;

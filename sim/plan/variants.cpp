@@ -102,6 +102,10 @@ TrainingConfig apply_variant(TrainingConfig config, const Variant& v) {
   config.zero.stage = v.stage;
   config.zero.offload_optimizer.device = v.offload_optimizer;
   config.zero.offload_param.device = v.offload_param;
+  if (v.stage != 3) {  // ZeRO++ changes stage 3's collectives; DeepSpeed ignores it below
+    config.zero.hpz_partition_size = 1;
+    config.zero.quantized_weights = config.zero.quantized_gradients = false;
+  }
   give_nvme_offload_a_path(config.zero);
   return config;
 }

@@ -92,6 +92,12 @@ json comm_json(const Plan& plan) {
   if (plan.schedule.context.replicas() > 1) {
     out["replicate_collectives"] = collectives_json(plan.comm.replicate, false);
   }
+  const ScheduleContext& context = plan.schedule.context;
+  if (context.hpz_group > 0) out["hpz_collectives"] = collectives_json(plan.comm.secondary, false);
+  if (context.quantized_gradients) {
+    out["node_collectives"] = collectives_json(plan.comm.node_local, false);
+    out["cross_node_collectives"] = collectives_json(plan.comm.cross_node, false);
+  }
   return out;
 }
 

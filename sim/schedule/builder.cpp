@@ -8,6 +8,7 @@
 #include "sim/schedule/builder.hpp"
 #include "sim/schedule/param_layout.hpp"
 #include "sim/schedule/pipeline_order.hpp"
+#include "sim/schedule/zeropp.hpp"
 
 namespace zerolens {
 namespace {
@@ -68,6 +69,11 @@ class ScheduleBuilder {
     c.pipeline_stage = model.pipeline_stage;
     c.shard_group =
         zero_.shard_group_size > 0 && zero_.shard_group_size < dp_size ? zero_.shard_group_size : 0;
+    if (zero_.partitions_parameters()) {  // ZeRO++ (DeepSpeed reads it at stage 3 only)
+      c.hpz_group = zero_.hpz_partition_size > 1 ? std::min(zero_.hpz_partition_size, dp_size) : 0;
+      c.quantized_weights = zero_.quantized_weights;
+      c.quantized_gradients = zero_.quantized_gradients;
+    }
     // Hybrid sharding partitions every state over a shard group instead of all data-parallel ranks.
     schedule_.layout = make_param_layout(model, zero_, c.shard_size(), options.model_states_only);
     schedule_.allocator = options.allocator;
@@ -96,6 +102,7 @@ class ScheduleBuilder {
     live_.assign(layers, false);
     gather_op_.assign(layers, kNoOp);
     prefetched_until_.assign(layers, -1);
+    secondary_.assign(layers, false);
     grads_touched_.assign(layers, false);
     layer_numel_.assign(layers, 0);
     for (std::size_t t = 0; t < params().tensor_numel.size(); ++t) {
@@ -162,6 +169,8 @@ class ScheduleBuilder {
   // The ranks a state is partitioned over, and every gather and reduce-scatter runs over: all
   // data-parallel ranks, or a shard group under hybrid sharding.
   int dp() const { return schedule_.context.shard_size(); }
+  int hpz() const { return schedule_.context.hpz_group; }
+  bool quantized_weights() const { return schedule_.context.quantized_weights; }
   int owner_of(std::size_t layer) const {
     const int shared = model_.layers[layer].shares_params_of;
     return shared >= 0 ? shared : int(layer);
@@ -196,6 +205,15 @@ class ScheduleBuilder {
     }
     return count;
   }
+  // hpZ: every gathered tensor's secondary partition, over the group's ranks.
+  Bytes secondary_partition_bytes() const {
+    if (hpz() == 0) return 0;
+    Bytes total = 0;
+    for (std::size_t owner = 0; owner < model_.layers.size(); ++owner)
+      total += gathered_elements(int(owner)) / hpz() * param_bytes_;
+    return total;
+  }
+
   Elements owner_partition_elements(int owner) const {
     Elements total = 0;
     for (auto t = params().layer_first_tensor[std::size_t(owner)];
@@ -271,6 +289,10 @@ class ScheduleBuilder {
       }
       if (whole_first) init.push_back({Device::Gpu, Component::ParamsFull, -whole});
       if (transient > 0) init.push_back({Device::Gpu, Component::ParamsFull, -transient});
+      // hpZ: partitioning at initialisation makes every secondary partition too; they last until
+      // the first step's update invalidates them (the steady step makes its own in forward).
+      const Bytes secondary = secondary_partition_bytes();
+      if (secondary > 0) init.push_back({Device::Gpu, Component::ParamsSecondary, secondary});
       for (const auto& effect : schedule_.resident) {
         if (!is_params(effect)) init.push_back(effect);
       }
@@ -279,6 +301,7 @@ class ScheduleBuilder {
         init.push_back({optimizer_device_, Component::Fp32GradCast, fp32_gradient_elements() * 4});
         init.push_back({optimizer_device_, Component::Fp32GradCast, -fp32_gradient_elements() * 4});
       }
+      if (secondary > 0) init.push_back({Device::Gpu, Component::ParamsSecondary, -secondary});
     }
   }
 
@@ -319,8 +342,17 @@ class ScheduleBuilder {
     // that lives until the all-gather ends.
     const Bytes copy_in = fsdp_ && param_device_ == Device::Gpu ? partition * param_bytes_ : 0;
     gathered.add(Device::Gpu, Component::GatheredParams, copy_in);
+    // hpZ: once forward has made the secondary partition, fetches gather it within the group.
+    const bool secondary = hpz() > 0 && secondary_[std::size_t(owner)];
+    const int world = secondary ? hpz() : dp();
+    const Elements sent = full / world;  // this rank's (secondary) partition
+    const Bytes quantized = quantized_weights() ? world * qwz_send_bytes(sent) : 0;
+    // qwZ: the gathered int8 and scales, dequantized into a 16-bit flat tensor, from which the
+    // parameters are copied; both freed once the handle has waited.
+    const Bytes dequantized = quantized > 0 ? quantized + 2 * full : 0;
+    gathered.add(Device::Gpu, Component::GatheredParams, dequantized);
     gathered.add(Device::Gpu, Component::GatheredParams, full * param_bytes_);
-    gathered.add(Device::Gpu, Component::GatheredParams, -copy_in);
+    gathered.add(Device::Gpu, Component::GatheredParams, -copy_in - dequantized);
     if (param_device_ != Device::Gpu) {
       gathered.add(Device::Gpu, Component::OffloadStaging, -partition * param_bytes_);
     }
@@ -328,10 +360,11 @@ class ScheduleBuilder {
                             .stream = Stream::Collective,
                             .phase = phase,
                             .layer = owner,
-                            .group_size = dp(),
+                            .group_size = world,
+                            .group = secondary ? ProcessGroup::Secondary : ProcessGroup::Data,
                             .link = Link::Network,
-                            .bytes = full * param_bytes_,
-                            .wire_element_bytes = std::int32_t(param_bytes_)},
+                            .bytes = quantized > 0 ? quantized : full * param_bytes_,
+                            .wire_element_bytes = quantized > 0 ? 1 : std::int32_t(param_bytes_)},
                          gathered, {copy_op});
     live_[std::size_t(owner)] = true;
     live_elements_ += full;
@@ -342,6 +375,14 @@ class ScheduleBuilder {
   void release(int owner, Phase phase) {
     const Elements full = gathered_elements(owner);
     Effects freed = effects();
+    // hpZ: partitioning a gathered parameter copies this rank's slice of the group's secondary
+    // partition out of it first (partition_parameters.py _partition -> _partition_param_sec),
+    // once per step: the optimizer step's _post_step invalidates every secondary tensor.
+    if (hpz() > 0 && !secondary_[std::size_t(owner)]) {
+      secondary_[std::size_t(owner)] = true;
+      secondary_bytes_ += full / hpz() * param_bytes_;
+      freed.add(Device::Gpu, Component::ParamsSecondary, full / hpz() * param_bytes_);
+    }
     freed.add(Device::Gpu, Component::GatheredParams, -full * param_bytes_);
     emit(Op{.kind = OpKind::Release, .stream = Stream::Compute, .phase = phase, .layer = owner}, freed,
          {});
@@ -818,15 +859,17 @@ class ScheduleBuilder {
     }
     const bool scatter = stage.partitions_optimizer_states() &&
                          (zero_.reduce_scatter || stage.partitions_parameters());
-    const auto reduce = emit(Op{.kind = scatter ? OpKind::ReduceScatter : OpKind::AllReduce,
-                                .stream = Stream::Collective,
-                                .phase = phase,
-                                .bucket = std::int32_t(schedule_.buckets.size()),
-                                .group_size = dp(),
-                                .link = Link::Network,
-                                .bytes = message,
-                                .wire_element_bytes = std::int32_t(grad_bytes_)},
-                             fx, {bucket_producer_});
+    const auto reduce = schedule_.context.quantized_gradients
+                            ? quantized_reduce(fx, phase)
+                            : emit(Op{.kind = scatter ? OpKind::ReduceScatter : OpKind::AllReduce,
+                                      .stream = Stream::Collective,
+                                      .phase = phase,
+                                      .bucket = std::int32_t(schedule_.buckets.size()),
+                                      .group_size = dp(),
+                                      .link = Link::Network,
+                                      .bytes = message,
+                                      .wire_element_bytes = std::int32_t(grad_bytes_)},
+                                   fx, {bucket_producer_});
     last_reduce_ = all_reduce_replicas(reduce, message, phase);
     if (!zero_.overlap() && !boundary_reduce) blocking_reduce_ = last_reduce_;
     if (stage.partitions_optimizer_states() && optimizer_device_ != Device::Gpu) {
@@ -837,6 +880,62 @@ class ScheduleBuilder {
                        effects(), {reduce});
     }
     record_bucket();
+  }
+
+  // ZeRO++ qgZ (stage3.py __avg_scatter_grads -> all_to_all_quant_reduce): the bucket's
+  // quantizable gradients in two all-to-all hops, within the node and then across nodes, the rest
+  // reduce-scattered; one op per hop for the bucket (DeepSpeed issues a data and a scale exchange
+  // per tensor). The bucket's memory effects go with its last op; the largest tensor's int4 and
+  // dequantized buffers with the first.
+  std::uint32_t quantized_reduce(const Effects& fx, Phase phase) {
+    const int world = dp();
+    const int per_node = schedule_.context.data_parallel_ranks_per_node();
+    Bytes node_hop = 0, cross_hop = 0, transient = 0;
+    Elements scattered = 0;
+    for (const auto t : pending_) {
+      const QgzTensor q = qgz_tensor(tensor_spec(t).shape, world, per_node);
+      if (!q.quantized) scattered += params().tensor_partition[std::size_t(t)] * world;
+      node_hop += q.node_hop;
+      cross_hop += q.cross_node_hop;
+      transient = std::max(transient, q.transient);
+    }
+    const bool crosses = node_hop > 0 && world > per_node;
+    std::uint32_t last = bucket_producer_;
+    const auto hop = [&](OpKind kind, ProcessGroup group, int size, Bytes bytes, Bytes wire,
+                         Bytes buffers, bool final) {
+      Effects e = effects();
+      e.add(Device::Gpu, Component::ReduceBucket, buffers);
+      e.add(Device::Gpu, Component::ReduceBucket, -buffers);
+      if (final) {
+        for (const MemEffect& item : fx.items()) e.add(item.device, item.component, item.bytes);
+      }
+      last = emit(Op{.kind = kind,
+                     .stream = Stream::Collective,
+                     .phase = phase,
+                     .bucket = std::int32_t(schedule_.buckets.size()),
+                     .group_size = size,
+                     .group = group,
+                     .link = Link::Network,
+                     .bytes = bytes,
+                     .wire_element_bytes = std::int32_t(wire)},
+                  e, {last});
+    };
+    if (node_hop > 0)
+      hop(OpKind::AllToAll, ProcessGroup::NodeLocal, per_node, node_hop, 1, transient,
+          !crosses && scattered == 0);
+    if (crosses)
+      hop(OpKind::AllToAll, ProcessGroup::CrossNode, world / per_node, cross_hop, 1, 0,
+          scattered == 0);
+    if (scattered > 0 || node_hop == 0)
+      hop(OpKind::ReduceScatter, ProcessGroup::Data, world, scattered * grad_bytes_, grad_bytes_, 0,
+          true);
+    return last;
+  }
+
+  const TensorSpec& tensor_spec(std::int32_t tensor) const {
+    const auto layer = std::size_t(params().tensor_layer[std::size_t(tensor)]);
+    const auto first = params().layer_first_tensor[layer];
+    return model_.layers[layer].params[std::size_t(tensor - first)];
   }
 
   // FSDP's post-backward (foreach_reduce): the previous unit's reduce-scatter input is freed (FSDP2
@@ -960,6 +1059,10 @@ class ScheduleBuilder {
     reduce_scatter_input_bytes_ = 0;
     if (zero_.zero_stage().uses_flat_partition() && !pending_ipg_alloc_)
       fx.add(Device::Gpu, Component::ReduceBucket, -ipg_bytes_);
+    fx.add(Device::Gpu, Component::ParamsSecondary,
+           -secondary_bytes_);  // invalidate_secondary_tensor
+    secondary_bytes_ = 0;
+    std::fill(secondary_.begin(), secondary_.end(), false);
   }
 
   std::uint32_t gpu_optimizer(std::uint32_t before) {
@@ -1178,6 +1281,8 @@ class ScheduleBuilder {
   Elements live_elements_ = 0;
   std::vector<std::uint32_t> gather_op_;
   std::vector<std::int64_t> prefetched_until_;
+  std::vector<bool> secondary_;  // hpZ: the owner's secondary partition exists (this step)
+  Bytes secondary_bytes_ = 0;
   // gradients
   std::vector<bool> grads_touched_;
   Bucket bucket_;

@@ -36,7 +36,11 @@ GroupShape op_group_shape(const Op& op, const ScheduleContext& context) {
           std::max(1, context.data_parallel_ranks_per_node() / context.shard_size());
       return group_shape(op.group_size, per_node);
     }
+    case ProcessGroup::CrossNode:  // one rank on each node (qgZ's second hop)
+      return GroupShape{1, op.group_size};
     case ProcessGroup::Data:
+    case ProcessGroup::Secondary:  // consecutive data-parallel ranks, as DeepSpeed groups them
+    case ProcessGroup::NodeLocal:
       break;
   }
   return group_shape(op.group_size, context.data_parallel_ranks_per_node());
@@ -47,6 +51,12 @@ LinkTraffic collective_traffic(OpKind kind, Bytes message_bytes, GroupShape shap
   if (kind == OpKind::Send)
     return shape.nodes > 1 ? LinkTraffic{0, message_bytes} : LinkTraffic{message_bytes, 0};
   if (kind == OpKind::Recv) return {};
+  if (kind == OpKind::AllToAll) {
+    // Each rank sends 1/N of its message to each of the N-1 others: g-1 of them on its node.
+    const std::int64_t ranks = std::int64_t(shape.ranks_per_node) * shape.nodes;
+    return {scale(message_bytes, shape.ranks_per_node - 1, ranks),
+            scale(message_bytes, ranks - shape.ranks_per_node, ranks)};
+  }
   const std::int64_t g = shape.ranks_per_node;
   const std::int64_t m = shape.nodes;
   const std::int64_t phases = (kind == OpKind::AllReduce || kind == OpKind::OverflowCheck ||
@@ -69,6 +79,12 @@ std::array<CollectiveTotals, kOpKindCount>& totals_of(CommReport& report, Proces
       return report.pipeline;
     case ProcessGroup::Replicate:
       return report.replicate;
+    case ProcessGroup::Secondary:
+      return report.secondary;
+    case ProcessGroup::NodeLocal:
+      return report.node_local;
+    case ProcessGroup::CrossNode:
+      return report.cross_node;
     case ProcessGroup::Data:
       break;
   }

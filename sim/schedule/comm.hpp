@@ -6,7 +6,8 @@
 // sends 2(N-1)/N x S per rank, reduce-scatter, all-gather and broadcast (N-1)/N x S. When the group
 // spans m nodes of g ranks, the hierarchical split is: intra-node g-ring phases carry
 // (g-1)/g x S (x2 for all-reduce) and the inter-node phase carries (m-1)/m x S/g (x2 for
-// all-reduce); the two sum to the flat figure.
+// all-reduce); the two sum to the flat figure. An all-to-all sends S/N to each other rank:
+// (g-1)/N x S within the node, (N-g)/N x S across nodes.
 #include <array>
 #include <cstdint>
 
@@ -58,6 +59,9 @@ struct CommReport {
   std::array<CollectiveTotals, kOpKindCount> pipeline{};
   // Hybrid sharding: the all-reduces over the replicate group (none without it).
   std::array<CollectiveTotals, kOpKindCount> replicate{};
+  // ZeRO++: hpZ's gathers within its secondary group, and qgZ's all-to-all hops within the node
+  // and across nodes (none without them).
+  std::array<CollectiveTotals, kOpKindCount> secondary{}, node_local{}, cross_node{};
   LinkTotals links;                                           // per rank, one step
   const CollectiveTotals& of(OpKind kind) const { return collectives[std::size_t(kind)]; }
 };

@@ -46,6 +46,8 @@ const char* to_string(Component component) {
     case Component::ParamsFull: return "params_full";
     case Component::ParamsPartition: return "params_partition";
     case Component::ParamsPersistent: return "params_persistent";
+    case Component::ParamsSecondary:
+      return "params_secondary";
     case Component::GradsFull: return "grads_full";
     case Component::GradsPartition: return "grads_partition";
     case Component::MasterPartition: return "master_params_partition";
@@ -71,7 +73,9 @@ Category category_of(Component component) {
   switch (component) {
     case Component::ParamsFull:
     case Component::ParamsPartition:
-    case Component::ParamsPersistent: return Category::Params;
+    case Component::ParamsPersistent:
+    case Component::ParamsSecondary:
+      return Category::Params;
     case Component::GradsFull:
     case Component::GradsPartition: return Category::Grads;
     case Component::MasterPartition: return Category::MasterParams;
@@ -101,6 +105,7 @@ Sharing sharing_of(Component component) {
     case Component::OptimizerStatePartition:
     case Component::Fp32GradCast:
     case Component::OptimizerTemporaries:
+    case Component::ParamsSecondary:
       return Sharing::Partitioned;
     case Component::ParamsFull:
     case Component::ParamsPersistent:
@@ -124,6 +129,12 @@ const char* to_string(ProcessGroup group) {
       return "pp";
     case ProcessGroup::Replicate:
       return "replicate";
+    case ProcessGroup::Secondary:
+      return "hpz";
+    case ProcessGroup::NodeLocal:
+      return "node";
+    case ProcessGroup::CrossNode:
+      return "cross_node";
   }
   return "dp";
 }
@@ -181,6 +192,8 @@ const char* to_string(OpKind kind) {
       return "send";
     case OpKind::Recv:
       return "recv";
+    case OpKind::AllToAll:
+      return "all_to_all";
   }
   return "forward";
 }
@@ -197,7 +210,8 @@ const char* to_string(Phase phase) {
 
 bool is_collective(OpKind kind) {
   return kind == OpKind::AllGather || kind == OpKind::ReduceScatter || kind == OpKind::AllReduce ||
-         kind == OpKind::Broadcast || kind == OpKind::OverflowCheck || kind == OpKind::GradNorm;
+         kind == OpKind::Broadcast || kind == OpKind::OverflowCheck || kind == OpKind::GradNorm ||
+         kind == OpKind::AllToAll;
 }
 
 const char* to_string(Link link) {
@@ -320,6 +334,12 @@ std::string Schedule::describe(std::size_t op_index, const Model& model, int ran
       return who + "sends " +
              (op.phase == Phase::Forward ? "activations" : "activation gradients") + " (" +
              megabytes(op.bytes) + ") to pipeline stage " + std::to_string(op.peer_stage) + micro;
+    case OpKind::AllToAll:
+      return who + "exchanges int4 slices of " + collective_subject(*this, op, model) + " with " +
+             std::to_string(op.group_size - 1) +
+             (op.group == ProcessGroup::CrossNode ? " ranks on other nodes"
+                                                  : " ranks of its node") +
+             ": " + megabytes(op.bytes) + micro;
     case OpKind::Recv:
       return who + "receives " +
              (op.phase == Phase::Forward ? "activations" : "activation gradients") + " (" +

@@ -34,28 +34,30 @@ inline constexpr int kCategoryCount = 7;
 
 // Finer names: where every byte goes. Each component belongs to exactly one category.
 enum class Component : std::uint8_t {
-  ParamsFull,             // Params: replicated low-precision parameters (stage 0-2)
-  ParamsPartition,        // Params: this rank's partition (stage 3)
-  ParamsPersistent,       // Params: stage-3 parameters below the persistence threshold, kept whole
-  GradsFull,              // Grads: replicated gradients (stage 0-1)
-  GradsPartition,         // Grads: this rank's reduced gradient partition (stage 2-3, stage 1 after reduce)
-  MasterPartition,        // MasterParams
-  OptimizerStatePartition,// OptimizerStates
-  ActivationsStored,      // Activations: kept for backward
-  ActivationCheckpoints,  // Activations: checkpointed layer inputs
-  ActivationWorking,      // Activations: forward/backward/recompute working sets
-  GatheredParams,         // Buffers: stage-3 parameters gathered from other ranks
-  UnreducedGrads,         // Buffers: per-layer gradients before they enter a reduce bucket
-  ReduceBucket,           // Buffers: gradient reduce buckets
-  Fp32GradCast,           // Buffers: flattened and fp32 gradient copies for the optimizer step
-  OptimizerTemporaries,   // Buffers: tensors the optimizer kernel makes in its step (foreach sqrt)
-  OffloadStaging,         // Buffers: host-device staging for offload
-  NvmeSwapBuffers,        // Buffers: pinned host buffers for NVMe swapping
-  CudaContext,            // Overhead
-  LibraryWorkspace,       // Overhead: cuBLAS / NCCL workspaces
-  Fragmentation,          // Overhead: allocator fragmentation allowance (added to the peak)
+  ParamsFull,        // Params: replicated low-precision parameters (stage 0-2)
+  ParamsPartition,   // Params: this rank's partition (stage 3)
+  ParamsPersistent,  // Params: stage-3 parameters below the persistence threshold, kept whole
+  ParamsSecondary,   // Params: ZeRO++ hpZ's secondary partition (forward to the step's end)
+  GradsFull,         // Grads: replicated gradients (stage 0-1)
+  GradsPartition,    // Grads: this rank's reduced gradient partition (stage 2-3, stage 1 after
+                     // reduce)
+  MasterPartition,   // MasterParams
+  OptimizerStatePartition,  // OptimizerStates
+  ActivationsStored,        // Activations: kept for backward
+  ActivationCheckpoints,    // Activations: checkpointed layer inputs
+  ActivationWorking,        // Activations: forward/backward/recompute working sets
+  GatheredParams,           // Buffers: stage-3 parameters gathered from other ranks
+  UnreducedGrads,           // Buffers: per-layer gradients before they enter a reduce bucket
+  ReduceBucket,             // Buffers: gradient reduce buckets
+  Fp32GradCast,             // Buffers: flattened and fp32 gradient copies for the optimizer step
+  OptimizerTemporaries,  // Buffers: tensors the optimizer kernel makes in its step (foreach sqrt)
+  OffloadStaging,        // Buffers: host-device staging for offload
+  NvmeSwapBuffers,       // Buffers: pinned host buffers for NVMe swapping
+  CudaContext,           // Overhead
+  LibraryWorkspace,      // Overhead: cuBLAS / NCCL workspaces
+  Fragmentation,         // Overhead: allocator fragmentation allowance (added to the peak)
 };
-inline constexpr int kComponentCount = 20;
+inline constexpr int kComponentCount = 21;
 
 // TensorParallel: the TP group's collectives (Megatron issues them on their own communicator; the
 // next layer waits for them).
@@ -79,7 +81,18 @@ inline constexpr int kStreamCount = 8;
 // Pipeline: a point-to-point pair of neighbouring stages (or the first and last stage's embedding
 // group); pipeline stages are outermost, so neighbours are tensor x data parallel ranks apart.
 // Replicate: under hybrid sharding, the ranks holding the same partition (one per shard group).
-enum class ProcessGroup : std::uint8_t { Data, Tensor, Pipeline, Replicate };
+// Secondary: ZeRO++ hpZ's groups of zero_hpz_partition_size consecutive data-parallel ranks.
+// NodeLocal, CrossNode: qgZ's all-to-all hops, among a node's ranks, then among the ranks of the
+// same local index on every node.
+enum class ProcessGroup : std::uint8_t {
+  Data,
+  Tensor,
+  Pipeline,
+  Replicate,
+  Secondary,
+  NodeLocal,
+  CrossNode
+};
 const char* to_string(ProcessGroup group);
 
 enum class OpKind : std::uint8_t {
@@ -101,8 +114,9 @@ enum class OpKind : std::uint8_t {
   LossScaleUpdate,
   Send,  // pipeline: activations (forward) or their gradients (backward) to the neighbouring stage
   Recv,  // pipeline: the matching receive; waits for the neighbour's send
+  AllToAll,  // ZeRO++ qgZ: quantized gradient slices exchanged (each rank sends 1/N to each)
 };
-inline constexpr int kOpKindCount = 18;
+inline constexpr int kOpKindCount = 19;
 
 // What a collective's or copy's bytes travel over.
 enum class Link : std::uint8_t { None, Network, PcieH2D, PcieD2H, NvmeRead, NvmeWrite };
@@ -210,6 +224,9 @@ struct ScheduleContext {
   int virtual_stages = 1;
   int pipeline_stage = 0;  // the stage this schedule is
   int shard_group = 0;     // hybrid sharding: ranks a state is partitioned over (0: dp_size)
+  int hpz_group = 0;       // ZeRO++ hpZ: ranks of a secondary partition group (0: off)
+  bool quantized_weights = false;    // ZeRO++ qwZ
+  bool quantized_gradients = false;  // ZeRO++ qgZ
 
   ZeroStage zero_stage() const { return {stage}; }
   // Ranks of the job on one node (they share its CPU memory and NVMe).

@@ -176,3 +176,34 @@ TEST(CliMessages, PipelineStagesAreListedAndRefusalsNamed) {
   EXPECT_TRUE(contains(executor.output, "--pp: the executor runs data parallelism only"))
       << executor.output;
 }
+
+namespace {
+
+// ZeRO++ (issue 20) through the binary: its collectives listed by group, what is not modelled
+// refused by key, and the executor's refusal named. The backward gathers the hpZ group serves are
+// of layers forward released (a reuse distance of 0 releases every one).
+TEST(CliMessages, ZeroPlusPlusIsListedByGroupAndRefusalsNamed) {
+  const Result plan =
+      run("plan -m gpt2-124m -s 3 -p bf16 --cluster dgx-a100-80gb --gpus 16 --hpz 8 "
+          "--quantized-weights true --quantized-gradients true "
+          "--set zero_optimization.stage3_max_reuse_distance=0");
+  EXPECT_EQ(plan.exit_code, 0) << plan.output;
+  for (const char* row : {"all_gather             hpz 8", "all_to_all            node 8",
+                          "all_to_all      cross-node 2"}) {
+    EXPECT_TRUE(contains(plan.output, row)) << row << "\n" << plan.output;
+  }
+  const Result stage2 = run("plan -m gpt2-124m -s 2 --gpus 16 --hpz 8");
+  EXPECT_EQ(stage2.exit_code, 2) << stage2.output;
+  EXPECT_TRUE(contains(stage2.output, "zero_optimization.zero_hpz_partition_size"))
+      << stage2.output;
+  const Result tensor = run("plan -m gpt2-124m -s 3 --gpus 16 --tp 2 --quantized-weights true");
+  EXPECT_EQ(tensor.exit_code, 2) << tensor.output;
+  EXPECT_TRUE(
+      contains(tensor.output, "zero_optimization.zero_quantized_weights: ZeRO++ with tensor"))
+      << tensor.output;
+  const Result executor = run("run -m gpt2-tiny -s 3 --quantized-gradients true --steps 1");
+  EXPECT_EQ(executor.exit_code, 2) << executor.output;
+  EXPECT_TRUE(contains(executor.output, "--quantized-gradients: the executor")) << executor.output;
+}
+
+}  // namespace

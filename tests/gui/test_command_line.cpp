@@ -79,6 +79,25 @@ TEST(CommandLine, FrameworkAndOptimizerKernelReachThePlan) {
   EXPECT_EQ(temporaries("fused"), 0);
 }
 
+// ZeRO++'s flags reach the plan the GUI draws: its all-to-all hops and the hpZ group's gathers
+// (a reuse distance of 0 releases every layer in forward, so backward gathers from the copies).
+TEST(CommandLine, ZeroPlusPlusFlagsReachThePlan) {
+  const std::string config = temp_file("zeropp_reuse.json", R"({"train_micro_batch_size_per_gpu": 1,
+                               "zero_optimization": {"stage": 3, "stage3_max_reuse_distance": 0}})");
+  const CommandLine line = parse_command_line(
+      args({"--model", "gpt2-124m", "--cluster", "dgx-a100-80gb", "--gpus", "16",
+            "--deepspeed-config", config.c_str(), "--precision", "bf16", "--hpz", "8",
+            "--quantized-weights", "true", "--quantized-gradients", "true", "--view", "traffic"}));
+  const auto planned = plan_settings(line.settings);
+  const ScheduleContext& c = planned->plan.schedule.context;
+  EXPECT_EQ(c.hpz_group, 8);
+  EXPECT_TRUE(c.quantized_weights && c.quantized_gradients);
+  EXPECT_GT(planned->plan.comm.secondary[std::size_t(OpKind::AllGather)].calls, 0);
+  EXPECT_GT(planned->plan.comm.cross_node[std::size_t(OpKind::AllToAll)].calls, 0);
+  expect_refused({{args({"--hpz", "none"}), "--hpz"},
+                  {args({"--quantized-gradients", "maybe"}), "--quantized-gradients"}});
+}
+
 TEST(CommandLine, TheWalkthroughFlagIsTheSharedWalkthrough) {
   const CommandLine line = parse_command_line(args({"--walkthrough"}));
   const auto planned = plan_settings(line.settings);
