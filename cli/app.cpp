@@ -13,6 +13,28 @@
 #include "sim/core/error.hpp"
 
 namespace zerolens::cli {
+namespace {
+
+// An unknown flag named in the order it was typed, with the closest flag of its command (CLI11
+// says "The following arguments were not expected: 4 --micro-batch-size", values first).
+std::string unknown_flag_message(const CLI::App& app) {
+  for (const CLI::App* command : app.get_subcommands()) {
+    for (const std::string& extra : command->remaining()) {
+      if (extra.rfind("-", 0) != 0) continue;
+      const std::string flag = extra.substr(0, extra.find('='));
+      std::vector<std::string> flags;
+      for (const CLI::Option* option : command->get_options()) {
+        for (const std::string& name : option->get_lnames()) flags.push_back("--" + name);
+      }
+      const std::string hint = closest_name(flag, flags);
+      return flag + ": not a flag of `zerolens " + command->get_name() + "`" +
+             (hint.empty() ? "" : " (did you mean '" + hint + "'?)");
+    }
+  }
+  return {};
+}
+
+}  // namespace
 
 int run(int argc, char** argv) {
   CLI::App app{"zerolens: plan, simulate, run and visualise ZeRO data-parallel training.\n"
@@ -31,6 +53,11 @@ int run(int argc, char** argv) {
   register_calibrate_command(app, registry);
   try {
     app.parse(argc, argv);
+  } catch (const CLI::ExtrasError& error) {
+    const std::string message = unknown_flag_message(app);
+    if (message.empty()) return app.exit(error) == 0 ? kExitOk : kExitInvalidInput;
+    std::cerr << "error: " << message << "\nRun with --help for more information.\n";
+    return kExitInvalidInput;
   } catch (const CLI::ParseError& error) {
     const int code = app.exit(error);
     return code == 0 ? kExitOk : kExitInvalidInput;

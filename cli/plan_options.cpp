@@ -48,7 +48,9 @@ CLI::Option* add_named(CLI::App& app, const std::string& flags, const std::strin
   const auto read = [&target, parse, where](const std::string& text) {
     target = parse(text, where);
   };
-  return app.add_option_function<std::string>(flags, read, help)->check(CLI::IsMember(names));
+  return app.add_option_function<std::string>(flags, read, help)
+      ->transform(canonical_names(names))
+      ->check(CLI::IsMember(names));
 }
 
 ScheduleOptions load_accounting(const PlanOptions& o) {

@@ -123,7 +123,10 @@ ResolvedBatch resolve_batch(const BatchConfig& batch, int dp_size) {
   } else if (train) {
     r = {*train, *train / dp, 1};
   } else {
-    throw InputError("train_batch_size", "either train_batch_size or train_micro_batch_size_per_gpu must be given");
+    throw InputError("train_batch_size",
+                     "either train_batch_size or train_micro_batch_size_per_gpu must be given as a "
+                     "number (\"auto\" is the Hugging Face Trainer's to fill in from its own "
+                     "arguments): pass --micro-batch N, and --grad-accum N if it is not 1");
   }
   if (r.micro_batch_per_gpu < 1 || r.gradient_accumulation_steps < 1 ||
       r.train_batch_size != r.micro_batch_per_gpu * r.gradient_accumulation_steps * dp) {

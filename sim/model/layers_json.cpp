@@ -129,25 +129,29 @@ Layer read_layer(const json& object, const std::string& where, const std::map<st
 // The transformer shape a layer list was built from (written by zerolens with the layers): tensor
 // and pipeline parallelism rebuild the model from it (a rank's shard, a stage's blocks).
 json shape_to_json(const TransformerShape& s) {
-  return {{"family", s.family},
-          {"layers", s.layers},
-          {"hidden", s.hidden},
-          {"heads", s.heads},
-          {"kv_heads", s.kv_heads},
-          {"head_dim", s.head_dim},
-          {"ffn_hidden", s.ffn_hidden},
-          {"vocab", s.vocab},
-          {"max_positions", s.max_positions},
-          {"learned_positions", s.learned_positions},
-          {"tied_embeddings", s.tied_embeddings},
-          {"qkv_bias", s.qkv_bias},
-          {"out_proj_bias", s.out_proj_bias},
-          {"mlp_bias", s.mlp_bias},
-          {"norm", s.norm == NormKind::LayerNorm ? "layernorm" : "rmsnorm"},
-          {"mlp", s.mlp == MlpKind::Gelu ? "gelu" : "swiglu"},
-          {"dropout", s.dropout},
-          {"attention", to_string(s.attention)},
-          {"extra_params", s.extra_params}};
+  json shape = {{"family", s.family},
+                {"layers", s.layers},
+                {"hidden", s.hidden},
+                {"heads", s.heads},
+                {"kv_heads", s.kv_heads},
+                {"head_dim", s.head_dim},
+                {"ffn_hidden", s.ffn_hidden},
+                {"vocab", s.vocab},
+                {"max_positions", s.max_positions},
+                {"learned_positions", s.learned_positions},
+                {"tied_embeddings", s.tied_embeddings},
+                {"qkv_bias", s.qkv_bias},
+                {"out_proj_bias", s.out_proj_bias},
+                {"mlp_bias", s.mlp_bias},
+                {"norm", s.norm == NormKind::LayerNorm ? "layernorm" : "rmsnorm"},
+                {"mlp", s.mlp == MlpKind::Gelu ? "gelu" : "swiglu"},
+                {"dropout", s.dropout},
+                {"attention", to_string(s.attention)},
+                {"extra_params", s.extra_params}};
+  // Written when set, so files written before them still read.
+  if (s.qk_norm) shape["qk_norm"] = true;
+  if (s.sandwich_norms) shape["sandwich_norms"] = true;
+  return shape;
 }
 
 std::string one_of(const json& object, const std::string& key, const std::string& where,
@@ -199,6 +203,8 @@ TransformerShape shape_from_json(const json& object, const std::string& where) {
   s.dropout = as_double(object.at("dropout"), join_key(where, "dropout"), 0, 0.999);
   s.attention = parse_attention_impl(one_of(object, "attention", where, {"eager", "flash"}));
   s.extra_params = integer("extra_params", 0, std::int64_t(1) << 40);
+  if (object.contains("qk_norm")) s.qk_norm = flag("qk_norm");
+  if (object.contains("sandwich_norms")) s.sandwich_norms = flag("sandwich_norms");
   s.validate(where);
   return s;
 }

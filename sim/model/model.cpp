@@ -189,8 +189,11 @@ ActivationTerms block_activations(const TransformerShape& s, const Split& split)
   // SwiGLU, gate output, SiLU output, up output and down-projection input (4f). The four inputs
   // of h are the residual stream, whole on every TP rank (split along the sequence with SP); the
   // rest lives inside the parallel regions, split over the heads or the MLP width.
-  const double stream = h + h + h + h;
-  const double inside = (q + hkv) + hkv + q + (s.mlp == MlpKind::Gelu ? 2 * f : 4 * f);
+  // Sandwich norms keep their inputs too (the attention and MLP outputs, h each); a QK norm the
+  // projected queries and keys it normalises (q + hkv).
+  const double stream = h + h + h + h + (s.sandwich_norms ? 2 * h : 0);
+  const double inside =
+      (q + hkv) + hkv + q + (s.mlp == MlpKind::Gelu ? 2 * f : 4 * f) + (s.qk_norm ? q + hkv : 0);
   terms.elements = split.sequence(stream) + inside / t;
   if (dropout) terms.mask_bytes = split.sequence(h + h);  // attention- and MLP-output dropout masks
   if (s.attention == AttentionImpl::Eager) {
@@ -254,7 +257,12 @@ Layer block_layer(const TransformerShape& s, int index, const Split& split) {
   add_linear(layer.params, prefix + ".attn.q_proj", h, q, s.qkv_bias, Column, split);
   add_linear(layer.params, prefix + ".attn.k_proj", h, kv, s.qkv_bias, Column, split);
   add_linear(layer.params, prefix + ".attn.v_proj", h, kv, s.qkv_bias, Column, split);
+  if (s.qk_norm) {  // per head: whatever the heads a TP rank holds, the same weights
+    layer.params.push_back({prefix + ".attn.q_norm.weight", dims({s.effective_head_dim()})});
+    layer.params.push_back({prefix + ".attn.k_norm.weight", dims({s.effective_head_dim()})});
+  }
   add_linear(layer.params, prefix + ".attn.o_proj", q, h, s.out_proj_bias, Row, split);
+  if (s.sandwich_norms) add_norm(layer.params, prefix + ".attn.post_norm", s, split);
   add_norm(layer.params, prefix + ".ln_2", s, split);
   if (s.mlp == MlpKind::Gelu) {
     add_linear(layer.params, prefix + ".mlp.fc_in", h, s.ffn_hidden, s.mlp_bias, Column, split);
@@ -264,6 +272,7 @@ Layer block_layer(const TransformerShape& s, int index, const Split& split) {
     add_linear(layer.params, prefix + ".mlp.up_proj", h, s.ffn_hidden, s.mlp_bias, Column, split);
     add_linear(layer.params, prefix + ".mlp.down_proj", s.ffn_hidden, h, s.mlp_bias, Row, split);
   }
+  if (s.sandwich_norms) add_norm(layer.params, prefix + ".mlp.post_norm", s, split);
   layer.activations = block_activations(s, split);
   layer.matmul_flops_per_token = 2 * block_matmul_weights(s) / split.t;
   layer.attention_flops_per_token_position = 4 * double(q) / split.t;

@@ -127,6 +127,11 @@ struct TransformerShape {
   bool out_proj_bias = true;
   bool mlp_bias = true;
   NormKind norm = NormKind::LayerNorm;  // LayerNorm has weight+bias, RMSNorm weight only
+  // Qwen3, Gemma 3: an RMSNorm over each head's queries and keys (a head_dim weight each).
+  bool qk_norm = false;
+  // Gemma 2 and 3: the attention and MLP outputs normed again before the residual add (four
+  // norms a block: input, post-attention, pre-feedforward, post-feedforward).
+  bool sandwich_norms = false;
   MlpKind mlp = MlpKind::Gelu;
   double dropout = 0.1;
   AttentionImpl attention = AttentionImpl::Eager;

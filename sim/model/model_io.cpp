@@ -1,5 +1,6 @@
 #include "sim/model/model_io.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 
@@ -79,6 +80,47 @@ TransformerShape llama_from_hf(const json& c, const std::string& where, const st
   return s;
 }
 
+// The decoder families built like LLaMA (RMSNorm, gated MLP, rotary positions), with what each
+// changes, from its Hugging Face modeling file: Qwen2 biases q/k/v (modeling_qwen2.py: bias=True,
+// with no config key), Qwen3 norms q and k per head, Gemma ties the embeddings and defaults to
+// 256-wide heads (GemmaConfig), Gemma 2 adds the post-attention and post-feedforward norms, Gemma 3
+// both. Phi-3 fuses qkv_proj and gate_up_proj: the same parameters as separate projections.
+const std::vector<std::string>& llama_like_families() {
+  static const std::vector<std::string> families = {"llama", "mistral", "qwen2",       "qwen3",
+                                                    "gemma", "gemma2",  "gemma3_text", "phi3"};
+  return families;
+}
+
+TransformerShape llama_like_from_hf(const json& c, const std::string& where,
+                                    const std::string& type, Diagnostics& diagnostics) {
+  const bool gemma = type.rfind("gemma", 0) == 0;
+  TransformerShape s = llama_from_hf(c, where, type);
+  if (type == "qwen2" && !member(c, "qkv_bias") && !member(c, "attention_bias")) s.qkv_bias = true;
+  if (gemma) {
+    s.tied_embeddings = optional_bool(c, "tie_word_embeddings", where, true);
+    s.head_dim = optional_int(c, "head_dim", where, 256);
+  }
+  if (type == "qwen3" && !member(c, "head_dim")) s.head_dim = 128;  // Qwen3Config's default
+  s.qk_norm = type == "qwen3" || type == "gemma3_text";
+  s.sandwich_norms = type == "gemma2" || type == "gemma3_text";
+  for (const char* key : {"final_logit_softcapping", "attn_logit_softcapping"}) {
+    const json* cap = member(c, key);
+    if (cap && !cap->is_null()) {
+      diagnostics.warn(join_key(where, key),
+                       "ignored: the soft-capped logits' extra activations are not modelled");
+    }
+  }
+  const json* window = member(c, "sliding_window");
+  const json* use_window = member(c, "use_sliding_window");
+  const bool windowed = window && !window->is_null() &&
+                        !(use_window && use_window->is_boolean() && !use_window->get<bool>());
+  if (windowed) {
+    diagnostics.warn(join_key(where, "sliding_window"),
+                     "ignored: attention memory assumes full causal attention");
+  }
+  return s;
+}
+
 // Shape errors are reported under the config's own key names.
 void validate_with_hf_keys(const TransformerShape& shape, const std::string& where, bool gpt2) {
   static const std::map<std::string, std::pair<const char*, const char*>> names = {
@@ -107,22 +149,32 @@ Model model_from_hf_config(const json& config, Diagnostics& diagnostics, const s
   const std::string where = name;
   as_object(config, where);
   const json* type_value = member(config, "model_type");
-  if (!type_value) throw InputError(join_key(where, "model_type"), "missing; expected gpt2, llama or mistral");
+  std::string supported = "gpt2";
+  for (const std::string& family : llama_like_families()) supported += ", " + family;
+  if (!type_value)
+    throw InputError(join_key(where, "model_type"), "missing; expected one of: " + supported);
   const std::string type = as_string(*type_value, join_key(where, "model_type"));
+  const auto& families = llama_like_families();
   TransformerShape shape;
   if (type == "gpt2") {
     shape = gpt2_from_hf(config, where);
-  } else if (type == "llama" || type == "mistral") {
-    shape = llama_from_hf(config, where, type);
-    if (member(config, "sliding_window")) {
-      diagnostics.warn(join_key(where, "sliding_window"), "ignored: attention memory assumes full causal attention");
-    }
+  } else if (std::find(families.begin(), families.end(), type) != families.end()) {
+    shape = llama_like_from_hf(config, where, type, diagnostics);
   } else {
-    throw InputError(join_key(where, "model_type"), "unsupported model type '" + type + "'; supported: gpt2, llama, mistral");
+    throw InputError(join_key(where, "model_type"),
+                     "unsupported model type '" + type + "'; supported: " + supported);
   }
   validate_with_hf_keys(shape, where, type == "gpt2");
-  std::string model_name = std::filesystem::path(name).parent_path().filename().string();
-  if (model_name.empty()) model_name = std::filesystem::path(name).stem().string();
+  // Named as its repository is: _name_or_path when the config has one, else the directory of a
+  // config.json, else the file (somedir/mistral.json is "mistral").
+  const std::filesystem::path path(name);
+  std::string model_name = path.filename() == "config.json" ? path.parent_path().filename().string()
+                                                            : path.stem().string();
+  if (const json* own = member(config, "_name_or_path");
+      own && own->is_string() && !own->get<std::string>().empty()) {
+    model_name = std::filesystem::path(own->get<std::string>()).filename().string();
+  }
+  if (model_name.empty()) model_name = path.stem().string();
   Model model = build_transformer(model_name.empty() ? type : model_name, shape);
   model.source = "hf-config";
   return model;

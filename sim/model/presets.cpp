@@ -1,4 +1,5 @@
 // Model presets and the synthetic dense:N model.
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -64,6 +65,28 @@ const std::map<std::string, TransformerShape>& presets() {
     for (auto& [name, shape] : t) {
       if (shape.family == "llama") shape.family = name.rfind("llama3", 0) == 0 ? "llama3" : "llama2";
     }
+    // The families of issue 21, shaped as their config.json files read (tests/data/hf):
+    // Mistral-7B-v0.1, Qwen2-7B, Qwen3-8B, Gemma-7B, Gemma-2-2B, Phi-3-mini-4k.
+    t["mistral-7b"] = llama_shape(32, 4096, 32, 8, 14336, 32000, 32768);
+    t["mistral-7b"].family = "mistral";
+    t["qwen2-7b"] = llama_shape(28, 3584, 28, 4, 18944, 152064, 32768);
+    t["qwen2-7b"].family = "qwen2";
+    t["qwen2-7b"].qkv_bias = true;
+    t["qwen3-8b"] = llama_shape(36, 4096, 32, 8, 12288, 151936, 40960);
+    t["qwen3-8b"].family = "qwen3";
+    t["qwen3-8b"].head_dim = 128;
+    t["qwen3-8b"].qk_norm = true;
+    for (const char* name : {"gemma-7b", "gemma2-2b"}) {
+      const bool second = std::string(name) == "gemma2-2b";
+      t[name] = second ? llama_shape(26, 2304, 8, 4, 9216, 256000, 8192)
+                       : llama_shape(28, 3072, 16, 16, 24576, 256000, 8192);
+      t[name].family = second ? "gemma2" : "gemma";
+      t[name].head_dim = 256;
+      t[name].tied_embeddings = true;
+      t[name].sandwich_norms = second;
+    }
+    t["phi3-mini"] = llama_shape(32, 3072, 32, 32, 8192, 32064, 4096);
+    t["phi3-mini"].family = "phi3";
     return t;
   }();
   return table;
@@ -117,18 +140,74 @@ std::vector<std::string> model_preset_names() {
   return names;
 }
 
+// The names people type for the presets' models: Hugging Face ids (base and chat/instruct
+// checkpoints share the shape) and GPT-2's short names. Lower case: names match in any case.
+const std::map<std::string, std::string>& preset_aliases() {
+  static const std::map<std::string, std::string> aliases = {
+      {"gpt2", "gpt2-124m"},
+      {"gpt2-medium", "gpt2-355m"},
+      {"gpt2-large", "gpt2-774m"},
+      {"gpt2-xl", "gpt2-1.5b"},
+      {"openai-community/gpt2", "gpt2-124m"},
+      {"openai-community/gpt2-medium", "gpt2-355m"},
+      {"openai-community/gpt2-large", "gpt2-774m"},
+      {"openai-community/gpt2-xl", "gpt2-1.5b"},
+      {"meta-llama/llama-2-7b-hf", "llama2-7b"},
+      {"meta-llama/llama-2-7b-chat-hf", "llama2-7b"},
+      {"meta-llama/llama-2-13b-hf", "llama2-13b"},
+      {"meta-llama/llama-2-13b-chat-hf", "llama2-13b"},
+      {"meta-llama/llama-2-70b-hf", "llama2-70b"},
+      {"meta-llama/llama-2-70b-chat-hf", "llama2-70b"},
+      {"meta-llama/meta-llama-3-8b", "llama3-8b"},
+      {"meta-llama/meta-llama-3-8b-instruct", "llama3-8b"},
+      {"meta-llama/meta-llama-3-70b", "llama3-70b"},
+      {"meta-llama/meta-llama-3-70b-instruct", "llama3-70b"},
+      {"mistralai/mistral-7b-v0.1", "mistral-7b"},
+      {"mistralai/mistral-7b-instruct-v0.1", "mistral-7b"},
+      {"qwen/qwen2-7b", "qwen2-7b"},
+      {"qwen/qwen2-7b-instruct", "qwen2-7b"},
+      {"qwen/qwen3-8b", "qwen3-8b"},
+      {"google/gemma-7b", "gemma-7b"},
+      {"google/gemma-7b-it", "gemma-7b"},
+      {"google/gemma-2-2b", "gemma2-2b"},
+      {"google/gemma-2-2b-it", "gemma2-2b"},
+      {"microsoft/phi-3-mini-4k-instruct", "phi3-mini"},
+  };
+  return aliases;
+}
+
+std::string lower_case(std::string text) {
+  for (char& c : text) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return text;
+}
+
+[[noreturn]] void unknown_preset(const std::string& name) {
+  std::vector<std::string> known = model_preset_names();
+  for (const auto& [alias, preset] : preset_aliases()) known.push_back(alias);
+  const std::string hint = closest_name(lower_case(name), known);
+  const std::string hub =
+      name.find('/') != std::string::npos
+          ? "; for a Hugging Face model zerolens has no preset of, download its config.json and "
+            "pass --hf-config FILE (zerolens does not reach the network)"
+          : "";
+  throw InputError("--model",
+                   "unknown model '" + name + "'" +
+                       (hint.empty() ? "" : " (did you mean '" + hint + "'?)") +
+                       "; presets: gpt2-124m, gpt2-355m, gpt2-774m, gpt2-1.5b, gpt3-175b, "
+                       "llama2-7b, llama2-13b, llama2-70b, llama3-8b, llama3-70b, "
+                       "mistral-7b, qwen2-7b, qwen3-8b, gemma-7b, gemma2-2b, phi3-mini, "
+                       "gpt2-tiny, dense:<N>, or a Hugging Face id of one of them" +
+                       hub);
+}
+
 Model model_from_preset(const std::string& name) {
   if (name.rfind("dense:", 0) == 0) return model_from_dense(parse_dense_count(name.substr(6)));
-  const auto it = presets().find(name);
-  if (it == presets().end()) {
-    const std::string hint = closest_name(name, model_preset_names());
-    throw InputError("--model", "unknown model preset '" + name + "'" +
-                                    (hint.empty() ? "" : " (did you mean '" + hint + "'?)") +
-                                    "; presets: gpt2-124m, gpt2-355m, gpt2-774m, gpt2-1.5b, gpt3-175b, "
-                                    "llama2-7b, llama2-13b, llama2-70b, llama3-8b, llama3-70b, "
-                                    "gpt2-tiny, dense:<N>");
-  }
-  Model model = build_transformer(name, it->second);
+  std::string key = lower_case(name);
+  if (const auto alias = preset_aliases().find(key); alias != preset_aliases().end())
+    key = alias->second;
+  const auto it = presets().find(key);
+  if (it == presets().end()) unknown_preset(name);
+  Model model = build_transformer(key, it->second);
   model.source = "preset";
   return model;
 }

@@ -79,7 +79,7 @@ TEST(Cli, InvalidInputNamesTheKeyAndExitsWithTwo) {
   expect_invalid("plan --reduce-bucket-size -5", "zero_optimization.reduce_bucket_size");
   expect_invalid("plan --set zero_optimization.reduce_bucket_size=lots", "zero_optimization.reduce_bucket_size");
   expect_invalid("plan --set nonsense", "--set");
-  expect_invalid("plan --model gpt2-1.5B", "did you mean 'gpt2-1.5b'");
+  expect_invalid("plan --model gpt2-1.6b", "did you mean 'gpt2-1.5b'");
   expect_invalid("plan --cluster dgx-a100", "did you mean");
   expect_invalid("plan --stage 5", "--stage");
   expect_invalid("plan --offload-optimizer disk", "--offload-optimizer");

@@ -207,3 +207,37 @@ TEST(CliMessages, ZeroPlusPlusIsListedByGroupAndRefusalsNamed) {
 }
 
 }  // namespace
+
+namespace {
+
+// Issue 21's newcomer findings through the binary: the names people type are taken, a mistyped
+// flag is named in the order typed with the closest flag, "auto" batch sizes say what to pass.
+TEST(CliMessages, TheNamesANewcomerTypes) {
+  const Result names =
+      run("plan --model gpt2 --offload-optimizer CPU --stage 2 --precision bfloat16");
+  EXPECT_EQ(names.exit_code, 0) << names.output;
+  EXPECT_TRUE(contains(names.output, "gpt2-124m")) << names.output;
+  EXPECT_TRUE(contains(names.output, "ZeRO-2, optimizer offload cpu, bf16")) << names.output;
+  const Result hub = run("plan --model meta-llama/Llama-2-7b-hf");
+  EXPECT_EQ(hub.exit_code, 0) << hub.output;
+  EXPECT_TRUE(contains(hub.output, "llama2-7b (6.74B parameters)")) << hub.output;
+  const Result flag = run("plan --micro-batch-size 4");
+  EXPECT_EQ(flag.exit_code, 2) << flag.output;
+  EXPECT_TRUE(
+      contains(flag.output,
+               "--micro-batch-size: not a flag of `zerolens plan` (did you mean '--micro-batch'?)"))
+      << flag.output;
+  const std::string config = ::testing::TempDir() + "/zerolens_auto_batch.json";
+  std::FILE* file = std::fopen(config.c_str(), "w");
+  ASSERT_NE(file, nullptr);
+  std::fputs(R"({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+                 "zero_optimization": {"stage": 3}})",
+             file);
+  std::fclose(file);
+  const Result automatic = run("plan -c " + quote(config));
+  EXPECT_EQ(automatic.exit_code, 2) << automatic.output;
+  EXPECT_TRUE(contains(automatic.output, "pass --micro-batch N")) << automatic.output;
+  EXPECT_EQ(run("plan -c " + quote(config) + " --micro-batch 4").exit_code, 0);
+}
+
+}  // namespace

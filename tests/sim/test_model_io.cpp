@@ -39,6 +39,133 @@ TEST(HfConfig, PublishedParameterCounts) {
   }
 }
 
+// Qwen2, Qwen3, Gemma, Gemma 2 and Phi-3 (issue 21), from their config.json files, against the
+// totals their model pages give (7.62B, 8.19B, 8.54B, 2.61B, 3.82B), worked by hand per block
+// from the modeling files' projections (h hidden, q heads x head_dim, k kv heads x head_dim, f
+// the MLP width, v the vocabulary):
+//   Qwen2-7B   28 x (h(q + 2k) + (q + 2k) biases + qh + 3hf + 2h) + 2vh + h, untied
+//   Qwen3-8B   36 x (h(q + 2k) + qh + 2 x 128 q/k norms + 3hf + 2h) + 2vh + h, untied
+//   Gemma-7B   28 x (h(q + 2k) + qh + 3hf + 2h) + vh + h, tied
+//   Gemma2-2B  26 x (h(q + 2k) + qh + 3hf + 4h) + vh + h, tied, four norms a block
+//   Phi-3-mini 32 x (h(q + 2k) + qh + 3hf + 2h) + 2vh + h (fused qkv and gate_up, same counts)
+TEST(HfConfig, QwenGemmaPhiPublishedParameterCounts) {
+  const auto block = [](Elements h, Elements q, Elements k, Elements f, Elements extra) {
+    return h * (q + 2 * k) + q * h + 3 * h * f + extra;
+  };
+  const std::pair<const char*, Elements> published[] = {
+      {"hf/Qwen2-7B-Instruct.json",
+       28 * block(3584, 3584, 512, 18944, 3584 + 2 * 512 + 2 * 3584) + 2 * 152064 * 3584 + 3584},
+      {"hf/Qwen3-8B.json",
+       36 * block(4096, 4096, 1024, 12288, 2 * 128 + 2 * 4096) + 2 * 151936 * 4096 + 4096},
+      {"hf/gemma-7b.json", 28 * block(3072, 4096, 4096, 24576, 2 * 3072) + 256000 * 3072 + 3072},
+      {"hf/gemma-2-2b.json", 26 * block(2304, 2048, 1024, 9216, 4 * 2304) + 256000 * 2304 + 2304},
+      {"hf/Phi-3-mini-4k-instruct.json",
+       32 * block(3072, 3072, 3072, 8192, 2 * 3072) + 2 * 32064 * 3072 + 3072},
+  };
+  const double pages[] = {7.62e9, 8.19e9, 8.54e9, 2.61e9, 3.82e9};
+  for (std::size_t i = 0; i < std::size(published); ++i) {
+    const auto& [file, count] = published[i];
+    Diagnostics diagnostics;
+    const Elements loaded = load_model(data(file), diagnostics).parameter_count();
+    EXPECT_EQ(loaded, count) << file;
+    EXPECT_NEAR(double(loaded), pages[i], 0.005e9) << file;
+  }
+  EXPECT_EQ(7'615'616'512, published[0].second);  // Qwen2-7B's safetensors total
+}
+
+// What each family changes in a block: Qwen2 biases q, k and v but not o; Qwen3 norms each head's
+// queries and keys, which keeps their projections for backward; Gemma 2's extra norms keep the
+// attention and MLP outputs. Sliding windows and soft-capped logits are named as ignored.
+TEST(HfConfig, FamilyBlocksAndWarnings) {
+  const auto names = [](const Layer& layer) {
+    std::string all;
+    for (const TensorSpec& tensor : layer.params) all += tensor.name + " ";
+    return all;
+  };
+  Diagnostics qwen2_notes;
+  const Model qwen2 = model_from_hf_config(read("hf/Qwen2-7B-Instruct.json"), qwen2_notes, "qwen2");
+  EXPECT_NE(names(qwen2.layers[1]).find("q_proj.bias"), std::string::npos);
+  EXPECT_EQ(names(qwen2.layers[1]).find("o_proj.bias"), std::string::npos);
+  EXPECT_TRUE(qwen2_notes.warnings.empty());  // use_sliding_window false
+
+  json config = read("hf/Qwen3-8B.json");
+  const Model qwen3 = from_hf(config);
+  config["model_type"] = "llama";
+  const Model llama = from_hf(config);
+  EXPECT_EQ(qwen3.layers[1].numel() - llama.layers[1].numel(), 2 * 128);
+  const Elements q = 32 * 128, k = 8 * 128;
+  EXPECT_EQ(qwen3.layers[1].activation_bytes(1, 16, 2).stored -
+                llama.layers[1].activation_bytes(1, 16, 2).stored,
+            16 * (q + k) * 2);
+
+  Diagnostics gemma_notes;
+  json gemma2 = read("hf/gemma-2-2b.json");
+  const Model sandwich = model_from_hf_config(gemma2, gemma_notes, "gemma2");
+  EXPECT_EQ(gemma_notes.warnings.size(), 3u);  // two soft caps and the sliding window
+  gemma2["model_type"] = "gemma";
+  const Model plain = from_hf(gemma2);
+  EXPECT_EQ(sandwich.layers[1].numel() - plain.layers[1].numel(), 2 * 2304);
+  EXPECT_EQ(sandwich.layers[1].activation_bytes(1, 16, 2).stored -
+                plain.layers[1].activation_bytes(1, 16, 2).stored,
+            16 * 2 * 2304 * 2);
+  EXPECT_EQ(sandwich.layers.back().shares_params_of, 0);  // Gemma ties by default
+
+  // A written model keeps the QK and sandwich norms in its shape: a TP shard rebuilt from it has
+  // them, and a file written before them (no key) still reads.
+  for (const Model* model : {&qwen3, &sandwich}) {
+    Diagnostics copy_notes;
+    json written = model_to_json(*model);
+    const Model copy = model_from_layers_json(written, copy_notes, "copy");
+    ASSERT_TRUE(copy.shape.has_value());
+    EXPECT_EQ(copy.shape->qk_norm, model->shape->qk_norm);
+    EXPECT_EQ(copy.shape->sandwich_norms, model->shape->sandwich_norms);
+    EXPECT_EQ(build_transformer("again", *copy.shape).parameter_count(), model->parameter_count());
+  }
+  json older = model_to_json(llama);
+  ASSERT_FALSE(older["transformer"].contains("qk_norm"));
+  Diagnostics older_notes;
+  EXPECT_FALSE(model_from_layers_json(older, older_notes, "older").shape->qk_norm);
+}
+
+// The new presets are their config.json files, layer by layer; the names people type (Hugging
+// Face ids, GPT-2's short names, any case) reach them, and an unknown hub id says what to do.
+TEST(HfConfig, FamilyPresetsAndTheNamesPeopleType) {
+  const std::pair<const char*, const char*> pairs[] = {
+      {"mistral-7b", "hf/Mistral-7B-v0.1.json"}, {"qwen2-7b", "hf/Qwen2-7B-Instruct.json"},
+      {"qwen3-8b", "hf/Qwen3-8B.json"},          {"gemma-7b", "hf/gemma-7b.json"},
+      {"gemma2-2b", "hf/gemma-2-2b.json"},       {"phi3-mini", "hf/Phi-3-mini-4k-instruct.json"}};
+  for (const auto& [preset_name, file] : pairs) {
+    const Model preset = model_from_preset(preset_name);
+    const Model hf = from_hf(read(file));
+    ASSERT_EQ(preset.layers.size(), hf.layers.size()) << preset_name;
+    for (std::size_t i = 0; i < hf.layers.size(); ++i) {
+      EXPECT_EQ(preset.layers[i].numel(), hf.layers[i].numel()) << preset_name << " " << i;
+      EXPECT_EQ(preset.layers[i].activation_bytes(1, 64, 2).stored,
+                hf.layers[i].activation_bytes(1, 64, 2).stored)
+          << preset_name << " " << i;
+    }
+    EXPECT_EQ(preset.default_seq_len, hf.default_seq_len) << preset_name;
+  }
+  EXPECT_EQ(model_from_preset("gpt2").name, "gpt2-124m");
+  EXPECT_EQ(model_from_preset("GPT2-XL").name, "gpt2-1.5b");
+  EXPECT_EQ(model_from_preset("meta-llama/Llama-2-7b-hf").name, "llama2-7b");
+  EXPECT_EQ(model_from_preset("Qwen/Qwen2-7B-Instruct").name, "qwen2-7b");
+  try {
+    model_from_preset("Qwen/Qwen2-72B");
+    ADD_FAILURE() << "an unknown hub id was planned";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("--hf-config"), std::string::npos) << error.what();
+  }
+  try {
+    model_from_preset("meta-llama/Llama-2-7b");
+    ADD_FAILURE() << "a mistyped hub id was planned";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("did you mean 'meta-llama/llama-2-7b-hf'"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
 TEST(HfConfig, SameShapeAsThePreset) {
   const Model hf = from_hf(read("hf/Llama-2-7b-hf.json"));
   const Model preset = model_from_preset("llama2-7b");

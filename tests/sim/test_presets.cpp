@@ -37,8 +37,9 @@ TEST(ModelPresets, EveryListedPresetBuilds) {
 }
 
 TEST(ModelPresets, UnknownPresetSuggestsTheClosestName) {
+  EXPECT_EQ(model_from_preset("gpt2-1.5B").name, "gpt2-1.5b");  // names match in any case
   try {
-    model_from_preset("gpt2-1.5B");
+    model_from_preset("gpt2-1.6b");
     FAIL();
   } catch (const InputError& error) {
     EXPECT_NE(std::string(error.what()).find("did you mean 'gpt2-1.5b'"), std::string::npos) << error.what();
