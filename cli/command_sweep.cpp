@@ -139,8 +139,8 @@ void print_header(std::ostream& out, const SweepReport& report, const PlanReques
 }
 
 void print_sweep(std::ostream& out, const SweepReport& report, const SweepCommand& c, SizeUnit unit) {
-  Table table({"#", "stage", "opt", "param", "micro", "accum", "ckpt", "step ms", "tokens/s", "TFLOP/s/GPU",
-               "MFU %", "GPU peak", "CPU/node", "NVMe/node", "exposed ms"});
+  Table table({"#", "stage", "opt", "param", "micro", "accum", "ckpt", "step ms", "tokens/s",
+               "TFLOP/s/GPU", "MFU %", "GPU peak", "CPU/node", "NVMe/node", "exposed comm ms"});
   std::int64_t rank = 0, shown = 0;
   for (const auto& result : report.results) {
     if (result.fits) ++rank;

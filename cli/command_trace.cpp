@@ -61,11 +61,16 @@ void print_summary(std::ostream& out, const Plan& plan, const Timeline& timeline
   const auto& gpu = plan.device(Device::Gpu);
   out << std::setprecision(4) << std::defaultfloat;
   out << "step time            " << timeline.step_time * 1e3 << " ms\n"
-      << "throughput           " << timeline.tokens_per_second << " tokens/s (whole data-parallel group)\n"
-      << "model FLOP/s per GPU " << timeline.model_flops_per_gpu / 1e12 << " TFLOP/s (3 x forward, no recompute); MFU "
-      << timeline.mfu * 100 << "%\n"
-      << "hardware FLOP/s/GPU  " << timeline.hardware_flops_per_gpu / 1e12 << " TFLOP/s (with recompute)\n"
-      << "exposed comm         " << timeline.exposed_communication * 1e3 << " ms (non-compute streams busy while compute idles)\n"
+      << "throughput           " << timeline.tokens_per_second
+      << " tokens/s (whole data-parallel group)\n"
+      << "model FLOP/s per GPU " << timeline.model_flops_per_gpu / 1e12
+      << " TFLOP/s (3 x forward, no recompute); MFU " << timeline.mfu * 100 << "%\n"
+      << "hardware FLOP/s/GPU  " << timeline.hardware_flops_per_gpu / 1e12
+      << " TFLOP/s (with recompute)\n"
+      << "exposed comm         " << timeline.exposed_communication * 1e3
+      << " ms (collectives busy while compute idles)\n"
+      << "exposed offload      " << timeline.exposed_offload * 1e3
+      << " ms (PCIe copies, NVMe and the CPU optimizer busy while compute idles)\n"
       << "GPU peak             " << format_bytes(gpu.peak, SizeUnit::GB) << " per rank\n";
 }
 

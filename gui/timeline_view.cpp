@@ -195,11 +195,12 @@ void TimelinePage::sync_source() {
   if (!trace) return;
   const TimeUnit unit =
       time_unit_for(trace->summary.step_time > 0 ? trace->summary.step_time : 1e-3);
-  summary_->setText(QString("step %1 %2, exposed communication %3 %2 (Ctrl+wheel: zoom, drag: pan, "
-                            "click: move the cursor)")
+  summary_->setText(QString("step %1 %2, exposed communication %3 %2, exposed offload %4 %2 "
+                            "(Ctrl+wheel: zoom, drag: pan, click: move the cursor)")
                         .arg(trace->summary.step_time * unit.per_second, 0, 'f', 2)
                         .arg(unit.name)
-                        .arg(trace->summary.exposed_communication * unit.per_second, 0, 'f', 2));
+                        .arg(trace->summary.exposed_communication * unit.per_second, 0, 'f', 2)
+                        .arg(trace->summary.exposed_offload * unit.per_second, 0, 'f', 2));
 }
 
 }  // namespace zerolens::gui

@@ -67,6 +67,7 @@ for L in m["layers"]:
         for key in ("fixed_bytes", "forward_working_fixed_bytes", "backward_working_fixed_bytes"):
             if key in a: a[key] /= t
 m["name"] = name
+m.pop("transformer", None)  # a hand-made shard is a layer list, not the shape of the whole transformer
 json.dump(m, sys.stdout)
 ' "$2" "$3" >"$TMP/$3.json"
 }
@@ -105,7 +106,21 @@ micro = plan["run"]["micro_batch_per_gpu"]
 d = plan["devices"]
 fits = "yes" if d["gpu"]["fits"] else "no"
 fits += "".join(f" ({k} no)" for k in ("cpu", "nvme") if not d[k]["fits"])
-exposed = 100 * s["exposed_communication_s"] / s["step_time_s"]
+def merged(spans):
+    out = []
+    for start, end in sorted(spans):
+        if out and start <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], end)
+        elif end > start:
+            out.append([start, end])
+    return out
+# Any non-compute stream (collectives and offload alike, the trace's two exposed figures together)
+# busy while compute idles: the union, so time both are exposed counts once.
+ops = [op for op in trace["ops"] if op["rank"] == rank and op["kind"] != "recv"]
+busy = merged((op["start_s"], op["start_s"] + op["duration_s"]) for op in ops if op["stream"] == "compute")
+other = merged((op["start_s"], op["start_s"] + op["duration_s"]) for op in ops if op["stream"] != "compute")
+covered = sum(max(0.0, min(e, be) - max(s0, bs)) for s0, e in other for bs, be in busy)
+exposed = 100 * (sum(e - s0 for s0, e in other) - covered) / s["step_time_s"]
 print(f"{name}\t{micro}\t{published:.1f}\t{model:.1f}\t{hardware:.1f}\t{published / model:.2f}\t{published / hardware:.2f}\t{exposed:.0f}%\t{fits}")
 EOF
 )")

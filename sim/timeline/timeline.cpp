@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 #include <stdexcept>
+#include <tuple>
 
 #include "sim/schedule/comm.hpp"
 #include "sim/schedule/memory_replay.hpp"
@@ -92,15 +93,28 @@ double uncovered(const std::vector<std::pair<double, double>>& a, const std::vec
   return total;
 }
 
-double exposed_communication(const Schedule& schedule, const std::vector<OpTiming>& timings) {
-  std::vector<std::pair<double, double>> compute, other;
+bool offload_stream(Stream stream) {
+  return stream == Stream::H2D || stream == Stream::D2H || stream == Stream::Nvme ||
+         stream == Stream::Cpu;
+}
+
+// Seconds the collective streams, and apart the offload streams, are busy while compute idles.
+std::pair<double, double> exposed_time(const Schedule& schedule,
+                                       const std::vector<OpTiming>& timings) {
+  std::vector<std::pair<double, double>> compute, communication, offload;
   for (std::size_t i = 0; i < schedule.ops.size(); ++i) {
     const auto interval = std::make_pair(timings[i].start, timings[i].end());
     // A pipeline receive's time is the wait for its sender (a bubble): the send carries the bytes.
     if (schedule.ops[i].kind == OpKind::Recv) continue;
-    (schedule.ops[i].stream == Stream::Compute ? compute : other).push_back(interval);
+    const Stream stream = schedule.ops[i].stream;
+    (stream == Stream::Compute ? compute
+     : offload_stream(stream)  ? offload
+                               : communication)
+        .push_back(interval);
   }
-  return uncovered(merged(std::move(other)), merged(std::move(compute)));
+  const auto busy = merged(std::move(compute));
+  return {uncovered(merged(std::move(communication)), busy),
+          uncovered(merged(std::move(offload)), busy)};
 }
 
 std::vector<MemorySample> memory_over_time(const Schedule& schedule,
@@ -229,7 +243,8 @@ Timeline run_ops(const Schedule& schedule, const Cluster& cluster, const MemoryT
     timeline.busy[std::size_t(op.stream)] += duration;
     timeline.step_time = std::max(timeline.step_time, start + duration);
   }
-  timeline.exposed_communication = exposed_communication(schedule, timeline.ops);
+  std::tie(timeline.exposed_communication, timeline.exposed_offload) =
+      exposed_time(schedule, timeline.ops);
   timeline.memory = memory_over_time(schedule, timeline.ops, replay);
   fill_rates(timeline, schedule, cluster);
   return timeline;
@@ -322,7 +337,8 @@ std::vector<Timeline> simulate_pipeline(std::span<const Schedule* const> stages,
       timeline.busy[std::size_t(stages[s]->ops[i].stream)] += timeline.ops[i].duration;
     }
     timeline.step_time = step_time;
-    timeline.exposed_communication = exposed_communication(*stages[s], timeline.ops);
+    std::tie(timeline.exposed_communication, timeline.exposed_offload) =
+        exposed_time(*stages[s], timeline.ops);
     timeline.memory = memory_over_time(*stages[s], timeline.ops, replays[s]);
   }
   // The rates of the pipeline: its tokens, and per GPU the mean of its stages' FLOPs (a stage's own

@@ -55,7 +55,10 @@ struct Timeline {
   std::vector<OpTiming> ops;  // parallel to Schedule::ops
   double step_time = 0;       // seconds for one optimizer step (all micro-steps)
   std::array<double, kStreamCount> busy{};  // seconds each stream is busy
-  double exposed_communication = 0;  // seconds a non-compute stream is busy while compute is idle
+  // Seconds the collective streams (data, tensor, pipeline parallel) are busy while compute is
+  // idle, and the offload streams (PCIe copies, NVMe, the CPU optimizer) apart.
+  double exposed_communication = 0;
+  double exposed_offload = 0;
   double tokens_per_second = 0;      // whole data-parallel group
   double model_flops_per_gpu = 0;    // FLOP/s per GPU counting 3 x forward (no recompute)
   double hardware_flops_per_gpu = 0; // FLOP/s per GPU including recompute

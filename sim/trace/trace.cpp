@@ -201,9 +201,13 @@ TraceRun read_run(const json& object) {
 }
 
 json summary_json(const TraceSummary& s) {
-  json summary = {{"step_time_s", s.step_time}, {"tokens_per_s", s.tokens_per_second},
-                  {"model_flops_per_gpu", s.model_flops_per_gpu}, {"mfu", s.mfu},
-                  {"exposed_communication_s", s.exposed_communication}, {"peak_bytes", device_bytes(s.peak)}};
+  json summary = {{"step_time_s", s.step_time},
+                  {"tokens_per_s", s.tokens_per_second},
+                  {"model_flops_per_gpu", s.model_flops_per_gpu},
+                  {"mfu", s.mfu},
+                  {"exposed_communication_s", s.exposed_communication},
+                  {"exposed_offload_s", s.exposed_offload},
+                  {"peak_bytes", device_bytes(s.peak)}};
   write_summary_counts(s, summary);
   return summary;
 }
@@ -217,6 +221,8 @@ TraceSummary read_summary(const json& object) {
   s.model_flops_per_gpu = as_double(required(object, "model_flops_per_gpu", w), "summary.model_flops_per_gpu");
   s.mfu = as_double(required(object, "mfu", w), "summary.mfu");
   s.exposed_communication = as_double(required(object, "exposed_communication_s", w), "summary.exposed_communication_s");
+  if (const json* offload = member(object, "exposed_offload_s"))
+    s.exposed_offload = as_double(*offload, "summary.exposed_offload_s");
   s.peak = read_device_bytes(required(object, "peak_bytes", w), "summary.peak_bytes");
   read_summary_counts(object, s);
   return s;
@@ -241,6 +247,7 @@ Trace make_trace(const Plan& plan, const Timeline& timeline, const MemoryTimelin
   trace.summary.model_flops_per_gpu = timeline.model_flops_per_gpu;
   trace.summary.mfu = timeline.mfu;
   trace.summary.exposed_communication = timeline.exposed_communication;
+  trace.summary.exposed_offload = timeline.exposed_offload;
   for (const auto& device : plan.devices)
     trace.summary.peak[std::size_t(device.device)] = device.peak_per_rank;
   trace.summary.gpu_memory = replay.gpu;

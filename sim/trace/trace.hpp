@@ -59,6 +59,7 @@ struct TraceLinkBytes {
 
 struct TraceSummary {
   double step_time = 0, tokens_per_second = 0, model_flops_per_gpu = 0, mfu = 0, exposed_communication = 0;
+  double exposed_offload = 0;              // optional in a trace (0 in those written before it)
   std::array<Bytes, kDeviceCount> peak{};  // per rank
   // Optional; the executor writes them in measured traces (what it counted on the recorded rank),
   // so `zerolens check-measured` can hold a recorded run to the simulator's current figures.

@@ -58,6 +58,35 @@ TEST(Timeline, ThreeLayersTwoRanksWorkedByHand) {
   EXPECT_NEAR(overlapped.exposed_communication, (2 + 2 + 0.004 + 6) * ms, 1e-9);
   EXPECT_NEAR(serial.exposed_communication, (2 + 2 + 2 + 0.004 + 6) * ms, 1e-9);
   EXPECT_NEAR(overlapped.busy[std::size_t(Stream::Compute)], (6 + 12 + 18) * ms, 1e-9);
+  EXPECT_EQ(overlapped.exposed_offload, 0);  // nothing offloaded
+}
+
+// Issue 21: "exposed comm" counted the CPU optimizer. With the optimizer on the host the step's
+// tail is the gradient's copy to the host, CPU Adam and the parameters' copy back, none of them a
+// collective: they are exposed offload time, and the collectives' exposed time is what it was.
+TEST(Timeline, OffloadTimeIsExposedApartFromCommunication) {
+  Model model = testing::flat_model(3, 1000);
+  for (auto& layer : model.layers) layer.matmul_flops_per_token = 2000;
+  TrainingConfig config = testing::mixed_adam(2, Precision::Fp32);
+  config.zero.reduce_bucket_size = 1000;
+  config.zero.overlap_comm = false;
+  config.zero.offload_optimizer.device = OffloadDevice::Cpu;
+  const Plan plan = testing::plan_of(model, config, 2, 8, true);
+  const Timeline timeline = simulate_timeline(plan.schedule, slow_cluster(), exact_options());
+  double host_optimizer = 0, copies = 0;
+  for (std::size_t i = 0; i < plan.schedule.ops.size(); ++i) {
+    const Op& op = plan.schedule.ops[i];
+    if (op.stream == Stream::Cpu) host_optimizer += timeline.ops[i].duration;
+    if (op.stream == Stream::H2D || op.stream == Stream::D2H) copies += timeline.ops[i].duration;
+  }
+  ASSERT_GT(host_optimizer, 0);
+  // The update runs after the last backward, compute idle: all of it is exposed, as offload.
+  EXPECT_GE(timeline.exposed_offload, host_optimizer - 1e-12);
+  EXPECT_LE(timeline.exposed_offload, host_optimizer + copies + 1e-12);
+  // The collectives are the serial plan's: three reduce-scatters, the norm, the all-gather.
+  const Timeline on_gpu =
+      simulate_timeline(three_layer_plan(false).schedule, slow_cluster(), exact_options());
+  EXPECT_NEAR(timeline.exposed_communication, on_gpu.exposed_communication, 1e-9);
 }
 
 TEST(Timeline, StreamsNeverRunTwoOpsAtOnceAndDependenciesHold) {

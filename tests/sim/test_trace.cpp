@@ -54,6 +54,9 @@ TEST(Trace, InputsPlanTheSameSchedule) {
   const Timeline timeline = simulate_timeline(plan.schedule, plan.request.cluster, TimelineOptions{});
   const Trace copy = trace_from_json(json::parse(trace_to_json(make_trace(plan, timeline, 1)).dump()));
   ASSERT_TRUE(copy.run.inputs.has_value());
+  EXPECT_GT(timeline.exposed_offload, 0);  // CPU Adam and the NVMe swaps, kept apart
+  EXPECT_DOUBLE_EQ(copy.summary.exposed_offload, timeline.exposed_offload);
+  EXPECT_DOUBLE_EQ(copy.summary.exposed_communication, timeline.exposed_communication);
   PlanRequest again = request;
   again.model = copy.run.inputs->model;
   again.config = copy.run.inputs->config;
