@@ -35,8 +35,18 @@ nlohmann::json compare_json(const std::vector<VariantPlan>& plans) {
 nlohmann::json max_model_json(const std::vector<MaxModel>& results) {
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& r : results) {
-    rows.push_back({{"variant", r.variant.label}, {"found", r.found}, {"model", r.model_name},
-                    {"parameter_count", r.parameter_count}});
+    nlohmann::json row = {{"variant", r.variant.label},
+                          {"found", r.found},
+                          {"model", r.model_name},
+                          {"parameter_count", r.parameter_count}};
+    if (r.binding) {
+      row["binding"] = {{"model", r.binding->model_name},
+                        {"device", to_string(r.binding->device)},
+                        {"peak_bytes", r.binding->peak},
+                        {"capacity_bytes", r.binding->capacity},
+                        {"allocator_out_of_memory", r.binding->allocator_out_of_memory}};
+    }
+    rows.push_back(row);
   }
   return {{"schema", "zerolens.max_model"}, {"version", kPlanJsonVersion}, {"variants", rows}};
 }

@@ -1,4 +1,5 @@
 // Tables of the planning views: --compare, --max-model, --deepspeed-estimate.
+#include <cctype>
 #include <string>
 
 #include "cli/reports.hpp"
@@ -51,22 +52,52 @@ void print_compare_csv(std::ostream& out, const std::vector<VariantPlan>& plans)
   }
 }
 
+namespace {
+
+// "llama2-13b: GPU 91.20 GB > 85.90 GB": the next candidate and the first device it overflows.
+std::string binding_text(const MaxModel& result) {
+  if (!result.binding) return "-";
+  const MaxModel::Binding& b = *result.binding;
+  std::string device = to_string(b.device);
+  for (char& c : device) c = char(std::toupper(static_cast<unsigned char>(c)));
+  return b.model_name + ": " + device + " " + format_bytes(b.peak, SizeUnit::GB) +
+         (b.allocator_out_of_memory ? " (the caching allocator runs out of its " : " > ") +
+         format_bytes(b.capacity, SizeUnit::GB) + (b.allocator_out_of_memory ? ")" : "");
+}
+
+}  // namespace
+
+// The workload every candidate is planned with goes first: with the defaults (fp32, micro-batch
+// 1, the model's own sequence length, no checkpointing) nothing large fits, and the reader must
+// see why.
 void print_max_models(std::ostream& out, const std::vector<MaxModel>& results, const PlanRequest& base) {
-  out << "zerolens plan --max-model: largest model that fits " << base.dp_size << " x " << base.cluster.gpu.name
-      << " (" << base.cluster.name << ")\n\n";
-  Table table({"variant", "largest model", "parameters"});
+  const TrainingConfig& c = base.config;
+  out << "zerolens plan --max-model: largest model that fits " << base.dp_size << " x "
+      << base.cluster.gpu.name << " (" << base.cluster.name << ")\n"
+      << "each candidate planned with " << to_string(c.precision.precision) << ", "
+      << to_string(c.optimizer.type) << ", micro-batch " << c.batch.micro_batch_per_gpu.value_or(1)
+      << " x seq " << (c.seq_len ? std::to_string(*c.seq_len) : std::string("its own default"))
+      << ", activation checkpointing " << (c.activation_checkpointing.enabled ? "on" : "off")
+      << " (--precision, --micro-batch, --seq-len, --activation-checkpointing change it)\n\n";
+  Table table({"variant", "largest model", "parameters",
+               "the next one stops at (GPU per rank, CPU/NVMe per node)"});
   for (const auto& result : results) {
     table.add_row({result.variant.label, result.found ? result.model_name : "none fits",
-                   result.found ? format_count(double(result.parameter_count)) : "-"});
+                   result.found ? format_count(double(result.parameter_count)) : "-",
+                   binding_text(result)});
   }
   table.print(out);
 }
 
 void print_max_models_csv(std::ostream& out, const std::vector<MaxModel>& results) {
-  out << "variant,found,model,parameter_count\n";
+  out << "variant,found,model,parameter_count,binding_model,binding_device,binding_peak_bytes,"
+         "binding_capacity_bytes\n";
   for (const auto& result : results) {
-    out << '"' << result.variant.label << "\"," << (result.found ? 1 : 0) << ',' << result.model_name << ','
-        << result.parameter_count << '\n';
+    const auto& b = result.binding;
+    out << '"' << result.variant.label << "\"," << (result.found ? 1 : 0) << ','
+        << result.model_name << ',' << result.parameter_count << ',' << (b ? b->model_name : "")
+        << ',' << (b ? to_string(b->device) : "") << ',' << (b ? std::to_string(b->peak) : "")
+        << ',' << (b ? std::to_string(b->capacity) : "") << '\n';
   }
 }
 

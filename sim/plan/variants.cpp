@@ -20,11 +20,30 @@ Variant variant(int stage, OffloadDevice optimizer = OffloadDevice::None,
   return {zero.label(), stage, optimizer, param, std::nullopt};
 }
 
-bool fits_with(const PlanRequest& base, const Variant& v, Model model) {
+Plan plan_with(const PlanRequest& base, const Variant& v, Model model) {
   PlanRequest request = base;
   request.model = std::move(model);
   request.config = apply_variant(base.config, v);
-  return make_plan(std::move(request)).fits();
+  return make_plan(std::move(request));
+}
+
+bool fits_with(const PlanRequest& base, const Variant& v, Model model) {
+  return plan_with(base, v, std::move(model)).fits();
+}
+
+// The first device (GPU, CPU, NVMe) the candidate overflows.
+MaxModel::Binding binding_of(const PlanRequest& base, const Variant& v, const Model& model) {
+  const Plan plan = plan_with(base, v, model);
+  MaxModel::Binding binding{.model_name = model.name};
+  for (const DeviceReport& device : plan.devices) {
+    if (device.fits()) continue;
+    binding.device = device.device;
+    binding.peak = device.peak;
+    binding.capacity = device.capacity;
+    binding.allocator_out_of_memory = device.allocator_out_of_memory;
+    break;
+  }
+  return binding;
 }
 
 // Candidates of a preset family, smallest first.
@@ -43,11 +62,20 @@ MaxModel largest_preset(const PlanRequest& base, const Variant& v, std::vector<s
     return a.parameter_count() < b.parameter_count();
   });
   MaxModel result{.variant = v};
-  for (const auto& model : models) {
-    if (!fits_with(base, v, model)) continue;
+  std::vector<bool> fits(models.size());
+  for (std::size_t i = 0; i < models.size(); ++i) {
+    fits[i] = fits_with(base, v, models[i]);
+    if (!fits[i]) continue;
     result.found = true;
-    result.model_name = model.name;
-    result.parameter_count = model.parameter_count();
+    result.model_name = models[i].name;
+    result.parameter_count = models[i].parameter_count();
+  }
+  // What stops the smallest candidate above the answer.
+  for (std::size_t i = 0; i < models.size(); ++i) {
+    if (fits[i] || (result.found && models[i].parameter_count() <= result.parameter_count))
+      continue;
+    result.binding = binding_of(base, v, models[i]);
+    break;
   }
   return result;
 }
@@ -61,7 +89,10 @@ double floor_three_digits(double value) {
 MaxModel largest_dense(const PlanRequest& base, const Variant& v) {
   constexpr double kSmallest = 1e6, kLargest = 1e15;
   MaxModel result{.variant = v};
-  if (!fits_with(base, v, model_from_dense(kSmallest))) return result;
+  if (!fits_with(base, v, model_from_dense(kSmallest))) {
+    result.binding = binding_of(base, v, model_from_dense(kSmallest));
+    return result;
+  }
   double low = kSmallest, high = kLargest;
   if (fits_with(base, v, model_from_dense(kLargest))) {
     low = kLargest;
@@ -72,6 +103,7 @@ MaxModel largest_dense(const PlanRequest& base, const Variant& v) {
     }
   }
   const double reported = floor_three_digits(low);
+  if (low < kLargest) result.binding = binding_of(base, v, model_from_dense(high));
   result.found = true;
   result.model_name = model_from_dense(reported).name;
   result.parameter_count = Elements(reported);

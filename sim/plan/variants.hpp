@@ -37,6 +37,16 @@ struct MaxModel {
   bool found = false;        // false: not even the smallest candidate fits
   std::string model_name;    // preset name or dense:<N>
   Elements parameter_count = 0;
+  // What stops the next candidate (the smallest when none fits): the first device it overflows,
+  // its peak and capacity in the plan's scope (GPU per rank; CPU and NVMe per node). Absent when
+  // every candidate fits.
+  struct Binding {
+    std::string model_name;
+    Device device = Device::Gpu;
+    Bytes peak = 0, capacity = 0;
+    bool allocator_out_of_memory = false;  // GPU: the caching allocator's replay ran out first
+  };
+  std::optional<Binding> binding;
 };
 // family: "dense" (binary search over dense:N to 3 significant digits), or a preset family
 // "gpt2", "llama2", "llama3", "presets" (all presets). Throws InputError for an unknown family.

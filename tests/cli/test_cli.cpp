@@ -147,6 +147,31 @@ TEST(Cli, PlanningViews) {
   }
   EXPECT_LT(rows[0].at("parameter_count").get<double>(),
             rows[3].at("parameter_count").get<double>());
+  // Issue 21: each row says what stops the next candidate up, a model that really does not fit.
+  for (const auto& row : rows) {
+    ASSERT_TRUE(row.contains("binding")) << row.dump();
+    const auto& binding = row.at("binding");
+    EXPECT_TRUE(binding.at("peak_bytes").get<double>() >
+                    binding.at("capacity_bytes").get<double>() ||
+                binding.at("allocator_out_of_memory").get<bool>())
+        << row.dump();
+  }
+  // ZeRO-3's row through `plan --require-fit`: its answer fits, the model that stops it does not.
+  const auto& zero3 = rows[3];
+  ASSERT_EQ(zero3.at("variant"), "ZeRO-3");
+  const std::string fit =
+      "plan --cluster dgx-a100-80gb --gpus 8 --precision bf16 --stage 3 --require-fit --model ";
+  EXPECT_EQ(run(fit + zero3.at("model").get<std::string>(), false).exit_code, 0);
+  EXPECT_EQ(run(fit + zero3.at("binding").at("model").get<std::string>(), false).exit_code, 1);
+  // The text names the workload every candidate was planned with.
+  const Result text = run("plan --cluster dgx-a100-80gb --gpus 8 --max-model llama2");
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find(
+                "each candidate planned with fp32, Adam, micro-batch 1 x seq its own default, "
+                "activation checkpointing off"),
+            std::string::npos)
+      << text.output;
+  EXPECT_NE(text.output.find("llama2-7b: GPU "), std::string::npos) << text.output;
 }
 
 TEST(Cli, ExportedModelReadsBackWithTheSameCount) {
