@@ -1,6 +1,7 @@
 // `zerolens run`: trains GPT-2 on synthetic data with the ZeRO engine, exactly as the plan's
 // schedule says (mpirun -np N zerolens run ...; one process works without mpirun), and reports
 // what it measured: losses, step times, memory per device and category, collective traffic.
+#include <cstdio>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -26,17 +27,33 @@ void print_header(std::ostream& out, const Plan& plan, const std::string& backen
   for (const auto& note : plan.notes) out << "note: " << note << '\n';
 }
 
-void print_measured(std::ostream& out, const exec::TrainingResult& result) {
-  out << "\nmeasured on rank 0 (peak over all steps; ranks are symmetric):\n";
+// The device named as the backend has it: on the CPU backend the "GPU" is host memory.
+std::string device_label(Device device, const std::string& backend) {
+  if (device != Device::Gpu) return to_string(device);
+  return backend == "cpu" ? "gpu (host memory, CPU backend)" : "gpu";
+}
+
+// MB (1e6 bytes) with three decimals: the tiny models the executor trains are a few MB.
+std::string megabytes(Bytes bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3f", double(bytes) / 1e6);
+  return text;
+}
+
+void print_measured(std::ostream& out, const exec::TrainingResult& result,
+                    const std::string& backend) {
+  out << "\nmeasured on rank 0 (peak over all steps; ranks are symmetric), MB = 1e6 bytes:\n";
   Table memory({"device", "peak", "params", "grads", "master", "optimizer", "activations", "buffers"});
   for (int d = 0; d < kDeviceCount; ++d) {
     if (result.peak[std::size_t(d)] == 0) continue;
-    std::vector<std::string> row{to_string(Device(d)), std::to_string(result.peak[std::size_t(d)])};
-    for (int c = 0; c < 6; ++c) row.push_back(std::to_string(result.at_peak[std::size_t(d)][std::size_t(c)]));
+    std::vector<std::string> row{device_label(Device(d), backend),
+                                 megabytes(result.peak[std::size_t(d)])};
+    for (int c = 0; c < 6; ++c)
+      row.push_back(megabytes(result.at_peak[std::size_t(d)][std::size_t(c)]));
     memory.add_row(std::move(row));
   }
   memory.print(out);
-  out << "  (bytes)\n\ncollectives of one step:\n";
+  out << "\ncollectives of one step (bytes as nccl-tests counts them):\n";
   Table traffic({"collective", "calls", "bytes"});
   for (int k = 0; k < kOpKindCount; ++k) {
     const auto& count = result.collectives[std::size_t(k)];
@@ -65,6 +82,7 @@ int run_run(const RunFlags& flags) {
   const std::unique_ptr<exec::Backend> backend = exec::make_backend(flags.device);
   Diagnostics diagnostics;
   const Plan plan = make_run_plan(flags, *backend, diagnostics);
+  exec::check_trainable(plan);  // a model it cannot train is refused before the header
   const bool leader = backend->communicator().rank() == 0;
   if (leader) {
     print_warnings(diagnostics);
@@ -80,7 +98,7 @@ int run_run(const RunFlags& flags) {
     if (leader) std::cout << "measured trace: " << path << '\n';
   }
   if (!leader) return kExitOk;
-  print_measured(std::cout, result);
+  print_measured(std::cout, result, flags.device);
   return kExitOk;
 }
 

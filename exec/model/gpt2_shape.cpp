@@ -72,6 +72,8 @@ void check_shape(const Model& model, const Gpt2Options& options) {
   require(s.kv_heads == s.heads, "model.kv_heads", "grouped-query attention is not supported" + why);
   require(s.effective_head_dim() * s.heads == s.hidden, "model.head_dim", "heads x head_dim must equal hidden" + why);
   require(s.attention == AttentionImpl::Eager, "model.attention", "flash attention is not implemented; use eager");
+  require(!s.qk_norm && !s.sandwich_norms, "model",
+          "query/key and sandwich norms are not supported" + why);
   require(s.learned_positions && s.tied_embeddings && s.qkv_bias && s.out_proj_bias && s.mlp_bias,
           "model", "needs learned positions, a tied LM head and biases" + why);
   require(s.dropout == 0, "model.dropout", "the executor trains without dropout; plan with dropout 0");

@@ -97,16 +97,26 @@ class StretchTracker {
   std::vector<Entry> ring_;
 };
 
+Gpt2Options gpt2_options(const Plan& plan, std::uint64_t seed) {
+  const ScheduleContext& context = plan.schedule.context;
+  return {.micro_batch = context.micro_batch,
+          .seq_len = context.seq_len,
+          .checkpointing = context.activation_checkpointing,
+          .seed = seed,
+          .activation_element_bytes = plan.request.config.precision.param_bytes()};
+}
+
 }  // namespace
+
+void check_trainable(const Plan& plan) {
+  gpt2_layout(plan.request.model, gpt2_options(plan, 0));
+}
 
 TrainingResult train_gpt2(const Plan& plan, Communicator& comm, const TrainingOptions& options,
                           const std::function<void(const StepRecord&)>& on_step) {
-  const ScheduleContext& context = plan.schedule.context;
   MemoryLedger ledger;
   ledger.place(Device::Gpu, comm.memory_space());
-  const Gpt2Options gpt2{.micro_batch = context.micro_batch, .seq_len = context.seq_len,
-                         .checkpointing = context.activation_checkpointing, .seed = options.seed,
-                         .activation_element_bytes = plan.request.config.precision.param_bytes()};
+  const Gpt2Options gpt2 = gpt2_options(plan, options.seed);
   const std::unique_ptr<LayerModel> model = options.make_model
                                                 ? options.make_model(plan.request.model, gpt2, ledger)
                                                 : std::make_unique<Gpt2Model>(plan.request.model, gpt2, ledger);

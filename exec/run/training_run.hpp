@@ -73,9 +73,13 @@ struct TrainingResult {
 
 // The engine's device buffers go where the communicator reads them (Communicator::memory_space:
 // host memory for MPI, the GPU's memory for NCCL).
-// Runs the steps of `plan` up to `options.steps`, from the start or from a checkpoint (whose model must be a GPT-2 the executor runs and whose
-// dp size must equal comm.size()). `on_step` sees each step as it ends. Throws InputError, and
-// CheckpointError for a checkpoint that cannot be written or read.
+// Runs the steps of `plan` up to `options.steps`, from the start or from a checkpoint (whose model
+// must be a GPT-2 the executor runs and whose dp size must equal comm.size()). `on_step` sees each
+// step as it ends. Throws InputError, and CheckpointError for a checkpoint that cannot be written
+// or read. Throws the InputError train_gpt2 would for a model the executor cannot train (not
+// GPT-2's architecture, a sequence beyond its positions), before anything runs or is printed.
+void check_trainable(const Plan& plan);
+
 TrainingResult train_gpt2(const Plan& plan, Communicator& comm, const TrainingOptions& options,
                           const std::function<void(const StepRecord&)>& on_step = {});
 

@@ -86,9 +86,18 @@ TEST(CliMessages, TheExecutorSaysWhatItDoesNotRun) {
   EXPECT_TRUE(
       contains(torch_adam.output, "note: the executor runs a fused Adam: the foreach kernel"))
       << torch_adam.output;
+  // Its measured table in the backend's words and in MB (it printed "gpu" and raw bytes).
+  EXPECT_TRUE(contains(torch_adam.output, "MB = 1e6 bytes")) << torch_adam.output;
+  EXPECT_TRUE(contains(torch_adam.output, "gpu (host memory, CPU backend)")) << torch_adam.output;
   const Result kernel = run("plan --optimizer-kernel fast");
   EXPECT_EQ(kernel.exit_code, 2) << kernel.output;
   EXPECT_TRUE(contains(kernel.output, "--optimizer-kernel")) << kernel.output;
+  // Issue 21: a model it cannot train is refused before the header and the step table.
+  const Result llama = run("run -m llama2-7b --steps 1");
+  EXPECT_EQ(llama.exit_code, 2) << llama.output;
+  EXPECT_TRUE(contains(llama.output, "model.norm: RMSNorm is not supported")) << llama.output;
+  EXPECT_FALSE(contains(llama.output, "zerolens run:")) << llama.output;
+  EXPECT_FALSE(contains(llama.output, "grad norm")) << llama.output;
 }
 
 TEST(CliMessages, PlanNotesTheUnmodelledAndTheImpossible) {
