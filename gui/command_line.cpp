@@ -1,7 +1,9 @@
 #include "gui/command_line.hpp"
 
 #include <QCommandLineParser>
+#include <algorithm>
 #include <cstring>
+#include <iterator>
 
 namespace zerolens::gui {
 namespace {
@@ -50,6 +52,15 @@ const Flag kFlags[] = {
     {"seq-len", "N", "Sequence length"},
     {"activation-checkpointing", "BOOL", "true|false"},
 };
+
+// What to show and how, not what to plan.
+bool is_view_flag(const char* name) {
+  for (const char* view :
+       {"screenshot", "view", "step", "size", "show", "scale", "walkthrough", "trace"}) {
+    if (std::strcmp(name, view) == 0) return true;
+  }
+  return false;
+}
 
 std::int64_t integer(const QCommandLineParser& parser, const char* flag, std::int64_t min,
                      std::int64_t max) {
@@ -194,7 +205,14 @@ CommandLine parse_command_line(const QStringList& arguments) {
   }
   CommandLine line;
   read_view_options(parser, line);
-  line.settings = parser.isSet("walkthrough") ? walkthrough_settings() : default_settings();
+  // The example opens without config options; with any, what is not given is the CLI's default
+  // (as `zerolens plan` would plan the same flags), not the example's.
+  const bool configured = std::any_of(std::begin(kFlags), std::end(kFlags), [&](const Flag& flag) {
+    return !is_view_flag(flag.name) && parser.isSet(flag.name);
+  });
+  line.settings = parser.isSet("walkthrough") ? walkthrough_settings()
+                  : configured                ? cli_default_settings()
+                                              : default_settings();
   Diagnostics diagnostics;
   apply_sources(parser, line.settings, diagnostics);
   apply_fields(parser, line.settings);
@@ -207,7 +225,9 @@ std::string usage() {
   QCommandLineParser parser;
   parser.setApplicationDescription(
       "zerolens-gui: the ZeRO-DP step visualizer and planner. Without config options it opens the "
-      "GPT-2 1.5B example (8 x A100-40GB, ZeRO-3, optimizer on the CPU); the options change it.");
+      "GPT-2 1.5B example (8 x A100-40GB, ZeRO-3, optimizer on the CPU); with any, what is not "
+      "given is `zerolens plan`'s default (gpt2-124m, dgx-a100-80gb, stage 0, fp32, micro-batch "
+      "1).");
   add_flags(parser);
   // No application object exists yet when --help is answered: name the program here.
   return parser.helpText().replace("<executable_name>", "zerolens-gui").toStdString();

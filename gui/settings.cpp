@@ -28,21 +28,32 @@ void reload(const std::string& what, const std::string& name, Load load,
   }
 }
 
+Settings on_presets(const std::string& model, const std::string& cluster) {
+  Settings s;
+  s.model = model_from_preset(model);
+  s.model_source = model;
+  s.cluster = cluster_from_preset(cluster);
+  s.cluster_source = cluster;
+  s.gpus = s.cluster.total_gpus();
+  return s;
+}
+
 }  // namespace
 
 Settings default_settings() {
-  Settings s;
-  s.model = model_from_preset("gpt2-1.5b");
-  s.model_source = "gpt2-1.5b";
-  s.cluster = cluster_from_preset("dgx-a100-40gb");
-  s.cluster_source = "dgx-a100-40gb";
-  s.gpus = 8;
+  Settings s = on_presets("gpt2-1.5b", "dgx-a100-40gb");
   apply_edits(s, {.stage = 3,
                   .offload_optimizer = OffloadDevice::Cpu,
                   .offload_param = OffloadDevice::None,
                   .micro_batch = 4,
                   .precision = Precision::Fp16,
                   .activation_checkpointing = true});
+  return s;
+}
+
+Settings cli_default_settings() {
+  Settings s = on_presets("gpt2-124m", "dgx-a100-80gb");
+  apply_edits(s, {.micro_batch = 1});
   return s;
 }
 

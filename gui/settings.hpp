@@ -30,6 +30,10 @@ struct Settings {
 
 // GPT-2 1.5B on 8 x A100-40GB, fp16, ZeRO-3 with CPU optimizer offload, checkpointing on.
 Settings default_settings();
+// What `zerolens plan` assumes for whatever is not given: gpt2-124m on the 8 GPUs of
+// dgx-a100-80gb, DeepSpeed's defaults (stage 0, fp32, no offload), micro-batch 1. The command line
+// starts from it as soon as any config option is given.
+Settings cli_default_settings();
 // The 4-GPU ZeRO-3 walkthrough (sim/plan/walkthrough.hpp).
 Settings walkthrough_settings();
 // Throws InputError when the GPUs do not split into tensor-parallel groups.

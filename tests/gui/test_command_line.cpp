@@ -58,6 +58,23 @@ TEST(CommandLine, FlagsBuildTheSettings) {
   EXPECT_EQ(line.scale, ScaleMode::Peak);
 }
 
+// Issue 22: whatever the flags do not give is `zerolens plan`'s default, not the GPT-2 1.5B
+// example's (A100-40GB, the optimizer on the CPU); without config flags the example opens.
+TEST(CommandLine, WhatIsNotGivenIsTheCliDefault) {
+  const CommandLine line =
+      parse_command_line(args({"--model", "llama2-7b", "--gpus", "64", "--stage", "3"}));
+  const auto planned = plan_settings(line.settings);
+  const PlanRequest& r = planned->plan.request;
+  EXPECT_EQ(r.cluster.gpu.name, cluster_from_preset("dgx-a100-80gb").gpu.name);
+  EXPECT_EQ(r.config.zero.offload_optimizer.device, OffloadDevice::None);
+  EXPECT_EQ(r.config.precision.precision, Precision::Fp32);
+  EXPECT_EQ(planned->plan.batch.micro_batch_per_gpu, 1);
+  EXPECT_FALSE(r.config.activation_checkpointing.enabled);
+  const CommandLine example = parse_command_line(args({"--view", "timeline"}));
+  EXPECT_EQ(example.settings.model_source, "gpt2-1.5b");
+  EXPECT_EQ(example.settings.cluster_source, "dgx-a100-40gb");
+}
+
 // The framework flags reach the plan the GUI draws: FSDP2 with its default foreach Adam holds the
 // optimizer's temporaries at the step; --optimizer-kernel fused removes them.
 TEST(CommandLine, FrameworkAndOptimizerKernelReachThePlan) {

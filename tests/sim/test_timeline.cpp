@@ -31,12 +31,13 @@ TimelineOptions exact_options() {
 
 // Three layers of 1000 fp32 parameters, 2000 forward flops each (one token), stage 2 on 2 ranks,
 // one layer per reduce bucket.
-Plan three_layer_plan(bool overlap) {
+Plan three_layer_plan(bool overlap, OffloadDevice optimizer = OffloadDevice::None) {
   Model model = testing::flat_model(3, 1000);
   for (auto& layer : model.layers) layer.matmul_flops_per_token = 2000;
   TrainingConfig config = testing::mixed_adam(2, Precision::Fp32);
   config.zero.reduce_bucket_size = 1000;
   config.zero.overlap_comm = overlap;
+  config.zero.offload_optimizer.device = optimizer;
   return testing::plan_of(model, config, 2, 8, true);
 }
 
@@ -65,13 +66,7 @@ TEST(Timeline, ThreeLayersTwoRanksWorkedByHand) {
 // tail is the gradient's copy to the host, CPU Adam and the parameters' copy back, none of them a
 // collective: they are exposed offload time, and the collectives' exposed time is what it was.
 TEST(Timeline, OffloadTimeIsExposedApartFromCommunication) {
-  Model model = testing::flat_model(3, 1000);
-  for (auto& layer : model.layers) layer.matmul_flops_per_token = 2000;
-  TrainingConfig config = testing::mixed_adam(2, Precision::Fp32);
-  config.zero.reduce_bucket_size = 1000;
-  config.zero.overlap_comm = false;
-  config.zero.offload_optimizer.device = OffloadDevice::Cpu;
-  const Plan plan = testing::plan_of(model, config, 2, 8, true);
+  const Plan plan = three_layer_plan(false, OffloadDevice::Cpu);
   const Timeline timeline = simulate_timeline(plan.schedule, slow_cluster(), exact_options());
   double host_optimizer = 0, copies = 0;
   for (std::size_t i = 0; i < plan.schedule.ops.size(); ++i) {
