@@ -205,12 +205,16 @@ class ScheduleBuilder {
     }
     return count;
   }
-  // hpZ: every gathered tensor's secondary partition, over the group's ranks.
-  Bytes secondary_partition_bytes() const {
-    if (hpz() == 0) return 0;
+  // hpZ: an owner's secondary partition (its gathered tensors over the group's ranks), and the
+  // bytes of those made so far this step (`only_made`: secondary_), or of every owner.
+  Bytes secondary_bytes(int owner) const {
+    return hpz() > 0 ? gathered_elements(owner) / hpz() * param_bytes_ : 0;
+  }
+  Bytes secondary_partition_bytes(bool only_made) const {
     Bytes total = 0;
-    for (std::size_t owner = 0; owner < model_.layers.size(); ++owner)
-      total += gathered_elements(int(owner)) / hpz() * param_bytes_;
+    for (std::size_t owner = 0; owner < model_.layers.size(); ++owner) {
+      if (!only_made || secondary_[owner]) total += secondary_bytes(int(owner));
+    }
     return total;
   }
 
@@ -291,7 +295,7 @@ class ScheduleBuilder {
       if (transient > 0) init.push_back({Device::Gpu, Component::ParamsFull, -transient});
       // hpZ: partitioning at initialisation makes every secondary partition too; they last until
       // the first step's update invalidates them (the steady step makes its own in forward).
-      const Bytes secondary = secondary_partition_bytes();
+      const Bytes secondary = secondary_partition_bytes(false);
       if (secondary > 0) init.push_back({Device::Gpu, Component::ParamsSecondary, secondary});
       for (const auto& effect : schedule_.resident) {
         if (!is_params(effect)) init.push_back(effect);
@@ -380,8 +384,7 @@ class ScheduleBuilder {
     // once per step: the optimizer step's _post_step invalidates every secondary tensor.
     if (hpz() > 0 && !secondary_[std::size_t(owner)]) {
       secondary_[std::size_t(owner)] = true;
-      secondary_bytes_ += full / hpz() * param_bytes_;
-      freed.add(Device::Gpu, Component::ParamsSecondary, full / hpz() * param_bytes_);
+      freed.add(Device::Gpu, Component::ParamsSecondary, secondary_bytes(owner));
     }
     freed.add(Device::Gpu, Component::GatheredParams, -full * param_bytes_);
     emit(Op{.kind = OpKind::Release, .stream = Stream::Compute, .phase = phase, .layer = owner}, freed,
@@ -1059,9 +1062,8 @@ class ScheduleBuilder {
     reduce_scatter_input_bytes_ = 0;
     if (zero_.zero_stage().uses_flat_partition() && !pending_ipg_alloc_)
       fx.add(Device::Gpu, Component::ReduceBucket, -ipg_bytes_);
-    fx.add(Device::Gpu, Component::ParamsSecondary,
-           -secondary_bytes_);  // invalidate_secondary_tensor
-    secondary_bytes_ = 0;
+    // _post_step's invalidate_secondary_tensor
+    fx.add(Device::Gpu, Component::ParamsSecondary, -secondary_partition_bytes(true));
     std::fill(secondary_.begin(), secondary_.end(), false);
   }
 
@@ -1282,7 +1284,6 @@ class ScheduleBuilder {
   std::vector<std::uint32_t> gather_op_;
   std::vector<std::int64_t> prefetched_until_;
   std::vector<bool> secondary_;  // hpZ: the owner's secondary partition exists (this step)
-  Bytes secondary_bytes_ = 0;
   // gradients
   std::vector<bool> grads_touched_;
   Bucket bucket_;
