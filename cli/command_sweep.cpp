@@ -1,12 +1,16 @@
-// `zerolens sweep`: every stage x offload x micro-batch x activation-checkpointing combination at a
-// fixed global batch, ranked by predicted throughput; what does not fit is dropped.
+// `zerolens sweep`: every layout x ZeRO++ x stage x offload x micro-batch x
+// activation-checkpointing combination at a fixed global batch, ranked by predicted throughput,
+// with the Pareto front of step time against headroom and each layout's verdict; what does not fit
+// is dropped.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iomanip>
 #include <iostream>
 #include <memory>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -31,6 +35,10 @@ struct SweepCommand {
   std::vector<int> stages;
   std::vector<std::string> optimizer_offloads, param_offloads, checkpointing;
   std::vector<std::int64_t> micro_batches;
+  std::vector<int> tp_sizes, pp_sizes, virtual_stage_counts;
+  std::vector<std::string> sequence_parallel, zeropp;
+  bool search_parallelism = false;
+  int jobs = int(std::max(1u, std::thread::hardware_concurrency()));
   int top = 10;
   bool all = false, json = false, csv = false, quiet = false, progress = false;
   std::string units = "GB", output;
@@ -46,6 +54,41 @@ std::vector<OffloadDevice> devices_of(const std::vector<std::string>& names, con
 template <typename Fixed, typename Listed>
 void reject_both(const std::optional<Fixed>& fixed, const std::vector<Listed>& listed, const std::string& names) {
   if (fixed && !listed.empty()) throw InputError(names, "give one of the two: the first fixes the value, the second lists values to sweep");
+}
+
+std::vector<bool> switches_of(const std::vector<std::string>& values) {
+  std::vector<bool> switches;
+  for (const auto& value : values) switches.push_back(value == "on");
+  return switches;
+}
+
+// The layouts: a fixed flag (--tp 8) or a list (--tp-sizes 1,2,4,8); --search-parallelism fills
+// the lists neither gives.
+void add_layout_space(const SweepCommand& c, const PlanRequest& base, SweepSpace& space) {
+  const PlanOptions& o = c.options;
+  reject_both(o.tensor_parallel, c.tp_sizes, "--tp/--tp-sizes");
+  reject_both(o.pipeline_parallel, c.pp_sizes, "--pp/--pp-sizes");
+  reject_both(o.virtual_stages, c.virtual_stage_counts, "--virtual-stages/--virtual-stage-counts");
+  reject_both(o.sequence_parallel, c.sequence_parallel, "--sp/--sequence-parallel");
+  const bool zeropp_flag = o.hpz_partition_size || o.quantized_weights || o.quantized_gradients;
+  if (zeropp_flag && !c.zeropp.empty())
+    throw InputError("--zeropp",
+                     "give --hpz/--quantized-weights/--quantized-gradients or --zeropp, not both");
+  space.tensor_parallel = c.tp_sizes;
+  space.pipeline_parallel = c.pp_sizes;
+  space.virtual_stages = c.virtual_stage_counts;
+  space.sequence_parallel = switches_of(c.sequence_parallel);
+  for (const auto& name : c.zeropp) space.zeropp.push_back(parse_zeropp(name, "--zeropp"));
+  const bool layouts_listed = c.search_parallelism || !c.tp_sizes.empty() || !c.pp_sizes.empty();
+  if (o.dp && layouts_listed)
+    throw InputError("--dp",
+                     "the layouts searched split --gpus themselves; give --gpus instead of --dp");
+  if (!c.search_parallelism) return;
+  if (o.tensor_parallel) space.tensor_parallel = {*o.tensor_parallel};
+  if (o.pipeline_parallel) space.pipeline_parallel = {*o.pipeline_parallel};
+  if (o.virtual_stages) space.virtual_stages = {*o.virtual_stages};
+  if (o.sequence_parallel) space.sequence_parallel = {*o.sequence_parallel};
+  add_parallel_search(base, space);
 }
 
 SweepSpace space_of(const SweepCommand& c) {
@@ -69,6 +112,9 @@ SweepSpace space_of(const SweepCommand& c) {
     space.checkpointing.clear();
     for (const auto& value : c.checkpointing) space.checkpointing.push_back(value == "on");
   }
+  space.prune =
+      !c.all;  // --all lists every point, the larger micro-batches of one that overflows too
+  space.threads = c.jobs;
   return space;
 }
 
@@ -109,73 +155,181 @@ std::string fixed(double value, int decimals) {
   return text.str();
 }
 
-std::vector<std::string> result_row(std::int64_t rank, const SweepResult& r, SizeUnit unit) {
+// Which columns the tables show: a layout column when the search spans layouts (or any is model
+// parallel), a ZeRO++ column when it is swept.
+struct Columns {
+  bool layout = false, zeropp = false;
+};
+
+Columns columns_of(const SweepReport& report) {
+  Columns columns;
+  for (const auto& result : report.results) {
+    const ParallelLayout& layout = result.point.layout;
+    columns.layout |= report.families.size() > 1 || layout.tensor > 1 || layout.pipeline > 1;
+    columns.zeropp |= result.point.zeropp.has_value();
+  }
+  return columns;
+}
+
+std::vector<std::string> result_header(const Columns& columns) {
+  std::vector<std::string> header{"#"};
+  if (columns.layout) header.push_back("layout");
+  if (columns.zeropp) header.push_back("zero++");
+  for (const char* name :
+       {"stage", "opt", "param", "micro", "accum", "ckpt", "step ms", "tokens/s", "TFLOP/s/GPU",
+        "MFU %", "GPU peak", "CPU/node", "NVMe/node", "headroom %", "exposed comm ms"})
+    header.emplace_back(name);
+  return header;
+}
+
+std::vector<std::string> result_row(std::int64_t rank, const SweepResult& r, SizeUnit unit,
+                                    const Columns& columns) {
   const SweepPoint& p = r.point;
   const auto bytes = [&](Device d) {
     return r.peak[std::size_t(d)] == 0 ? std::string("-") : format_bytes(r.peak[std::size_t(d)], unit, 1);
   };
-  return {rank > 0 ? std::to_string(rank) : "-", ZeroStage{p.stage}.name(), to_string(p.optimizer),
-          to_string(p.param), std::to_string(p.micro_batch), std::to_string(p.grad_accumulation),
-          p.checkpointing ? "on" : "off", r.fits ? fixed(r.step_time * 1e3, 1) : "-",
-          r.fits ? fixed(r.tokens_per_second, 0) : "-", r.fits ? fixed(r.model_flops_per_gpu / 1e12, 1) : "-",
-          r.fits ? fixed(r.mfu * 100, 1) : "-", bytes(Device::Gpu), bytes(Device::Cpu), bytes(Device::Nvme),
-          r.fits ? fixed(r.exposed_communication * 1e3, 1) : "-"};
+  std::vector<std::string> row{rank > 0 ? std::to_string(rank) : "-"};
+  if (columns.layout) row.push_back(p.layout.label());
+  if (columns.zeropp) row.push_back(p.zeropp ? to_string(*p.zeropp) : "-");
+  const std::vector<std::string> rest{ZeroStage{p.stage}.name(),
+                                      to_string(p.optimizer),
+                                      to_string(p.param),
+                                      std::to_string(p.micro_batch),
+                                      std::to_string(p.grad_accumulation),
+                                      p.checkpointing ? "on" : "off",
+                                      r.fits ? fixed(r.step_time * 1e3, 1) : "-",
+                                      r.fits ? fixed(r.tokens_per_second, 0) : "-",
+                                      r.fits ? fixed(r.model_flops_per_gpu / 1e12, 1) : "-",
+                                      r.fits ? fixed(r.mfu * 100, 1) : "-",
+                                      bytes(Device::Gpu),
+                                      bytes(Device::Cpu),
+                                      bytes(Device::Nvme),
+                                      fixed(r.headroom * 100, 1),
+                                      r.fits ? fixed(r.exposed_communication * 1e3, 1) : "-"};
+  row.insert(row.end(), rest.begin(), rest.end());
+  return row;
 }
 
-void print_header(std::ostream& out, const SweepReport& report, const PlanRequest& base, double seconds) {
-  const Cluster& cluster = base.cluster;
+std::string layout_summary(const SweepReport& report, const PlanRequest& base) {
+  if (report.families.size() > 1)
+    return ", " + std::to_string(report.families.size()) + " layouts searched";
   const TensorParallelism& tp = base.config.tensor_parallel;
+  const PipelineParallelism& pp = base.config.pipeline;
+  if (!tp.active() && !pp.active()) return {};
+  return ", " + report.families.front().layout.label();
+}
+
+void print_header(std::ostream& out, const SweepReport& report, const PlanRequest& base,
+                  const SweepCommand& c, double seconds) {
+  const Cluster& cluster = base.cluster;
   out << "zerolens sweep: " << base.model.name << " ("
       << format_count(double(base.model.parameter_count())) << " parameters) on "
-      << std::int64_t(base.dp_size) * tp.size * base.config.pipeline.size << " x "
-      << cluster.gpu.name << " (" << cluster.name << ")"
-      << (tp.active() ? ", tensor parallel " + std::to_string(tp.size) + " x data parallel " +
-                            std::to_string(base.dp_size)
-                      : std::string())
+      << std::int64_t(base.dp_size) * base.config.tensor_parallel.size * base.config.pipeline.size
+      << " x " << cluster.gpu.name << " (" << cluster.name << ")" << layout_summary(report, base)
       << ", " << to_string(base.config.precision.precision) << ", global batch "
-      << report.train_batch_size << " (" << report.batch_per_rank << " per data-parallel rank)\n"
-      << report.evaluated << " configurations evaluated in " << fixed(seconds, 2) << " s; "
-      << report.fitting << " fit.\n";
+      << report.train_batch_size;
+  if (report.families.size() == 1)
+    out << " (" << report.batch_per_rank << " per data-parallel rank)";
+  out << '\n'
+      << report.evaluated << " configurations evaluated in " << fixed(seconds, 2) << " s ("
+      << std::min<std::int64_t>(c.jobs, std::max<std::int64_t>(report.enumerated, 1)) << " thread"
+      << (c.jobs > 1 ? "s" : "") << ")";
+  if (report.pruned > 0)
+    out << ", " << report.pruned
+        << " skipped (a smaller micro-batch already overflows; --all evaluates them)";
+  if (report.refused > 0) out << ", " << report.refused << " refused by the planner";
+  out << "; " << report.fitting << " fit.\n";
 }
 
-void print_sweep(std::ostream& out, const SweepReport& report, const SweepCommand& c, SizeUnit unit) {
-  Table table({"#", "stage", "opt", "param", "micro", "accum", "ckpt", "step ms", "tokens/s",
-               "TFLOP/s/GPU", "MFU %", "GPU peak", "CPU/node", "NVMe/node", "exposed comm ms"});
+void print_top(std::ostream& out, const SweepReport& report, const SweepCommand& c, SizeUnit unit,
+               const Columns& columns) {
+  Table table(result_header(columns));
   std::int64_t rank = 0, shown = 0;
   for (const auto& result : report.results) {
     if (result.fits) ++rank;
     if (!result.fits && !c.all) break;
     if (c.top > 0 && shown == c.top) break;
-    table.add_row(result_row(result.fits ? rank : 0, result, unit));
+    table.add_row(result_row(result.fits ? rank : 0, result, unit, columns));
     ++shown;
   }
   if (report.fitting == 0) out << "\nNothing fits; --all --top 0 lists every configuration with its peaks.\n";
   else out << "\nTop " << std::min<std::int64_t>(shown, report.fitting) << " by predicted throughput (tokens/s of the whole group):\n";
   if (shown > 0) table.print(out);
+}
+
+void print_front(std::ostream& out, const SweepReport& report, SizeUnit unit,
+                 const Columns& columns) {
+  Table table(result_header(columns));
+  std::int64_t rank = 0, shown = 0;
+  for (const auto& result : report.results) {
+    if (!result.fits) break;
+    ++rank;
+    if (!result.pareto) continue;
+    table.add_row(result_row(rank, result, unit, columns));
+    ++shown;
+  }
+  if (shown == 0) return;
+  out << "\nPareto front, step time against headroom (the smallest free share of a device used); # "
+         "is the "
+         "throughput rank:\n";
+  table.print(out);
+}
+
+void print_families(std::ostream& out, const SweepReport& report) {
+  if (report.families.size() < 2) return;
+  Table table({"layout", "points", "evaluated", "fit", "skipped", "refused", "verdict"});
+  table.align_last_left();
+  // On the front first, then dominated, then what does not fit, then what was refused.
+  std::vector<SweepFamily> families = report.families;
+  std::stable_sort(families.begin(), families.end(),
+                   [](const SweepFamily& a, const SweepFamily& b) { return a.fate < b.fate; });
+  for (const auto& family : families)
+    table.add_row({family.layout.label(), std::to_string(family.enumerated),
+                   std::to_string(family.evaluated), std::to_string(family.fitting),
+                   std::to_string(family.pruned), std::to_string(family.refused), family.verdict});
+  out << "\nLayouts (tensor x pipeline x data parallel over the same GPUs):\n";
+  table.print(out);
+}
+
+void print_sweep(std::ostream& out, const SweepReport& report, const SweepCommand& c,
+                 SizeUnit unit) {
+  const Columns columns = columns_of(report);
+  print_top(out, report, c, unit, columns);
+  print_front(out, report, unit, columns);
+  print_families(out, report);
   for (const auto& note : report.notes) out << "note: " << note << '\n';
 }
 
 void print_sweep_csv(std::ostream& out, const SweepReport& report) {
-  out << "rank,stage,offload_optimizer,offload_param,micro_batch,grad_accumulation,activation_checkpointing,fits,"
-         "step_time_s,tokens_per_s,model_flops_per_gpu,mfu,gpu_peak_bytes,cpu_peak_bytes,nvme_peak_bytes,"
+  out << "rank,tensor_parallel,sequence_parallel,pipeline_parallel,virtual_stages,data_parallel,"
+         "zeropp,stage,"
+         "offload_optimizer,offload_param,micro_batch,grad_accumulation,activation_checkpointing,"
+         "fits,pareto,"
+         "headroom,step_time_s,tokens_per_s,model_flops_per_gpu,mfu,gpu_peak_bytes,cpu_peak_bytes,"
+         "nvme_peak_bytes,"
          "exposed_communication_s\n";
   std::int64_t rank = 0;
   for (const auto& r : report.results) {
     const SweepPoint& p = r.point;
-    out << (r.fits ? std::to_string(++rank) : "") << ',' << p.stage << ',' << to_string(p.optimizer) << ','
-        << to_string(p.param) << ',' << p.micro_batch << ',' << p.grad_accumulation << ',' << int(p.checkpointing)
-        << ',' << int(r.fits) << ',' << std::setprecision(9) << r.step_time << ',' << r.tokens_per_second << ','
-        << r.model_flops_per_gpu << ',' << r.mfu << ',' << r.peak[0] << ',' << r.peak[1] << ',' << r.peak[2] << ','
-        << r.exposed_communication << '\n';
+    const ParallelLayout& l = p.layout;
+    out << (r.fits ? std::to_string(++rank) : "") << ',' << l.tensor << ','
+        << int(l.sequence_parallel) << ',' << l.pipeline << ',' << l.virtual_stages << ',' << l.data
+        << ',' << (p.zeropp ? to_string(*p.zeropp) : "") << ',' << p.stage << ','
+        << to_string(p.optimizer) << ',' << to_string(p.param) << ',' << p.micro_batch << ','
+        << p.grad_accumulation << ',' << int(p.checkpointing) << ',' << int(r.fits) << ','
+        << int(r.pareto) << ',' << std::setprecision(9) << r.headroom << ',' << r.step_time << ','
+        << r.tokens_per_second << ',' << r.model_flops_per_gpu << ',' << r.mfu << ',' << r.peak[0]
+        << ',' << r.peak[1] << ',' << r.peak[2] << ',' << r.exposed_communication << '\n';
   }
 }
 
 int run_sweep_command(const SweepCommand& c) {
   if (c.json && c.csv) throw InputError("--json/--csv", "choose one output format");
   const SizeUnit unit = parse_size_unit(c.units);
-  const SweepSpace space = space_of(c);
+  SweepSpace space = space_of(c);
   std::vector<std::string> notes;
   const PlanRequest base = base_request(c, notes);
+  add_layout_space(c, base, space);
   ProgressBar bar(!c.quiet && (c.progress || isatty(STDERR_FILENO)));
   const auto start = std::chrono::steady_clock::now();
   SweepReport report = run_sweep(base, space, c.timeline.options(),
@@ -189,7 +343,7 @@ int run_sweep_command(const SweepCommand& c) {
   } else if (c.csv) {
     print_sweep_csv(out, report);
   } else {
-    print_header(out, report, base, seconds);
+    print_header(out, report, base, c, seconds);
     print_sweep(out, report, c, unit);
   }
   return report.fitting > 0 ? kExitOk : kExitCheckFailed;
@@ -199,13 +353,21 @@ int run_sweep_command(const SweepCommand& c) {
 
 void register_sweep_command(CLI::App& app, CommandRegistry& registry) {
   auto c = std::make_shared<SweepCommand>();
-  CLI::App* sweep = app.add_subcommand(
-      "sweep", "Rank every stage x offload x micro-batch x checkpointing choice that fits by predicted throughput");
+  CLI::App* sweep = app.add_subcommand("sweep",
+                                       "Rank every stage x offload x micro-batch x checkpointing "
+                                       "choice (and, asked, every TP x PP x DP layout and "
+                                       "ZeRO++ variant) that fits by predicted throughput, with "
+                                       "the Pareto front of step time against headroom");
   sweep->footer(
-      "Every planning flag sets the base configuration. --stage, --offload-optimizer, --offload-param,\n"
-      "--micro-batch and --activation-checkpointing fix their dimension; the list flags choose what is swept.\n"
-      "The global batch stays fixed (gradient accumulation follows the micro-batch). Exit status 1 when\n"
-      "no configuration fits.");
+      "Every planning flag sets the base configuration. --stage, --offload-optimizer, "
+      "--offload-param,\n"
+      "--micro-batch and --activation-checkpointing fix their dimension; the list flags choose "
+      "what is swept.\n"
+      "The global batch and the GPUs stay fixed (gradient accumulation follows the micro-batch, "
+      "data\n"
+      "parallelism the layout). Larger micro-batches of a configuration that does not fit are "
+      "skipped\n"
+      "(--all evaluates and lists them). Exit status 1 when no configuration fits.");
   add_plan_options(*sweep, c->options);
   auto* dims = "Sweep";
   sweep->add_option("--stages", c->stages, "ZeRO stages to sweep (default 0,1,2,3)")
@@ -224,6 +386,48 @@ void register_sweep_command(CLI::App& app, CommandRegistry& registry) {
       ->group(dims);
   sweep->add_option("--checkpointing", c->checkpointing, "Activation checkpointing: on, off or on,off (default)")
       ->delimiter(',')->check(CLI::IsMember({"on", "off"}))->group(dims);
+  auto* layouts = "Parallel layouts (over the same --gpus)";
+  sweep
+      ->add_flag("--search-parallelism", c->search_parallelism,
+                 "Search every layout of the GPUs: TP in powers of two up to a node, PP over the "
+                 "divisors of the "
+                 "block count, virtual stages 1 and 2, SP off and on, ZeRO++ off and all (a fixed "
+                 "--tp, --pp, ... "
+                 "or a list flag narrows its dimension)")
+      ->group(layouts);
+  sweep->add_option("--tp-sizes", c->tp_sizes, "Tensor-parallel sizes to sweep (e.g. 1,2,4,8)")
+      ->delimiter(',')
+      ->check(integer_in(1, 4096))
+      ->group(layouts);
+  sweep->add_option("--pp-sizes", c->pp_sizes, "Pipeline stage counts to sweep (e.g. 1,2,4)")
+      ->delimiter(',')
+      ->check(integer_in(1, 4096))
+      ->group(layouts);
+  sweep
+      ->add_option("--virtual-stage-counts", c->virtual_stage_counts,
+                   "Model chunks per pipeline stage to sweep (interleaved 1F1B above 1)")
+      ->delimiter(',')
+      ->check(integer_in(1, 1024))
+      ->group(layouts);
+  sweep
+      ->add_option("--sequence-parallel", c->sequence_parallel,
+                   "Sequence parallelism with TP: on, off or on,off")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"on", "off"}))
+      ->group(layouts);
+  sweep
+      ->add_option("--zeropp", c->zeropp,
+                   "ZeRO++ variants at stage 3 without TP/PP: off, hpz (over a node), qwz, qgz, "
+                   "all (e.g. off,all)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"off", "hpz", "qwz", "qgz", "all"}))
+      ->group(layouts);
+  sweep
+      ->add_option("-j,--jobs", c->jobs,
+                   "Threads evaluating configurations (default: the machine's cores)")
+      ->check(integer_in(1, 1024))
+      ->capture_default_str()
+      ->group(layouts);
   auto* out = "Timeline and output";
   add_timeline_options(*sweep, c->timeline, out);
   sweep->add_option("--top", c->top, "Rows to show (0: all)")

@@ -22,6 +22,8 @@ void Table::print(std::ostream& out, const std::string& indent) const {
       const std::string cell = i < row.size() ? row[i] : std::string();
       if (i == 0) {
         out << std::left << std::setw(int(widths[i])) << cell;
+      } else if (last_left_ && i + 1 == widths.size()) {
+        out << "  " << cell;  // no padding after the last column
       } else {
         out << "  " << std::right << std::setw(int(widths[i])) << cell;
       }

@@ -45,6 +45,31 @@ void BM_SweepGpt3On1024(benchmark::State& state) {
 }
 BENCHMARK(BM_SweepGpt3On1024)->Unit(benchmark::kMillisecond);
 
+// Issue 20's search: every layout of GPT-3 175B's 1024 GPUs (TP 1-8, PP over the divisors of 96,
+// virtual stages 1-2, SP, ZeRO++) x stage x offload x micro-batch x checkpointing at Megatron's
+// global batch of 1536 (Narayanan et al. 2021, Table 1), on 1 and 2 threads. Goal: under 10 s.
+// items/s = configurations evaluated per second; "enumerated" counts the pruned ones too.
+void BM_SearchGpt3On1024(benchmark::State& state) {
+  PlanRequest base = sweep_base("gpt3-175b", 1024, 1536, 2048);
+  SweepSpace space;
+  add_parallel_search(base, space);
+  space.threads = int(state.range(0));
+  std::int64_t evaluated = 0, enumerated = 0;
+  for (auto _ : state) {
+    const SweepReport report = run_sweep(base, space, TimelineOptions{});
+    evaluated += report.evaluated;
+    enumerated = report.enumerated;
+  }
+  state.SetItemsProcessed(evaluated);
+  state.counters["enumerated"] = double(enumerated);
+}
+BENCHMARK(BM_SearchGpt3On1024)
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kSecond)
+    ->Iterations(1)
+    ->UseRealTime();
+
 // One stage-3 plan + timeline at 8 .. 100,000 ranks: the cost must not grow with the rank count.
 void BM_StepAtRankCount(benchmark::State& state) {
   const int ranks = int(state.range(0));

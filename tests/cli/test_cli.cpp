@@ -225,6 +225,60 @@ TEST(Cli, SweepWinnerAgreesWithTraceOfTheSameConfig) {
   EXPECT_EQ(summary.at("peak_bytes").at("gpu"), best.at("peak_bytes").at("gpu"));
 }
 
+// The layout search: its winner, and the fastest pipelined point, planned again by `zerolens trace`
+// from the layout's flags with every micro-step simulated, have the same step time and GPU peak.
+TEST(Cli, SweepSearchPointsAgreeWithTraceOfTheSameLayout) {
+  const std::string model = "--model llama2-7b --gpus 16 --precision bf16 --seq-len 2048";
+  const Result sweep =
+      run("sweep " + model + " --train-batch 64 --search-parallelism --json", false);
+  ASSERT_EQ(sweep.exit_code, 0) << sweep.output;
+  const auto document = nlohmann::json::parse(sweep.out);
+  EXPECT_EQ(document.at("version"), 2);
+  EXPECT_GT(document.at("families").size(), 10u);
+  std::vector<nlohmann::json> checked{document.at("results").at(0)};
+  for (const auto& result : document.at("results"))
+    if (result.at("fits").get<bool>() && result.at("pipeline_parallel").get<int>() > 1) {
+      checked.push_back(result);
+      break;
+    }
+  ASSERT_EQ(checked.size(), 2u) << "no pipelined point fits";
+  for (const auto& point : checked) {
+    const auto flag = [&](const char* name, const char* key) {
+      return std::string(" ") + name + " " + point.at(key).dump();
+    };
+    std::string flags = flag("--tp", "tensor_parallel") + flag("--pp", "pipeline_parallel") +
+                        flag("--virtual-stages", "virtual_stages") +
+                        flag("--sp", "sequence_parallel") + flag("--stage", "stage") +
+                        flag("--micro-batch", "train_micro_batch_size_per_gpu") +
+                        flag("--grad-accum", "gradient_accumulation_steps") +
+                        flag("--activation-checkpointing", "activation_checkpointing") +
+                        " --offload-optimizer " + point.at("offload_optimizer").get<std::string>() +
+                        " --offload-param " + point.at("offload_param").get<std::string>();
+    if (point.at("zeropp") == "all")
+      flags += " --hpz 8 --quantized-weights true --quantized-gradients true";
+    SCOPED_TRACE(flags);
+    const std::string trace = testing::TempDir() + "/searched.json";
+    const Result traced = run("trace " + model + flags + " -o " + quote(trace));
+    ASSERT_EQ(traced.exit_code, 0) << traced.output;
+    std::ifstream trace_file(trace);
+    const auto summary = nlohmann::json::parse(trace_file).at("summary");
+    EXPECT_NEAR(summary.at("step_time_s").get<double>(), point.at("step_time_s").get<double>(),
+                1e-9 * point.at("step_time_s").get<double>());
+    EXPECT_EQ(summary.at("peak_bytes").at("gpu"), point.at("peak_bytes").at("gpu"));
+  }
+  const Result table =
+      run("sweep " + model + " --train-batch 64 --tp-sizes 1,2 --pp-sizes 1,2 --top 2");
+  ASSERT_EQ(table.exit_code, 0) << table.output;
+  for (const char* text :
+       {"layouts searched", "Pareto front", "Layouts (tensor x pipeline", "tp 2 x pp 2 x dp 4"})
+    EXPECT_NE(table.output.find(text), std::string::npos) << text << "\n" << table.output;
+  expect_invalid("sweep " + model + " --tp 2 --tp-sizes 1,2", "--tp/--tp-sizes");
+  expect_invalid("sweep " + model + " --dp 16 --search-parallelism", "--dp");
+  expect_invalid("sweep " + model + " --zeropp most", "--zeropp");
+  expect_invalid("sweep " + model + " --stage 3 --hpz 8 --zeropp all", "--zeropp");
+  expect_invalid("sweep " + model + " --jobs 0", "--jobs");
+}
+
 TEST(Cli, SweepTableCsvProgressAndErrors) {
   const std::string base = "sweep --model gpt2-1.5b --gpus 8 --train-batch 64";
   const Result table = run(base + " --top 3");

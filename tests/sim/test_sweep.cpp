@@ -44,7 +44,7 @@ PlanRequest base_request(std::int64_t train_batch, Cluster cluster = sweep_clust
 TEST(SweepEnumeration, CountsEveryAcceptedCombination) {
   std::vector<std::string> notes;
   // 64 samples over 8 ranks = 8 per rank: micro-batches 1, 2, 4, 8.
-  const auto points = enumerate_sweep(base_request(64), SweepSpace{}, notes);
+  const auto points = enumerate_sweep(base_request(64), SweepSpace{}, notes).points;
   EXPECT_EQ(points.size(), 4u * 14u * 2u);
   EXPECT_TRUE(notes.empty());
   for (const auto& p : points) {
@@ -60,7 +60,7 @@ TEST(SweepEnumeration, ClusterWithoutNvmeDropsNvmeAndSaysSo) {
   cluster.node.nvme_capacity_bytes = 0;
   std::vector<std::string> notes;
   // Stage 3 keeps opt none/cpu x param none/cpu = 4: 1 + 2 + 2 + 4 = 9 per micro-batch.
-  const auto points = enumerate_sweep(base_request(64, cluster), SweepSpace{}, notes);
+  const auto points = enumerate_sweep(base_request(64, cluster), SweepSpace{}, notes).points;
   EXPECT_EQ(points.size(), 4u * 9u * 2u);
   ASSERT_EQ(notes.size(), 1u);
   EXPECT_NE(notes[0].find("NVMe"), std::string::npos);
@@ -74,7 +74,7 @@ TEST(SweepEnumeration, MicroBatchesThatDoNotDivideAreSkippedWithANote) {
   space.checkpointing = {false};
   space.micro_batches = {3, 4, 4, 5};  // 12 per rank: 3 and 4 divide, 5 does not; duplicates collapse
   std::vector<std::string> notes;
-  const auto points = enumerate_sweep(base_request(96), space, notes);
+  const auto points = enumerate_sweep(base_request(96), space, notes).points;
   ASSERT_EQ(points.size(), 2u);
   ASSERT_EQ(notes.size(), 1u);
   EXPECT_EQ(points[0].grad_accumulation, 4);
@@ -91,7 +91,7 @@ TEST(SweepEnumeration, MicroBatchesThatDoNotDivideAreSkippedWithANote) {
 void expect_extrapolation_matches(const PlanRequest& base) {
   const TimelineOptions options;
   std::vector<std::string> notes;
-  for (const auto& point : enumerate_sweep(base, SweepSpace{}, notes)) {
+  for (const auto& point : enumerate_sweep(base, SweepSpace{}, notes).points) {
     if (point.grad_accumulation <= kSweepSimulatedMicroSteps) continue;
     SCOPED_TRACE(point.label());
     const SweepResult result = evaluate_sweep_point(base, point, options);
@@ -129,17 +129,21 @@ TEST(SweepPoint, ExtrapolationHoldsWhenCommunicationDominates) {
 TEST(Sweep, RanksFittingPointsByThroughputAndKeepsTheGlobalBatch) {
   // GPUs as large as the median GPU peak of the sweep: about half the points fit.
   PlanRequest base = base_request(8 * 32);
+  SweepSpace every_point;
+  every_point.prune = false;  // every point evaluated, the ones that do not fit too
   std::vector<Bytes> peaks;
-  for (const auto& r : run_sweep(base, SweepSpace{}, TimelineOptions{}).results) peaks.push_back(r.peak[0]);
+  for (const auto& r : run_sweep(base, every_point, TimelineOptions{}).results)
+    peaks.push_back(r.peak[0]);
   std::nth_element(peaks.begin(), peaks.begin() + std::ptrdiff_t(peaks.size() / 2), peaks.end());
   base.cluster.gpu.memory_bytes = peaks[peaks.size() / 2];
   std::int64_t calls = 0, last_done = 0;
-  const SweepReport report = run_sweep(base, SweepSpace{}, TimelineOptions{}, [&](std::int64_t done, std::int64_t total) {
-    ++calls;
-    EXPECT_EQ(done, last_done + 1);
-    last_done = done;
-    EXPECT_EQ(total, 6 * 14 * 2);
-  });
+  const SweepReport report =
+      run_sweep(base, every_point, TimelineOptions{}, [&](std::int64_t done, std::int64_t total) {
+        ++calls;
+        EXPECT_EQ(done, last_done + 1);
+        last_done = done;
+        EXPECT_EQ(total, 6 * 14 * 2);
+      });
   EXPECT_EQ(calls, report.evaluated);
   EXPECT_EQ(report.evaluated, std::int64_t(report.results.size()));
   EXPECT_EQ(report.train_batch_size, 256);
