@@ -27,51 +27,6 @@ command -v python3 >/dev/null || { echo "error: python3 is required" >&2; exit 2
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
-# Megatron-style tensor-parallel shard of a GPT model (one GPU's part of a model-parallel group of
-# size t): column-parallel QKV/fc_in and row-parallel o_proj/fc_out split t ways, the vocabulary
-# split t ways, LayerNorms and row-parallel biases replicated; FLOPs / t; activations as in
-# Korthikanti et al. 2022 (10 s b h replicated, 24 s b h / t and 5 a s^2 b / t split); checkpoints
-# / t (ZeRO-R partitioned activation checkpointing, P_a).
-shard() {  # shard MODEL_JSON T NAME -> $TMP/NAME.json
-  zl presets --model-json "$1" | python3 -c '
-import json, sys
-t, name = int(sys.argv[1]), sys.argv[2]
-m = json.load(sys.stdin)
-h = None
-for L in m["layers"]:
-    k, a = L["kind"], L.setdefault("activations", {})
-    if k == "embedding":
-        for p in L["params"]:
-            if p["name"].endswith("wte.weight"):
-                V, h = p["shape"]; p["shape"] = [-(-V // t), h]
-    elif k == "transformer_block":
-        for p in L["params"]:
-            n, s = p["name"], p["shape"]
-            if any(x in n for x in ("q_proj", "k_proj", "v_proj", "fc_in")):
-                s[0] //= t
-            elif any(x in n for x in ("o_proj.weight", "fc_out.weight")):
-                s[1] //= t
-        L["matmul_flops_per_token"] /= t
-        L["attention_flops_per_token_position"] /= t
-        hh = a["checkpoint_elements"]
-        a["elements"] = 4 * hh + (a["elements"] - 4 * hh) / t
-        if "backward_working_elements" in a:
-            a["backward_working_elements"] = 2 * hh + (a["backward_working_elements"] - 2 * hh) / t
-        for key in ("elements_per_position", "mask_bytes_per_position", "backward_working_elements_per_position"):
-            if key in a: a[key] /= t
-        a["checkpoint_elements"] = hh / t
-    elif k == "lm_head":
-        L["matmul_flops_per_token"] /= t
-        for key in ("elements", "backward_working_elements"):
-            if key in a: a[key] = h + (a[key] - h) / t
-        for key in ("fixed_bytes", "forward_working_fixed_bytes", "backward_working_fixed_bytes"):
-            if key in a: a[key] /= t
-m["name"] = name
-m.pop("transformer", None)  # a hand-made shard is a layer list, not the shape of the whole transformer
-json.dump(m, sys.stdout)
-' "$2" "$3" >"$TMP/$3.json"
-}
-
 fits_all() {  # fits_all ARGS... -> exit 0 when the plan fits on GPU, CPU and NVMe
   zl plan "$@" --json >"$TMP/fit.json" 2>"$TMP/fit.err" || {
     echo "error: zerolens plan failed:" >&2; cat "$TMP/fit.err" >&2; exit 1; }
@@ -132,11 +87,10 @@ Z2=(--stage 2 --overlap-comm true --contiguous-gradients true)
 INF=(--stage 3 --partition-activations true --cpu-checkpointing true --pin-memory true --nvme-path /local_nvme)
 
 # --- ZeRO (SC'20): ZeRO-100B = stage 2 (P_os+g) + ZeRO-R, Megatron MP 16 inside a DGX-2 -------------
-shard "$M/gpt-100b.json" 16 gpt-100b-mp16
-A=(--model "$TMP/gpt-100b-mp16.json" --cluster "$M/dgx-2-mp16.json" --gpus 25 --precision fp16
-   --seq-len 1024 --activation-checkpointing true "${Z2[@]}")
+A=(--model "$M/gpt-100b.json" "${C[@]}" "${CK[@]}" --attention eager --tp 16 --gpus 400 "${Z2[@]}"
+   --partition-activations true)
 b=$(largest_batch "${A[@]}")
-run "ZeRO 100B 400gpu MP16 [MP shard, DP 25]" 38 "${A[@]}" --micro-batch "$b"
+run "ZeRO 100B 400gpu MP16 [TP 16 x DP 25]" 38 "${A[@]}" --micro-batch "$b"
 b_dp=$(( b * 25 / 400 )); (( b_dp >= 1 )) || b_dp=1   # same global batch on 400 data-parallel ranks
 run "ZeRO 100B 400gpu MP16 [pure DP ZeRO-3]" 38 --model "$M/gpt-100b.json" "${C[@]}" "${CK[@]}" --attention eager \
   --gpus 400 --stage 3 --micro-batch "$b_dp"
@@ -158,19 +112,16 @@ A=(--model "$M/gpt-100b.json" "${C[@]}" "${CK[@]}" --attention eager --gpus 16 "
    --offload-optimizer nvme)
 run "Infinity 100B 16gpu" 40 "${A[@]}" --micro-batch "$(largest_batch "${A[@]}")"
 
-shard "$M/gpt-1t.json" 4 gpt-1t-mp4
-A=(--model "$TMP/gpt-1t-mp4.json" --cluster "$M/dgx-2-mp4.json" --gpus 128 --precision fp16 --seq-len 1024
-   --activation-checkpointing true "${INF[@]}" --offload-optimizer cpu)
+A=(--model "$M/gpt-1t.json" "${C[@]}" "${CK[@]}" --attention eager --tp 4 --gpus 512 "${INF[@]}"
+   --offload-optimizer cpu)
 b=$(largest_batch "${A[@]}")
-run "Infinity 1T 512gpu MP4 [MP shard, DP 128]" 49 "${A[@]}" --micro-batch "$b"
+run "Infinity 1T 512gpu MP4 [TP 4 x DP 128]" 49 "${A[@]}" --micro-batch "$b"
 b_dp=$(( b * 128 / 512 )); (( b_dp >= 1 )) || b_dp=1
 run "Infinity 1T 512gpu [pure DP ZeRO-3]" 49 --model "$M/gpt-1t.json" "${C[@]}" "${CK[@]}" --attention eager --gpus 512 \
   "${INF[@]}" --offload-optimizer cpu --micro-batch "$b_dp"
 
-shard "$M/gpt-20t.json" 8 gpt-20t-mp8
-run "Infinity 20T 512gpu MP8 [MP shard, DP 64]" 34 --model "$TMP/gpt-20t-mp8.json" \
-  --cluster "$M/dgx-2-mp8.json" --gpus 64 --precision fp16 --seq-len 1024 --activation-checkpointing true \
-  "${INF[@]}" --offload-param nvme --offload-optimizer nvme --micro-batch 10
+run "Infinity 20T 512gpu MP8 [TP 8 x DP 64]" 34 --model "$M/gpt-20t.json" "${C[@]}" "${CK[@]}" --attention eager \
+  --tp 8 --gpus 512 "${INF[@]}" --offload-param nvme --offload-optimizer nvme --micro-batch 10
 run "Infinity 20T 512gpu [pure DP ZeRO-3]" 34 --model "$M/gpt-20t.json" "${C[@]}" "${CK[@]}" --attention eager --gpus 512 \
   "${INF[@]}" --offload-param nvme --offload-optimizer nvme --micro-batch 1
 

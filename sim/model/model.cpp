@@ -401,6 +401,11 @@ Model tensor_parallel_shard(const Model& model, const TensorParallelism& tp) {
   return shard;
 }
 
+void partition_checkpoints(Model& model, int tensor_parallel) {
+  if (tensor_parallel <= 1) return;
+  for (auto& layer : model.layers) layer.activations.checkpoint_elements /= double(tensor_parallel);
+}
+
 Model pipeline_stage_model(const Model& model, const PipelineParallelism& pipeline, int stage) {
   const int chunks = pipeline.size * pipeline.virtual_stages;
   if (!model.shape) {

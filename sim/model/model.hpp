@@ -182,6 +182,11 @@ Model build_transformer(const std::string& name, const TransformerShape& shape,
 // `model` as one rank of `tp` holds it: the model itself when tp is inactive, else rebuilt from its
 // transformer shape (a layer-list model without one cannot be split: InputError).
 Model tensor_parallel_shard(const Model& model, const TensorParallelism& tp);
+// DeepSpeed's activation_checkpointing.partition_activations over `tensor_parallel` ranks: every
+// checkpoint kept 1/tensor_parallel per rank (checkpointing.py: partition_activations,
+// get_partition_size = numel / mp_size); the recompute gathers it back (the schedule's all-gather).
+// Nothing changes without tensor parallelism.
+void partition_checkpoints(Model& model, int tensor_parallel);
 // Stage `stage` of `model` split by `pipeline` (Megatron's layout): the transformer blocks in
 // size x virtual_stages equal chunks, chunk g on stage g % size; the embedding before chunk 0, the
 // final norm and LM head after the last. Throws InputError when the blocks do not split evenly or

@@ -71,7 +71,7 @@ void add_positions_note(Plan& plan) {
 
 void add_notes(Plan& plan) {
   const auto& config = plan.request.config;
-  if (config.activation_checkpointing.partition_activations) {
+  if (config.activation_checkpointing.partition_activations && !config.tensor_parallel.active()) {
     plan.notes.push_back(
         "activation_checkpointing.partition_activations partitions checkpoints across "
         "model-parallel ranks; with data parallelism only it changes nothing");
@@ -228,6 +228,8 @@ Plan make_plan(PlanRequest request, ReplayDetail detail, MemoryTimeline& replay)
   if (plan.seq_len < 1) throw InputError("seq_len", "must be positive");
   plan.batch = resolve_batch(request.config.batch, request.dp_size);
   plan.rank_model = tensor_parallel_shard(request.model, request.config.tensor_parallel);
+  if (request.config.activation_checkpointing.partition_activations)
+    partition_checkpoints(plan.rank_model, request.config.tensor_parallel.size);
   check_placement(request);
   check_zeropp(request);
   check_activation_total(plan.rank_model, plan.batch.micro_batch_per_gpu, plan.seq_len);

@@ -541,6 +541,31 @@ class ScheduleBuilder {
     if (ready && !zero_.reduces_at_boundary()) add_to_buckets(owner, op);
   }
 
+  // DeepSpeed's partition_activations (activation_checkpointing/checkpointing.py): each
+  // tensor-parallel rank keeps 1/mp_size of a checkpoint (partition_activations ->
+  // get_partition_size; the model's checkpoint terms are divided already, plan.cpp), and the
+  // recompute first all-gathers the whole input in the model-parallel group
+  // (gather_partitioned_activations: all_gather_into_tensor into a new full-size tensor, which the
+  // recompute then reads in place of the part: recomputed_bytes holds for the part's size).
+  std::uint32_t gather_partitioned_checkpoint(std::size_t layer, const ActivationBytes& act,
+                                              std::uint32_t after) {
+    const int tp = schedule_.context.tensor_parallel;
+    if (!config_.activation_checkpointing.partition_activations || tp <= 1 || act.checkpoint <= 0)
+      return after;
+    const auto op = emit(Op{.kind = OpKind::AllGather,
+                            .stream = Stream::TensorParallel,
+                            .phase = Phase::Backward,
+                            .layer = int(layer),
+                            .group_size = tp,
+                            .group = ProcessGroup::Tensor,
+                            .link = Link::Network,
+                            .bytes = act.checkpoint * tp,
+                            .wire_element_bytes = std::int32_t(param_bytes_)},
+                         effects(), {after, tp_wait_});
+    tp_wait_ = op;
+    return op;
+  }
+
   std::uint32_t recompute_layer(std::size_t layer, const ActivationBytes& act, double flops) {
     std::uint32_t copy = kNoOp;
     if (config_.activation_checkpointing.cpu_checkpointing) {
@@ -551,6 +576,7 @@ class ScheduleBuilder {
                      .layer = int(layer), .link = Link::PcieH2D, .bytes = act.checkpoint},
                   back, {});
     }
+    copy = gather_partitioned_checkpoint(layer, act, copy);
     Effects fx = effects();
     fx.add(Device::Gpu, Component::ActivationWorking, recomputed_bytes(act));
     const Bytes touched = owner_numel(owner_of(layer)) * param_bytes_ + act.stored;

@@ -144,6 +144,40 @@ TEST(TensorParallel, CollectivesWorkedByHand) {
             17);
 }
 
+// DeepSpeed's partition_activations with TP 2 (checkpointing.py): a block's checkpoint, its input
+// of 2 x 16 tokens x h 8 bf16 = 512 bytes, is kept half per rank (256; with SP the input is split
+// along the sequence already, and partitioned again: 128), and each recompute first all-gathers the
+// whole 512 bytes in the TP group: 2 blocks, 2 more all-gathers sending (n - 1) / n = 256 each.
+TEST(TensorParallel, PartitionedActivationCheckpointsWorkedByHand) {
+  TrainingConfig config = tp_config(2, false);
+  config.activation_checkpointing.enabled = true;
+  const Plan whole = plan_tp(config, 2);
+  config.activation_checkpointing.partition_activations = true;
+  const Plan partitioned = plan_tp(config, 2);
+  const auto checkpoint = [](const Plan& plan) {
+    return plan.rank_model.layers[1].activation_bytes(2, 16, 2).checkpoint;
+  };
+  EXPECT_EQ(checkpoint(whole), 512);
+  EXPECT_EQ(checkpoint(partitioned), 256);
+  const auto& gathers = partitioned.comm.tensor_parallel[std::size_t(OpKind::AllGather)];
+  EXPECT_EQ(whole.comm.tensor_parallel[std::size_t(OpKind::AllGather)].calls, 0);
+  EXPECT_EQ(gathers.calls, 2);
+  EXPECT_EQ(gathers.bytes, 2 * 512);
+  EXPECT_EQ(gathers.traffic_bytes, 2 * 256);
+  // The recompute reads the gathered input in place of the part: at the peak the checkpoints hold
+  // half as much, the rest of the step's memory unchanged.
+  const auto gpu = std::size_t(Device::Gpu), ckpt = std::size_t(Component::ActivationCheckpoints);
+  EXPECT_LE(partitioned.devices[gpu].peak, whole.devices[gpu].peak);
+  EXPECT_EQ(partitioned.devices[gpu].components[ckpt] * 2, whole.devices[gpu].components[ckpt]);
+  config.tensor_parallel.sequence_parallel = true;
+  EXPECT_EQ(checkpoint(plan_tp(config, 2)), 128);
+  // Without TP there is nothing to partition over (and the plan says so).
+  config.tensor_parallel = {};
+  const Plan alone = plan_tp(config, 2);
+  EXPECT_EQ(checkpoint(alone), 512);
+  EXPECT_NE(alone.notes.front().find("partition_activations"), std::string::npos);
+}
+
 // With SP each block's forward gathers (2) and reduce-scatters (2); its backward gathers the
 // output gradients (2), gathers the saved inputs again (2) and reduce-scatters the input gradients
 // (2). The embedding reduce-scatters (gathers in backward); the LM head gathers its input, and in
