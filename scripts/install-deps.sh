@@ -7,6 +7,7 @@ packages=(
   clang libclang-rt-14-dev
   qt6-base-dev qt6-charts-dev libqt6opengl6-dev qt6-svg-dev libgl-dev
   libopenmpi-dev openmpi-bin libopenblas-dev liburing-dev zlib1g-dev fio python3-jsonschema
+  python3-dev pybind11-dev
 )
 missing=()
 for package in "${packages[@]}"; do

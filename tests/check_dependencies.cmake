@@ -1,5 +1,6 @@
 # Fails when a project folder includes a header of a folder it must not depend on:
-# sim and kernels import nothing of the project; exec imports sim and kernels; gui imports sim;
+# sim and kernels import nothing of the project; exec imports sim and kernels; gui and python
+# (the Python module) import sim;
 # nothing imports cli or gui; no C++ includes traces/ (traces are files: read through sim/trace/).
 # Inside sim/ and exec/, each sub-folder is a layer that includes only itself and the layers
 # listed before it (files directly in exec/ sit above all of exec's layers).
@@ -9,11 +10,12 @@ set(allowed_sim "sim")
 set(allowed_kernels "kernels")
 set(allowed_exec "exec;sim;kernels")
 set(allowed_gui "gui;sim")
+set(allowed_python "python;sim")
 set(allowed_cli "cli;sim;exec")
-set(project_folders sim kernels exec gui cli traces)
+set(project_folders sim kernels exec gui cli python traces)
 set(layers_sim core config model hardware schedule timeline plan trace predict report)
 set(layers_exec comm memory io calibrate model engine run cuda .)
-set(cuda_free_folders sim gui cli)
+set(cuda_free_folders sim gui cli python)
 set(cuda_condition "^[ \t]*#[ \t]*(if|ifdef|ifndef|elif)[ \t].*ZEROLENS_(WITH|HAVE)_CUDA")
 set(violations "")
 
@@ -40,7 +42,7 @@ function(zerolens_check_layer folder source line)
     set(violations "${violations};${source}: ${line} (${folder}/${own} may include only itself and the layers before it: ${order})" PARENT_SCOPE)
   endif()
 endfunction()
-foreach(folder sim kernels exec gui cli)
+foreach(folder sim kernels exec gui cli python)
   file(GLOB_RECURSE sources "${SOURCE_DIR}/${folder}/*.cpp" "${SOURCE_DIR}/${folder}/*.hpp"
        "${SOURCE_DIR}/${folder}/*.cu" "${SOURCE_DIR}/${folder}/*.cuh")
   list(FIND cuda_free_folders "${folder}" is_cuda_free)

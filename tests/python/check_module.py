@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""ctest python.module: the Python module against the CLI (a second front end over the same sim):
+plan(), trace() and sweep() return what `zerolens plan|trace|sweep --json` prints for the same
+flags; a DeepSpeed config given as a dict plans as the same file; bad keywords and values raise
+TypeError or zerolens.InputError (a ValueError) naming them.
+usage: check_module.py ZEROLENS   (the module on PYTHONPATH)"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import warnings
+
+import zerolens
+
+failures = []
+
+
+def check(condition, message):
+    if not condition:
+        failures.append(message)
+
+
+def cli_json(zerolens_binary, *arguments):
+    result = subprocess.run([zerolens_binary, *arguments], capture_output=True, text=True, timeout=120)
+    if result.returncode not in (0, 1):
+        sys.exit(f"FAIL: zerolens {' '.join(arguments)}: exit {result.returncode}\n{result.stderr}")
+    return json.loads(result.stdout)
+
+
+def expect_error(kind, words, **keywords):
+    try:
+        zerolens.plan(**keywords)
+    except kind as error:
+        for word in words:
+            check(word in str(error), f"{keywords}: '{word}' not in the error: {error}")
+        return
+    except Exception as error:  # noqa: BLE001 - the wrong kind of error is a failure too
+        failures.append(f"{keywords}: {type(error).__name__} ({error}), expected {kind.__name__}")
+        return
+    failures.append(f"{keywords}: no error, expected {kind.__name__}")
+
+
+def main(binary):
+    flags = ["--model", "llama2-7b", "--gpus", "16", "--stage", "3", "--precision", "bf16", "--micro-batch", "2",
+             "--offload-optimizer", "cpu", "--activation-checkpointing", "true"]
+    keywords = dict(model="llama2-7b", gpus=16, stage=3, precision="bf16", micro_batch=2, offload_optimizer="cpu",
+                    activation_checkpointing=True)
+    check(zerolens.plan(**keywords) == cli_json(binary, "plan", *flags, "--json"), "plan() differs from plan --json")
+
+    trace = zerolens.trace(**keywords, ranks=2, compute_efficiency=0.4)
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "trace.json")
+        subprocess.run([binary, "trace", *flags, "--ranks", "2", "--compute-efficiency", "0.4", "-o", path],
+                       check=True, capture_output=True, timeout=120)
+        with open(path) as f:
+            check(trace == json.load(f), "trace() differs from trace -o")
+
+        config = {"train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": True},
+                  "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
+        config_path = os.path.join(directory, "ds.json")
+        with open(config_path, "w") as f:
+            json.dump(config, f)
+        from_dict = zerolens.plan(model="gpt2-1.5b", gpus=8, deepspeed_config=config)
+        check(from_dict == zerolens.plan(model="gpt2-1.5b", gpus=8, deepspeed_config=config_path),
+              "a config as a dict plans differently from the same file")
+        check(from_dict["run"]["micro_batch_per_gpu"] == 4, "the dict's micro-batch was not read")
+
+    sweep_flags = ["--model", "llama2-7b", "--gpus", "16", "--precision", "bf16", "--seq-len", "2048",
+                   "--train-batch", "64", "--tp-sizes", "1,2", "--pp-sizes", "1,2", "--jobs", "2"]
+    swept = zerolens.sweep(model="llama2-7b", gpus=16, precision="bf16", seq_len=2048, train_batch=64,
+                           tp_sizes=[1, 2], pp_sizes=[1, 2], jobs=2)
+    check(swept == cli_json(binary, "sweep", *sweep_flags, "--json", "-q"), "sweep() differs from sweep --json")
+    check(len(swept["families"]) == 4, f"{len(swept['families'])} layouts, expected 4")
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        zerolens.plan(set={"zero_optimization.not_a_key": 1})
+    check(any("not_a_key" in str(w.message) for w in caught), "an unknown DeepSpeed key was not warned about")
+
+    expect_error(TypeError, ["stagee", "did you mean 'stage'"], stagee=3)
+    expect_error(TypeError, ["stage", "int", "str"], stage="3")
+    expect_error(TypeError, ["gpus", "bool"], gpus=True)
+    expect_error(TypeError, ["deepspeed_config"], deepspeed_config=5)
+    expect_error(zerolens.InputError, ["zero_optimization.stage"], stage=7)
+    expect_error(ValueError, ["offload_optimizer", "disk"], offload_optimizer="disk")
+    expect_error(ValueError, ["model", "did you mean"], model="llama2-7")
+    check(issubclass(zerolens.InputError, ValueError), "InputError is not a ValueError")
+    check("gpt2-124m" in zerolens.presets()["models"], "presets() lacks gpt2-124m")
+
+    if failures:
+        sys.exit("FAIL:\n  " + "\n  ".join(failures))
+    print("ok: plan, trace and sweep agree with the CLI; errors name the keyword or key")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    main(sys.argv[1])
