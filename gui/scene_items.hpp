@@ -4,8 +4,10 @@
 namespace zerolens::gui {
 
 namespace item_key {
-enum : int { Role = 0, Rank, Device, Component, Owner, Bytes, Op };
+enum : int { Role = 0, Rank, Device, Component, Owner, Bytes, Op, Ops, Seconds };
 }
-enum class ItemRole : int { Block = 1, Freed, Capacity, Transfer, Column, Op, RankLabel };
+// Op: one op, or several merged when too narrow to draw apart (Ops: how many; Op: the first).
+// Exposed: an interval of the exposed lane (Seconds: its length).
+enum class ItemRole : int { Block = 1, Freed, Capacity, Transfer, Column, Op, RankLabel, Exposed };
 
 }  // namespace zerolens::gui

@@ -15,8 +15,14 @@ namespace zerolens::gui {
 namespace {
 
 constexpr double kAxisHeight = 26;
-// The TP group's collectives beside the compute stream that waits for them.
-const char* const kStreamOrder[] = {"compute", "tp", "collective", "h2d", "d2h", "nvme", "cpu"};
+// Pixels: an op is never drawn narrower (it would vanish); narrow ops closer than the gap merge
+// into one item, as Perfetto merges slices when zoomed out.
+constexpr double kMinOpWidth = 2;
+constexpr double kMergeGap = 2;
+// The TP group's collectives beside the compute stream that waits for them; the exposed lane last.
+const char* const kStreamOrder[] = {"compute", "tp",   "collective", "h2d",
+                                    "d2h",     "nvme", "cpu",        "exposed"};
+const char* const kExposedRow = "exposed";
 
 int stream_rank(const std::string& stream) {
   for (int i = 0; i < int(std::size(kStreamOrder)); ++i) {
@@ -27,17 +33,24 @@ int stream_rank(const std::string& stream) {
 
 // Rows: (rank, stream) pairs present in the trace, ranks in the trace's order, streams in
 // kStreamOrder.
-std::map<std::pair<int, std::string>, int> make_rows(const Trace& trace, int max_ranks,
+std::vector<int> shown_ranks(const Trace& trace, int max_ranks) {
+  return {trace.ranks.begin(),
+          trace.ranks.begin() + std::min<std::ptrdiff_t>(max_ranks, std::ssize(trace.ranks))};
+}
+
+std::map<std::pair<int, std::string>, int> make_rows(const Trace& trace,
+                                                     const std::vector<int>& ranks,
+                                                     const std::map<int, ExposedIntervals>& exposed,
                                                      std::vector<QString>& names) {
-  std::vector<int> ranks(
-      trace.ranks.begin(),
-      trace.ranks.begin() + std::min<std::ptrdiff_t>(max_ranks, std::ssize(trace.ranks)));
   std::vector<std::pair<int, std::string>> keys;
   for (const auto& op : trace.ops) {
     if (std::find(ranks.begin(), ranks.end(), op.rank) == ranks.end()) continue;
     const std::pair<int, std::string> key{op.rank, op.stream};
     if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
   }
+  for (const auto& [rank, intervals] : exposed)
+    if (!intervals.communication.empty() || !intervals.offload.empty())
+      keys.emplace_back(rank, kExposedRow);
   auto order = [&](const auto& key) {
     const auto position = std::find(ranks.begin(), ranks.end(), key.first) - ranks.begin();
     return std::make_tuple(position, stream_rank(key.second), key.second);
@@ -86,27 +99,141 @@ QString op_tooltip(const TraceOp& op) {
   return QString::fromStdString(text);
 }
 
+void add_label(QGraphicsRectItem* item, const QString& name, double x, double y, double width) {
+  if (width <= 46) return;
+  auto* text = new QGraphicsSimpleTextItem(name, item);
+  QFont font = text->font();
+  font.setPointSize(7);
+  text->setFont(font);
+  text->setBrush(Qt::white);
+  text->setPos(x + 3, y + 4);
+  if (text->boundingRect().width() > width - 4) delete text;
+}
+
 QGraphicsRectItem* add_op(QGraphicsScene& scene, const TraceOp& op, double y,
                           const TimelineGeometry& g) {
   const double x = g.label_width + op.start * g.pixels_per_second;
-  const double width = std::max(1.0, op.duration * g.pixels_per_second);
+  const double width = std::max(kMinOpWidth, op.duration * g.pixels_per_second);
   const QRectF rect(x, y + 2, width, g.row_height - 4);
   auto* item = scene.addRect(rect, op_pen(rect), QBrush(op_colour(op.kind, op.stream)));
   item->setData(item_key::Role, int(ItemRole::Op));
   item->setData(item_key::Rank, op.rank);
   item->setData(item_key::Op, qlonglong(op.index));
+  item->setData(item_key::Ops, 1);
   item->setToolTip(op_tooltip(op));
-  if (width > 46) {
-    auto* text = new QGraphicsSimpleTextItem(
-        QString::fromStdString(op.layer_name.empty() ? op.kind : op.layer_name), item);
-    QFont font = text->font();
-    font.setPointSize(7);
-    text->setFont(font);
-    text->setBrush(Qt::white);
-    text->setPos(x + 3, y + 4);
-    if (text->boundingRect().width() > width - 4) delete text;
-  }
+  add_label(item, QString::fromStdString(op.layer_name.empty() ? op.kind : op.layer_name), x, y,
+            width);
   return item;
+}
+
+QString merged_tooltip(const std::vector<const TraceOp*>& ops) {
+  std::map<std::string, int> kinds;
+  for (const auto* op : ops) ++kinds[op->kind];
+  QString text =
+      QString("%1 ops, merged at this zoom (zoom in to tell them apart):").arg(ops.size());
+  for (const auto& [kind, count] : kinds)
+    text += QString("\n  %1 x %2").arg(QString::fromStdString(kind)).arg(count);
+  const auto layer = [](const TraceOp* op) {
+    return QString::fromStdString(op->layer_name.empty() ? op->kind : op->layer_name);
+  };
+  const double end = ops.back()->start + ops.back()->duration;
+  return text + QString("\nfrom %1 (op %2) to %3 (op %4), %5 ms to %6 ms")
+                    .arg(layer(ops.front()))
+                    .arg(ops.front()->index + 1)
+                    .arg(layer(ops.back()))
+                    .arg(ops.back()->index + 1)
+                    .arg(ops.front()->start * 1e3, 0, 'f', 3)
+                    .arg(end * 1e3, 0, 'f', 3);
+}
+
+// Several narrow ops of one row as one item: the colour of the commonest kind, dotted.
+QGraphicsRectItem* add_merged(QGraphicsScene& scene, const std::vector<const TraceOp*>& ops,
+                              double y, const TimelineGeometry& g) {
+  std::map<std::pair<std::string, std::string>, int> kinds;
+  double end = 0;
+  for (const auto* op : ops)
+    ++kinds[{op->kind, op->stream}], end = std::max(end, op->start + op->duration);
+  const auto commonest = std::max_element(
+      kinds.begin(), kinds.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  const double x = g.label_width + ops.front()->start * g.pixels_per_second;
+  const double width = std::max(kMinOpWidth, (end - ops.front()->start) * g.pixels_per_second);
+  const QRectF rect(x, y + 2, width, g.row_height - 4);
+  auto* item = scene.addRect(
+      rect, op_pen(rect),
+      QBrush(op_colour(commonest->first.first, commonest->first.second), Qt::Dense2Pattern));
+  item->setData(item_key::Role, int(ItemRole::Op));
+  item->setData(item_key::Rank, ops.front()->rank);
+  item->setData(item_key::Op, qlonglong(ops.front()->index));
+  item->setData(item_key::Ops, int(ops.size()));
+  item->setToolTip(merged_tooltip(ops));
+  return item;
+}
+
+// One row's ops: wide ones alone, runs of narrow neighbours merged.
+void add_row_ops(QGraphicsScene& scene, std::vector<const TraceOp*> ops, double y,
+                 const TimelineGeometry& g, TimelineItems& items) {
+  std::stable_sort(ops.begin(), ops.end(),
+                   [](const auto* a, const auto* b) { return a->start < b->start; });
+  std::vector<const TraceOp*> run;
+  double run_end = 0;
+  const auto flush = [&] {
+    if (run.empty()) return;
+    QGraphicsRectItem* item =
+        run.size() == 1 ? add_op(scene, *run.front(), y, g) : add_merged(scene, run, y, g);
+    for (const auto* op : run) items.by_index[op->index].push_back(item);
+    run.clear();
+  };
+  for (const auto* op : ops) {
+    const bool narrow = op->duration * g.pixels_per_second < kMinOpWidth;
+    if (!narrow || run.empty() || (op->start - run_end) * g.pixels_per_second > kMergeGap) flush();
+    if (!narrow) {
+      run.push_back(op);
+      flush();
+      continue;
+    }
+    if (run.empty()) run_end = op->start;
+    run.push_back(op);
+    run_end = std::max(run_end, op->start + op->duration);
+  }
+  flush();
+}
+
+void add_exposed(QGraphicsScene& scene, const Intervals& intervals, bool offload, int rank,
+                 double y, const TimelineGeometry& g) {
+  const QColor colour = offload ? QColor(0x9467bd) : QColor(0xd62728);
+  for (const auto& [start, end] : intervals) {
+    const double x = g.label_width + start * g.pixels_per_second;
+    const QRectF rect(x, y + 5, std::max(1.0, (end - start) * g.pixels_per_second),
+                      g.row_height - 10);
+    auto* item = scene.addRect(rect, Qt::NoPen, QBrush(colour));
+    item->setData(item_key::Role, int(ItemRole::Exposed));
+    item->setData(item_key::Rank, rank);
+    item->setData(item_key::Seconds, end - start);
+    item->setToolTip(QString("exposed %1: %2 ms from %3 ms (%4 busy while compute idles)")
+                         .arg(offload ? "offload" : "communication")
+                         .arg((end - start) * 1e3, 0, 'f', 3)
+                         .arg(start * 1e3, 0, 'f', 3)
+                         .arg(offload ? "PCIe copies, NVMe or the CPU optimizer" : "collectives"));
+  }
+}
+
+void add_row_band(QGraphicsScene& scene, const QString& name, std::size_t r,
+                  const TimelineGeometry& g, double end_time) {
+  const double y = kAxisHeight + double(r) * g.row_height;
+  const QRectF band(0, y, g.label_width + end_time * g.pixels_per_second + 20, g.row_height);
+  // The tensor-parallel group's stream is tinted in its colour.
+  const bool tensor = name.endsWith(" tp");
+  if (tensor) {
+    QColor tint = tensor_parallel_colour();
+    tint.setAlpha(r % 2 == 0 ? 30 : 20);
+    scene.addRect(band, Qt::NoPen, QBrush(tint));
+  } else if (r % 2 == 0) {
+    scene.addRect(band, Qt::NoPen, QBrush(QColor(0xf4f6f8)));
+  }
+  auto* label = scene.addSimpleText(name);
+  label->setPos(6, y + 3);
+  if (tensor) label->setBrush(tensor_parallel_colour().darker(170));
+  if (name.endsWith(QString(" ") + kExposedRow)) label->setBrush(QColor(0xd62728).darker(130));
 }
 
 }  // namespace
@@ -132,32 +259,28 @@ TimelineItems build_timeline_scene(QGraphicsScene& scene, const Trace& trace,
                                    const TimelineGeometry& g) {
   scene.clear();
   TimelineItems items;
-  const auto rows = make_rows(trace, g.max_ranks, items.rows);
+  const std::vector<int> ranks = shown_ranks(trace, g.max_ranks);
+  std::map<int, ExposedIntervals> exposed;
+  for (const int rank : ranks) exposed[rank] = trace_exposed_intervals(trace, rank);
+  const auto rows = make_rows(trace, ranks, exposed, items.rows);
   items.end_time = trace_end_time(trace);
   const double height = double(items.rows.size()) * g.row_height;
   add_axis(scene, g, items.end_time, height);
-  for (std::size_t r = 0; r < items.rows.size(); ++r) {
-    const double y = kAxisHeight + double(r) * g.row_height;
-    const QRectF band(0, y, g.label_width + items.end_time * g.pixels_per_second + 20,
-                      g.row_height);
-    // The tensor-parallel group's stream is tinted in its colour.
-    const bool tensor = items.rows[r].endsWith(" tp");
-    if (tensor) {
-      QColor tint = tensor_parallel_colour();
-      tint.setAlpha(r % 2 == 0 ? 30 : 20);
-      scene.addRect(band, Qt::NoPen, QBrush(tint));
-    } else if (r % 2 == 0) {
-      scene.addRect(band, Qt::NoPen, QBrush(QColor(0xf4f6f8)));
-    }
-    auto* label = scene.addSimpleText(items.rows[r]);
-    label->setPos(6, y + 3);
-    if (tensor) label->setBrush(tensor_parallel_colour().darker(170));
-  }
+  for (std::size_t r = 0; r < items.rows.size(); ++r)
+    add_row_band(scene, items.rows[r], r, g, items.end_time);
+  std::map<int, std::vector<const TraceOp*>> row_ops;
   for (const auto& op : trace.ops) {
     const auto row = rows.find({op.rank, op.stream});
+    if (row != rows.end()) row_ops[row->second].push_back(&op);
+  }
+  for (auto& [row, ops] : row_ops)
+    add_row_ops(scene, std::move(ops), kAxisHeight + double(row) * g.row_height, g, items);
+  for (const auto& [rank, intervals] : exposed) {
+    const auto row = rows.find({rank, kExposedRow});
     if (row == rows.end()) continue;
-    items.by_index[op.index].push_back(
-        add_op(scene, op, kAxisHeight + double(row->second) * g.row_height, g));
+    const double y = kAxisHeight + double(row->second) * g.row_height;
+    add_exposed(scene, intervals.communication, false, rank, y, g);
+    add_exposed(scene, intervals.offload, true, rank, y, g);
   }
   items.cursor = scene.addLine(g.label_width, kAxisHeight, g.label_width, kAxisHeight + height,
                                QPen(QColor(0xd62728), 1.5));
@@ -165,6 +288,27 @@ TimelineItems build_timeline_scene(QGraphicsScene& scene, const Trace& trace,
   scene.setSceneRect(QRectF(0, 0, g.label_width + items.end_time * g.pixels_per_second + 40,
                             kAxisHeight + height + 10));
   return items;
+}
+
+QString timeline_legend(const Trace& trace) {
+  std::vector<std::pair<std::string, std::string>> kinds;  // (kind, stream) in order of appearance
+  for (const auto& op : trace.ops) {
+    const std::pair<std::string, std::string> key{op.kind, op.stream == "tp" ? "tp" : ""};
+    if (op.kind != "recv" && std::find(kinds.begin(), kinds.end(), key) == kinds.end())
+      kinds.push_back(key);
+  }
+  QString html;
+  const auto swatch = [&](const QColor& colour, const QString& name) {
+    html +=
+        QString(
+            "<span style=\"background-color:%1\">&nbsp;&nbsp;&nbsp;</span>&nbsp;%2&nbsp;&nbsp; ")
+            .arg(colour.name(), name.toHtmlEscaped());
+  };
+  for (const auto& [kind, stream] : kinds)
+    swatch(op_colour(kind, stream), QString::fromStdString(stream.empty() ? kind : kind + " (tp)"));
+  swatch(QColor(0xd62728), "exposed communication");
+  swatch(QColor(0x9467bd), "exposed offload");
+  return html + "<i>dotted: ops merged at this zoom</i>";
 }
 
 }  // namespace zerolens::gui

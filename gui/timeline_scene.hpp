@@ -33,8 +33,14 @@ struct TimelineItems {
 QPen op_pen(const QRectF& rect);
 // Seconds from the start of the step to the last op's end.
 double trace_end_time(const Trace& trace);
+// One row per shown rank and stream, then the rank's exposed lane (trace_exposed_intervals:
+// collectives, and apart the offload streams, busy while compute idles). Ops narrower than two
+// pixels are drawn two pixels wide, and runs of them merged into one dotted item (ItemRole::Op
+// with item_key::Ops > 1) whose tooltip lists them.
 TimelineItems build_timeline_scene(QGraphicsScene& scene, const Trace& trace,
                                    const TimelineGeometry& geometry);
+// The colour legend of a trace's op kinds and the exposed lane (rich text).
+QString timeline_legend(const Trace& trace);
 // Time unit for axes: seconds, milliseconds or microseconds by the span shown.
 struct TimeUnit {
   double per_second;

@@ -148,6 +148,10 @@ TimelinePage::TimelinePage(Session& session, QWidget* parent) : QWidget(parent),
   summary_ = new QLabel(this);
   summary_->setWordWrap(true);
   summary_->setToolTip("Ctrl+wheel zooms, drag pans, click an op to move the step cursor there");
+  legend_ = new QLabel(this);
+  legend_->setTextFormat(Qt::RichText);
+  legend_->setWordWrap(true);
+  legend_->setToolTip("Op colours; hover an op for its details");
   auto* controls = new QHBoxLayout;
   const std::pair<const char*, double> zooms[] = {{"Zoom in", 2.0}, {"Zoom out", 0.5}};
   for (const auto& [name, factor] : zooms) {
@@ -175,6 +179,7 @@ TimelinePage::TimelinePage(Session& session, QWidget* parent) : QWidget(parent),
   layout->setContentsMargins(4, 4, 4, 4);
   layout->addLayout(controls);
   layout->addWidget(summary_);
+  layout->addWidget(legend_);
   layout->addWidget(view_, 1);
   connect(source_, &QComboBox::currentIndexChanged, this,
           [this](int index) { view_->set_use_loaded(index == 1); });
@@ -193,6 +198,7 @@ void TimelinePage::sync_source() {
   view_->set_use_loaded(loaded);
   const Trace* trace = view_->shown_trace();
   if (!trace) return;
+  legend_->setText(timeline_legend(*trace));
   const TimeUnit unit =
       time_unit_for(trace->summary.step_time > 0 ? trace->summary.step_time : 1e-3);
   summary_->setText(QString("step %1 %2, exposed communication %3 %2, exposed offload %4 %2 "

@@ -56,6 +56,7 @@ class TimelinePage : public QWidget {
  public:
   explicit TimelinePage(Session& session, QWidget* parent = nullptr);
   TimelineView& view() { return *view_; }
+  const QLabel& legend() const { return *legend_; }
 
  private:
   void sync_source();
@@ -64,6 +65,7 @@ class TimelinePage : public QWidget {
   QComboBox* source_;
   QSpinBox* ranks_;
   QLabel* summary_;
+  QLabel* legend_;
 };
 
 }  // namespace zerolens::gui

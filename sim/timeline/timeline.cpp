@@ -64,9 +64,9 @@ double send_seconds(const Op& op, const ScheduleContext& context, const Cluster&
 }
 
 // Sorted, merged [start, end) intervals.
-std::vector<std::pair<double, double>> merged(std::vector<std::pair<double, double>> intervals) {
+Intervals merged(Intervals intervals) {
   std::sort(intervals.begin(), intervals.end());
-  std::vector<std::pair<double, double>> out;
+  Intervals out;
   for (const auto& interval : intervals) {
     if (!out.empty() && interval.first <= out.back().second) {
       out.back().second = std::max(out.back().second, interval.second);
@@ -77,20 +77,20 @@ std::vector<std::pair<double, double>> merged(std::vector<std::pair<double, doub
   return out;
 }
 
-// Length of `a` not covered by `b` (both merged).
-double uncovered(const std::vector<std::pair<double, double>>& a, const std::vector<std::pair<double, double>>& b) {
-  double total = 0;
+// The parts of `a` not covered by `b` (both merged).
+Intervals uncovered(const Intervals& a, const Intervals& b) {
+  Intervals out;
   std::size_t j = 0;
   for (const auto& [start, end] : a) {
     double cursor = start;
     while (j < b.size() && b[j].second <= cursor) ++j;
     for (std::size_t k = j; k < b.size() && b[k].first < end; ++k) {
-      if (b[k].first > cursor) total += b[k].first - cursor;
+      if (b[k].first > cursor) out.emplace_back(cursor, b[k].first);
       cursor = std::max(cursor, b[k].second);
     }
-    if (cursor < end) total += end - cursor;
+    if (cursor < end) out.emplace_back(cursor, end);
   }
-  return total;
+  return out;
 }
 
 bool offload_stream(Stream stream) {
@@ -101,20 +101,18 @@ bool offload_stream(Stream stream) {
 // Seconds the collective streams, and apart the offload streams, are busy while compute idles.
 std::pair<double, double> exposed_time(const Schedule& schedule,
                                        const std::vector<OpTiming>& timings) {
-  std::vector<std::pair<double, double>> compute, communication, offload;
+  std::vector<BusyInterval> busy;
   for (std::size_t i = 0; i < schedule.ops.size(); ++i) {
-    const auto interval = std::make_pair(timings[i].start, timings[i].end());
     // A pipeline receive's time is the wait for its sender (a bubble): the send carries the bytes.
     if (schedule.ops[i].kind == OpKind::Recv) continue;
     const Stream stream = schedule.ops[i].stream;
-    (stream == Stream::Compute ? compute
-     : offload_stream(stream)  ? offload
-                               : communication)
-        .push_back(interval);
+    const StreamClass kind = stream == Stream::Compute ? StreamClass::Compute
+                             : offload_stream(stream)  ? StreamClass::Offload
+                                                       : StreamClass::Communication;
+    busy.push_back({kind, timings[i].start, timings[i].end()});
   }
-  const auto busy = merged(std::move(compute));
-  return {uncovered(merged(std::move(communication)), busy),
-          uncovered(merged(std::move(offload)), busy)};
+  const ExposedIntervals exposed = exposed_intervals(std::move(busy));
+  return {total_length(exposed.communication), total_length(exposed.offload)};
 }
 
 std::vector<MemorySample> memory_over_time(const Schedule& schedule,
@@ -368,6 +366,25 @@ Timeline simulate_timeline(const Schedule& schedule, const Model& model, const C
   }
   return run_ops(schedule, cluster, replay, true,
                  [&](const Op& op) { return cpu_rank_op_seconds(op, schedule, model, cluster); });
+}
+
+ExposedIntervals exposed_intervals(std::vector<BusyInterval> busy) {
+  Intervals compute, communication, offload;
+  for (const auto& interval : busy) {
+    (interval.stream == StreamClass::Compute   ? compute
+     : interval.stream == StreamClass::Offload ? offload
+                                               : communication)
+        .emplace_back(interval.start, interval.end);
+  }
+  const Intervals computing = merged(std::move(compute));
+  return {uncovered(merged(std::move(communication)), computing),
+          uncovered(merged(std::move(offload)), computing)};
+}
+
+double total_length(const Intervals& intervals) {
+  double total = 0;
+  for (const auto& [start, end] : intervals) total += end - start;
+  return total;
 }
 
 }  // namespace zerolens

@@ -90,6 +90,21 @@ double collective_seconds(OpKind kind, Bytes message_bytes, GroupShape shape,
 
 Timeline simulate_timeline(const Schedule& schedule, const Cluster& cluster, const TimelineOptions& options);
 
+// Where the step is exposed: the collective streams, and apart the offload streams (PCIe copies,
+// NVMe, the CPU optimizer), busy while compute idles. Sorted, disjoint [start, end) seconds; their
+// lengths are Timeline::exposed_communication and exposed_offload.
+enum class StreamClass : std::uint8_t { Compute, Communication, Offload };
+struct BusyInterval {
+  StreamClass stream = StreamClass::Compute;
+  double start = 0, end = 0;
+};
+using Intervals = std::vector<std::pair<double, double>>;
+struct ExposedIntervals {
+  Intervals communication, offload;
+};
+ExposedIntervals exposed_intervals(std::vector<BusyInterval> busy);
+double total_length(const Intervals& intervals);
+
 // The stages of a pipeline run together (pipeline parallelism): each stage's ops in its program
 // order on its streams, and a receive ends when the peer stage's matching send (same phase,
 // micro-step and sending chunk) has ended, so the bubbles of the schedule appear as receive waits.

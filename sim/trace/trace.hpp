@@ -85,6 +85,11 @@ Trace make_trace(const Plan& plan, const Timeline& timeline, int ranks);
 Trace make_trace(const Plan& plan, const Timeline& timeline, const MemoryTimeline& replay,
                  int ranks);
 nlohmann::json trace_to_json(const Trace& trace);
+// Where one rank of a trace is exposed (exposed_intervals over its ops by stream name: "compute",
+// the offload streams "h2d", "d2h", "nvme" and "cpu", every other stream a collective one; a
+// pipeline receive is a wait, not work). For a predicted trace their lengths are the summary's
+// exposed_communication and exposed_offload.
+ExposedIntervals trace_exposed_intervals(const Trace& trace, int rank);
 // Throws InputError naming the key when the document is not a valid version-1 trace.
 Trace trace_from_json(const nlohmann::json& document);
 

@@ -1,0 +1,99 @@
+// The timeline's scene at a zoom where ops are narrower than a pixel (LLaMA-2 7B, ZeRO-3 on 64
+// GPUs: 33 forward all-gathers in the first 1 % of the step): every op is drawn, once, at least two
+// pixels wide, narrow neighbours merged; the exposed lane adds up to the trace's exposed figures;
+// the legend names every kind the trace has.
+#include <gtest/gtest.h>
+
+#include <QGraphicsScene>
+#include <map>
+#include <set>
+
+#include "gui/session.hpp"
+#include "gui/settings.hpp"
+#include "gui/timeline_scene.hpp"
+#include "gui_test_helpers.hpp"
+
+namespace zerolens::gui {
+namespace {
+
+using testing::items_with_role;
+
+std::unique_ptr<Planned> llama_on_64() {
+  Settings settings = cli_default_settings();
+  Diagnostics diagnostics;
+  load_model_spec(settings, "llama2-7b", diagnostics);
+  settings.gpus = 64;
+  set_stage(settings, 3);
+  set_offload(settings, OffloadDevice::Cpu, OffloadDevice::None);  // exposed offload too
+  return plan_settings(settings);
+}
+
+TimelineGeometry fit_to(double pixels, const Trace& trace) {
+  TimelineGeometry geometry;
+  geometry.pixels_per_second = pixels / trace_end_time(trace);
+  return geometry;
+}
+
+TEST(Timeline, EveryOpIsDrawnOnceAndNoneNarrowerThanTwoPixels) {
+  const auto planned = llama_on_64();
+  const Trace& trace = planned->predicted;
+  QGraphicsScene scene;
+  const TimelineItems items = build_timeline_scene(scene, trace, fit_to(1000, trace));
+  std::map<int, std::int64_t> drawn, in_trace;  // ops per rank
+  int merged = 0;
+  for (QGraphicsItem* item : items_with_role(scene, ItemRole::Op)) {
+    const auto* rect = static_cast<QGraphicsRectItem*>(item);
+    EXPECT_GE(rect->rect().width(), 2.0);
+    const int ops = item->data(item_key::Ops).toInt();
+    drawn[item->data(item_key::Rank).toInt()] += ops;
+    if (ops > 1) {
+      ++merged;
+      EXPECT_TRUE(rect->toolTip().startsWith(QString("%1 ops, merged").arg(ops)))
+          << rect->toolTip().toStdString();
+    }
+  }
+  std::set<int> ranks;
+  for (const auto& [index, drawn_items] : items.by_index)
+    for (auto* item : drawn_items) ranks.insert(item->data(item_key::Rank).toInt());
+  for (const auto& op : trace.ops)
+    if (ranks.count(op.rank)) ++in_trace[op.rank];
+  EXPECT_EQ(drawn, in_trace);
+  EXPECT_GT(merged, 0) << "at 1000 pixels for 19 s some ops must merge";
+  // Zoomed in far enough, the first all-gathers stand apart.
+  QGraphicsScene zoomed;
+  build_timeline_scene(zoomed, trace, fit_to(1e7, trace));
+  for (QGraphicsItem* item : items_with_role(zoomed, ItemRole::Op)) {
+    const auto* rect = static_cast<QGraphicsRectItem*>(item);
+    if (rect->rect().left() < TimelineGeometry{}.label_width + 1e7 * 0.01) {
+      EXPECT_EQ(item->data(item_key::Ops).toInt(), 1);
+    }
+  }
+}
+
+TEST(Timeline, ExposedLaneAddsUpToTheTracesExposedTime) {
+  const auto planned = llama_on_64();
+  const Trace& trace = planned->predicted;
+  ASSERT_GT(trace.summary.exposed_offload, 0);
+  QGraphicsScene scene;
+  const TimelineItems items = build_timeline_scene(scene, trace, fit_to(1000, trace));
+  EXPECT_NE(std::find(items.rows.begin(), items.rows.end(), "rank 0 exposed"), items.rows.end());
+  std::map<int, double> seconds;
+  for (QGraphicsItem* item : items_with_role(scene, ItemRole::Exposed))
+    seconds[item->data(item_key::Rank).toInt()] += item->data(item_key::Seconds).toDouble();
+  const double expected = trace.summary.exposed_communication + trace.summary.exposed_offload;
+  ASSERT_FALSE(seconds.empty());
+  for (const auto& [rank, total] : seconds)
+    EXPECT_NEAR(total, expected, 1e-9 * trace.summary.step_time) << rank;
+}
+
+TEST(Timeline, LegendNamesEveryKindOfTheTrace) {
+  const auto planned = llama_on_64();
+  const QString legend = timeline_legend(planned->predicted);
+  std::set<std::string> kinds;
+  for (const auto& op : planned->predicted.ops) kinds.insert(op.kind);
+  for (const auto& kind : kinds) EXPECT_TRUE(legend.contains(QString::fromStdString(kind))) << kind;
+  EXPECT_TRUE(legend.contains("exposed offload"));
+}
+
+}  // namespace
+}  // namespace zerolens::gui
