@@ -2,15 +2,20 @@
 
 #include "gui/op_words.hpp"
 
+#include <QAreaSeries>
+#include <QEvent>
+#include <QGraphicsSceneMouseEvent>
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QLegend>
 #include <QLegendMarker>
+#include <QMouseEvent>
 #include <QPen>
 #include <QSignalBlocker>
 #include <algorithm>
 
 #include "gui/chart_util.hpp"
+#include "gui/palette.hpp"
 #include "gui/timeline_scene.hpp"
 #include "gui/trace_checks.hpp"
 #include "gui/traffic_chart.hpp"
@@ -51,6 +56,79 @@ bool device_used(const Planned& planned, Device device) {
                        const auto& c = state[std::size_t(device)];
                        return std::any_of(c.begin(), c.end(), [](Bytes b) { return b > 0; });
                      });
+}
+
+// A rank's memory on a device by category over the step, stacked: per category, the (seconds,
+// bytes) steps of the categories up to it, from the replay's states (before the step, then after
+// each op at its end time, in time order). The allocator's reserve beyond the allocated bytes is
+// not in it (it belongs to the peak: the reserved and device-used levels show it).
+}  // namespace
+
+std::vector<std::pair<Category, std::vector<QPointF>>> category_stack(const Planned& planned,
+                                                                      Device device) {
+  std::vector<std::size_t> order(planned.timeline.ops.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return planned.timeline.ops[a].end() < planned.timeline.ops[b].end();
+  });
+  const auto sums = [&](const DeviceComponentBytes& state) {
+    CategoryBytes bytes{};
+    for (int c = 0; c < kComponentCount; ++c)
+      bytes[std::size_t(category_of(Component(c)))] += state[std::size_t(device)][std::size_t(c)];
+    return bytes;
+  };
+  std::vector<std::pair<double, CategoryBytes>> samples{{0.0, sums(planned.states.front())}};
+  for (const auto i : order)
+    samples.emplace_back(planned.timeline.ops[i].end(), sums(planned.states[i + 1]));
+  std::vector<std::pair<Category, std::vector<QPointF>>> stack;
+  std::vector<double> below(samples.size(), 0.0);
+  for (int c = 0; c < kCategoryCount; ++c) {
+    bool any = false;
+    std::vector<QPointF> top;
+    for (std::size_t k = 0; k < samples.size(); ++k) {
+      const double bytes = double(samples[k].second[std::size_t(c)]);
+      any |= bytes > 0;
+      below[k] += bytes;
+      if (k > 0) top.emplace_back(samples[k].first, top.back().y());  // a step, not a ramp
+      top.emplace_back(samples[k].first, below[k]);
+    }
+    if (any) stack.emplace_back(Category(c), std::move(top));
+  }
+  return stack;
+}
+
+std::int64_t op_at_time(const Timeline& timeline, double seconds) {
+  std::int64_t found = -1;
+  double found_end = -1;
+  for (std::size_t i = 0; i < timeline.ops.size(); ++i) {
+    const double end = timeline.ops[i].end();
+    if (end <= seconds && end > found_end) found = std::int64_t(i), found_end = end;
+  }
+  return found;
+}
+
+namespace {
+
+// The stack as filled areas, each between the category below it and its own top (an area series
+// owns the line series it is given, so each gets its own).
+std::vector<QAreaSeries*> stacked_areas(
+    const std::vector<std::pair<Category, std::vector<QPointF>>>& stack, double x_scale,
+    double y_scale) {
+  std::vector<QAreaSeries*> areas;
+  const std::vector<QPointF>* below = nullptr;
+  for (const auto& [category, top] : stack) {
+    auto* upper = line_series("", top, x_scale, y_scale, QPen(Qt::NoPen));
+    auto* lower = below ? line_series("", *below, x_scale, y_scale, QPen(Qt::NoPen)) : nullptr;
+    auto* area = new QAreaSeries(upper, lower);
+    QColor colour = category_colour(category);
+    colour.setAlpha(150);
+    area->setBrush(colour);
+    area->setPen(QPen(Qt::NoPen));
+    area->setName(category_label(category));
+    areas.push_back(area);
+    below = &top;
+  }
+  return areas;
 }
 
 // The simulated timeline's memory samples (one per op end, in time order) drawn as steps.
@@ -122,10 +200,27 @@ MemoryPage::MemoryPage(Session& session, QWidget* parent) : QWidget(parent), ses
     views_[d]->setHidden(d > 0);  // shown once a plan uses the device
     layout->addWidget(views_[d], 1);
   }
+  for (auto* view : views_) view->viewport()->installEventFilter(this);
   connect(scale_, &QComboBox::currentIndexChanged, this, &MemoryPage::request_rebuild);
   connect(&session_, &Session::planChanged, this, &MemoryPage::request_rebuild);
   connect(&session_, &Session::traceChanged, this, &MemoryPage::request_rebuild);
   connect(&session_, &Session::stepChanged, this, &MemoryPage::move_cursor);
+}
+
+// A click on a chart moves the step cursor to the op that ends last before the clicked time.
+bool MemoryPage::eventFilter(QObject* watched, QEvent* event) {
+  if (event->type() != QEvent::MouseButtonPress || !session_.planned())
+    return QWidget::eventFilter(watched, event);
+  for (auto* view : views_) {
+    if (view->viewport() != watched || !view->chart()) continue;
+    const QPointF at = static_cast<QMouseEvent*>(event)->position();
+    const QPointF value =
+        view->chart()->mapToValue(view->chart()->mapFromScene(view->mapToScene(at.toPoint())));
+    const double scale = view->chart()->property("time_scale").toDouble();
+    if (scale > 0) session_.set_step(op_at_time(session_.planned()->timeline, value.x() / scale));
+    return true;
+  }
+  return QWidget::eventFilter(watched, event);
 }
 
 std::vector<QChartView*> MemoryPage::charts() {
@@ -226,6 +321,11 @@ QChart* MemoryPage::device_chart(Device device) {
   auto* y = make_value_axis(unit.name, 0, top * 1.05 / unit.bytes);
   chart->addAxis(x, Qt::AlignBottom);
   chart->addAxis(y, Qt::AlignLeft);
+  for (auto* area : stacked_areas(category_stack(planned, device), time.per_second, unit.bytes)) {
+    chart->addSeries(area);
+    area->attachAxis(x);
+    area->attachAxis(y);
+  }
   for (auto* s : series) {
     chart->addSeries(s);
     s->attachAxis(x);
@@ -233,6 +333,7 @@ QChart* MemoryPage::device_chart(Device device) {
   }
   for (QLegendMarker* marker : chart->legend()->markers(cursors_.back())) marker->setVisible(false);
   cursors_.back()->setProperty("y_max", y->max());
+  chart->setProperty("time_scale", time.per_second);
   cursors_.back()->setProperty("time_scale", time.per_second);
   return chart;
 }

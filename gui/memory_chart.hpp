@@ -1,6 +1,7 @@
 #pragma once
-// Memory over time: one chart per device in use, the predicted running memory of a rank (and the
-// loaded trace's, dashed, on the same chart), the device's capacity and the step cursor.
+// Memory over time: one chart per device in use, the predicted running memory of a rank stacked by
+// category (and the loaded trace's, dashed, on the same chart), the device's capacity, the peak
+// allocated, reserved and device-used levels, and the step cursor; a click moves the cursor.
 #include <QChartView>
 #include <QComboBox>
 #include <QLineSeries>
@@ -21,6 +22,14 @@ namespace zerolens::gui {
 std::vector<QPointF> memory_steps(const Trace& trace, int rank, Device device,
                                   std::optional<Bytes> before);
 
+// A rank's memory on a device by category, stacked over the step: per category in use, the
+// (seconds, bytes) steps of the categories up to it (the last one's top is the predicted line),
+// from the replay's states at each op's end in time order.
+std::vector<std::pair<Category, std::vector<QPointF>>> category_stack(const Planned& planned,
+                                                                      Device device);
+// The op that ends last at or before `seconds` (-1: none, before the step).
+std::int64_t op_at_time(const Timeline& timeline, double seconds);
+
 class MemoryPage : public QWidget {
   Q_OBJECT
 
@@ -32,6 +41,7 @@ class MemoryPage : public QWidget {
 
  protected:
   void showEvent(QShowEvent* event) override;
+  bool eventFilter(QObject* watched, QEvent* event) override;
 
  private:
   void request_rebuild();

@@ -1,0 +1,82 @@
+// The memory chart's stack by category: its top is the predicted memory line at every moment (the
+// replay's states summed by category against the timeline's samples, two routes to one figure);
+// op_at_time worked by hand; a click on the chart moves the step cursor to that moment's op.
+#include <gtest/gtest.h>
+
+#include <QChartView>
+#include <QTest>
+#include <QValueAxis>
+
+#include "gui/main_window.hpp"
+#include "gui/memory_chart.hpp"
+#include "gui/session.hpp"
+#include "gui/settings.hpp"
+
+namespace zerolens::gui {
+namespace {
+
+Settings offloaded_llama() {
+  Settings settings = cli_default_settings();
+  Diagnostics diagnostics;
+  load_model_spec(settings, "llama2-7b", diagnostics);
+  settings.gpus = 64;
+  set_stage(settings, 3);
+  set_offload(settings, OffloadDevice::Cpu, OffloadDevice::None);
+  return settings;
+}
+
+TEST(MemoryStack, TopIsThePredictedLine) {
+  const auto planned = plan_settings(offloaded_llama());
+  for (const Device device : {Device::Gpu, Device::Cpu}) {
+    const auto stack = category_stack(*planned, device);
+    ASSERT_GE(stack.size(), 2u) << "several categories stacked";
+    const auto& top = stack.back().second;
+    const auto& samples = planned->timeline.memory;
+    ASSERT_EQ(top.size(), 2 * samples.size() - 1);
+    for (std::size_t k = 0; k < samples.size(); ++k) {
+      const QPointF& point = top[k == 0 ? 0 : 2 * k];
+      EXPECT_DOUBLE_EQ(point.x(), samples[k].time) << k;
+      EXPECT_DOUBLE_EQ(point.y(), double(samples[k].bytes[std::size_t(device)])) << k;
+    }
+    for (std::size_t c = 1; c < stack.size(); ++c)
+      for (std::size_t i = 0; i < top.size(); ++i)
+        EXPECT_GE(stack[c].second[i].y(), stack[c - 1].second[i].y());
+  }
+}
+
+TEST(MemoryStack, OpAtTimeWorkedByHand) {
+  Timeline timeline;
+  timeline.ops = {{0, 1}, {0.5, 2}, {1, 0.5}};  // ends 1, 2.5, 1.5
+  EXPECT_EQ(op_at_time(timeline, 0.9), -1);
+  EXPECT_EQ(op_at_time(timeline, 1.0), 0);
+  EXPECT_EQ(op_at_time(timeline, 2.0), 2);
+  EXPECT_EQ(op_at_time(timeline, 9.0), 1);
+}
+
+TEST(MemoryStack, ClickMovesTheCursorToThatMomentsOp) {
+  MainWindow window(offloaded_llama(), false);
+  window.resize(1400, 900);
+  window.show_view(View::Memory);
+  window.show();
+  ASSERT_TRUE(QTest::qWaitForWindowExposed(&window));
+  QChartView* view = window.memory().charts().front();
+  const Timeline& timeline = window.session().planned()->timeline;
+  const double seconds = timeline.ops.at(40).end() + 1e-9;
+  const double scale = view->chart()->property("time_scale").toDouble();
+  const QPointF in_chart = view->chart()->mapToPosition(QPointF(seconds * scale, 0));
+  const QPoint at = view->mapFromScene(view->chart()->mapToScene(in_chart)) + QPoint(0, -20);
+  QTest::mouseClick(view->viewport(), Qt::LeftButton, {}, at);
+  const std::int64_t step = window.session().step();
+  ASSERT_GE(step, 0);
+  // The pixel rounds the time: the op found ends within a pixel's worth of seconds of op 40's end.
+  const auto* axis = qobject_cast<QValueAxis*>(view->chart()->axes(Qt::Horizontal).front());
+  ASSERT_NE(axis, nullptr);
+  const double pixel = (axis->max() - axis->min()) / view->chart()->plotArea().width() / scale;
+  ASSERT_GT(pixel, 0);
+  ASSERT_LT(pixel, 0.1 * timeline.step_time);
+  EXPECT_NEAR(timeline.ops.at(std::size_t(step)).end(), timeline.ops.at(40).end(),
+              2 * pixel + 1e-9);
+}
+
+}  // namespace
+}  // namespace zerolens::gui
