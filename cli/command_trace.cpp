@@ -53,6 +53,8 @@ void print_narrative(std::ostream& out, const Plan& plan, const Timeline& timeli
   for (std::size_t i = 0; i < schedule.ops.size(); ++i) {
     out << std::setw(3) << i + 1 << ". [" << std::fixed << std::setprecision(1) << std::setw(7)
         << timeline.ops[i].start * 1e6 << " us] " << schedule.describe(i, plan.rank_model) << '\n';
+    const std::string reason = op_reason(schedule, i, plan.rank_model);
+    if (!reason.empty()) out << "                   why: " << reason << ".\n";
   }
   out << "\nThen the next step starts from the updated partitions.\n\n";
 }

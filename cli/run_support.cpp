@@ -25,6 +25,16 @@ void add_run_options(CLI::App& command, RunFlags& flags) {
   flags.plan.seq_len = 64;
   flags.plan.micro_batch = 4;
   add_plan_options(command, flags.plan);
+  // What the executor does not run stays parsed, for the refusal that names it, but out of --help.
+  for (const char* name :
+       {"--tp", "--sp", "--pp", "--virtual-stages", "--pipeline-schedule", "--shard-group", "--hpz",
+        "--quantized-weights", "--quantized-gradients", "--framework", "--reshard-after-forward",
+        "--reduce-dtype", "--cpu-checkpointing", "--dropout"})
+    command.get_option(name)->group("");
+  command.footer(
+      "Flags of parallelism and frameworks the executor does not run (--tp, --pp, --sp, ZeRO++, "
+      "hybrid sharding, FSDP, CPU checkpointing, dropout) are refused by name and not listed here; "
+      "`zerolens plan --help` lists every planning flag.");
   const char* group = "Training run";
   command.add_option("--steps", flags.training.steps, "Optimizer steps to run")
       ->capture_default_str()

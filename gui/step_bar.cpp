@@ -137,9 +137,17 @@ void StepBar::sync() {
                          ? QString("start / %1").arg(session_.op_count())
                          : QString("op %1 / %2").arg(session_.step() + 1).arg(session_.op_count()));
   const Planned* planned = session_.planned();
-  caption_->setText(planned ? QString::fromStdString(
-                                  op_caption(*planned, session_.step(), session_.selected_rank()))
-                            : QString());
+  if (!planned) {
+    caption_->setText({});
+    return;
+  }
+  std::string caption = op_caption(*planned, session_.step(), session_.selected_rank());
+  if (session_.step() >= 0) {
+    const std::string reason =
+        op_reason(planned->plan.schedule, std::size_t(session_.step()), planned->plan.rank_model);
+    if (!reason.empty()) caption += "\nWhy: " + reason + ".";
+  }
+  caption_->setText(QString::fromStdString(caption));
 }
 
 }  // namespace zerolens::gui

@@ -272,4 +272,9 @@ struct Schedule {
   std::string describe(std::size_t op_index, const Model& model, int rank = 0) const;
 };
 
+// Why op `index` happens, in a sentence (what ZeRO, the offload or the parallelism keeps where, so
+// that it must run here: "ZeRO-3 keeps 1/4 of each layer's parameters on a rank, so h.0 is
+// gathered from the 4 ranks just before its forward"); empty for ops that need no reason.
+std::string op_reason(const Schedule& schedule, std::size_t index, const Model& model);
+
 }  // namespace zerolens

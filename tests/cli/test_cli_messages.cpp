@@ -168,6 +168,25 @@ TEST(CliMessages, TensorParallelIsPlannedAndTheExecutorSaysItDoesNotRunIt) {
       << executor.output;
 }
 
+// run and validate list only the flags the executor runs; the others still reach their refusal.
+TEST(CliMessages, RunHelpListsWhatTheExecutorRuns) {
+  for (const char* command : {"run --help", "validate --help"}) {
+    const Result help = run(command);
+    EXPECT_EQ(help.exit_code, 0) << help.output;
+    for (const char* listed : {"--stage", "--offload-optimizer", "--steps", "--measured-trace"})
+      EXPECT_TRUE(contains(help.output, listed)) << command << ": " << listed;
+    // Not listed as options (the --dp line still mentions --tp x --pp).
+    for (const char* hidden : {"\n  --tp ", "\n  --pp ", "\n  --hpz", "\n  --quantized-weights",
+                               "\n  --framework", "\n  --shard-group"})
+      EXPECT_FALSE(contains(help.output, hidden)) << command << ": " << hidden;
+    EXPECT_TRUE(contains(help.output, "\n  --steps")) << "the pattern finds listed options";
+    EXPECT_TRUE(contains(help.output, "refused by name and not listed here")) << help.output;
+  }
+  const Result hpz = run("run -m gpt2-tiny --gpus 4 --stage 3 --hpz 2 --steps 1");
+  EXPECT_EQ(hpz.exit_code, 2) << hpz.output;
+  EXPECT_TRUE(contains(hpz.output, "--hpz")) << hpz.output;
+}
+
 // Pipeline parallelism: every stage planned and listed, DeepSpeed's refusal of ZeRO-2/3 named, the
 // executor's refusal named.
 TEST(CliMessages, PipelineStagesAreListedAndRefusalsNamed) {

@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "gui/main_window.hpp"
 #include "gui/session.hpp"
 #include "gui/settings.hpp"
 #include "gui/timeline_scene.hpp"
@@ -93,6 +94,18 @@ TEST(Timeline, LegendNamesEveryKindOfTheTrace) {
   for (const auto& op : planned->predicted.ops) kinds.insert(op.kind);
   for (const auto& kind : kinds) EXPECT_TRUE(legend.contains(QString::fromStdString(kind))) << kind;
   EXPECT_TRUE(legend.contains("exposed offload"));
+}
+
+// The step bar says why the op at the cursor happens (sim's op_reason), under what it does.
+TEST(StepBar, SaysWhyTheOpHappens) {
+  MainWindow window(walkthrough_settings(), false);
+  window.session().set_step(0);  // the embedding's gather
+  const QString caption = window.step_bar().caption();
+  EXPECT_TRUE(caption.contains("all-gathers")) << caption.toStdString();
+  EXPECT_TRUE(caption.contains("\nWhy: ZeRO-3 keeps 1/4 of each layer's parameters"))
+      << caption.toStdString();
+  window.session().set_step(-1);
+  EXPECT_FALSE(window.step_bar().caption().contains("Why:"));
 }
 
 }  // namespace

@@ -1,0 +1,157 @@
+// Why an op happens, in a sentence, for the walkthrough and the GUI's step bar: what ZeRO (or the
+// offload, the parallelism) keeps where, so that this op has to run here.
+#include <string>
+
+#include "sim/schedule/schedule.hpp"
+
+namespace zerolens {
+namespace {
+
+std::string name_of(const Model& model, std::int32_t layer) {
+  if (layer < 0 || std::size_t(layer) >= model.layers.size()) return "the model";
+  return model.layers[std::size_t(layer)].name;
+}
+
+std::string share(const ScheduleContext& context) {
+  return "1/" + std::to_string(context.shard_size());
+}
+std::string ranks(const ScheduleContext& context) {
+  return std::to_string(context.shard_size()) + " ranks";
+}
+
+// The layer whose parameters `layer` uses (a tied LM head uses the embedding's).
+std::int32_t owner_of(const Model& model, std::int32_t layer) {
+  if (layer < 0 || std::size_t(layer) >= model.layers.size()) return layer;
+  const int shared = model.layers[std::size_t(layer)].shares_params_of;
+  return shared >= 0 ? shared : layer;
+}
+
+bool is_compute(OpKind kind) {
+  return kind == OpKind::Forward || kind == OpKind::Backward || kind == OpKind::Recompute;
+}
+
+// The next compute op after `index` in program order, or nullptr.
+const Op* next_compute(const Schedule& schedule, std::size_t index) {
+  for (std::size_t i = index + 1; i < schedule.ops.size(); ++i)
+    if (is_compute(schedule.ops[i].kind)) return &schedule.ops[i];
+  return nullptr;
+}
+
+std::string gather_reason(const Schedule& schedule, std::size_t index, const Model& model) {
+  const Op& op = schedule.ops[index];
+  const ScheduleContext& c = schedule.context;
+  if (op.group == ProcessGroup::Tensor)
+    return "sequence parallelism: each rank holds a slice of the sequence, and the tensor-parallel "
+           "matrix product "
+           "needs all of it";
+  if (op.layer < 0 || op.phase == Phase::Optimizer)
+    return "ZeRO-" + std::to_string(c.stage) + ": each rank updated only its " + share(c) +
+           " of the parameters; gathering the updated partitions gives every rank the whole model "
+           "again";
+  const std::string layer = name_of(model, op.layer);
+  if (op.group == ProcessGroup::Secondary)
+    return "ZeRO++ hpZ: the forward left a secondary copy of " + layer +
+           " partitioned within the node, so the " + "backward gathers it over " +
+           std::to_string(op.group_size) + " ranks of the node instead of all";
+  const Op* next = next_compute(schedule, index);
+  const std::string phase = op.phase == Phase::Forward ? "forward" : "backward";
+  if (next && owner_of(model, next->layer) != op.layer)
+    return "prefetch: ZeRO-3 gathers " + layer + " ahead of its " + phase +
+           " (stage3_prefetch_bucket_size), so the transfer runs while the compute before it does";
+  const std::string used_by = next && next->layer != op.layer
+                                  ? " (whose weights " + name_of(model, next->layer) + " shares)"
+                                  : "";
+  return "ZeRO-3 keeps " + share(c) + " of each layer's parameters on a rank, so " + layer +
+         used_by + " is gathered from the " + ranks(c) + " just before the " + phase +
+         " that uses it";
+}
+
+std::string reduce_reason(const Op& op, const ScheduleContext& c) {
+  if (op.group == ProcessGroup::Tensor)
+    return "tensor parallelism: each rank computed a partial result of the layer; the collective "
+           "sums them "
+           "(Megatron's g operator)";
+  if (op.kind == OpKind::AllReduce && c.stage == 0)
+    return "plain data parallelism: every rank holds every parameter, so it needs the sum of all "
+           "ranks' "
+           "gradients of each";
+  if (op.kind == OpKind::AllToAll)
+    return "ZeRO++ qgZ: gradients are quantized to int4 and exchanged in two hops, within the "
+           "node, then across";
+  return "ZeRO-" + std::to_string(c.stage) + " keeps " + share(c) +
+         " of the gradients on a rank: the bucket is summed over the " + ranks(c) +
+         " and each keeps the slice it updates; the unreduced gradients are freed";
+}
+
+std::string copy_reason(const Op& op) {
+  if (op.kind == OpKind::CopyD2H)
+    return op.bucket >= 0 ? "optimizer offload: the reduced gradients go to host memory, where the "
+                            "CPU optimizer "
+                            "updates the fp32 master weights"
+                          : "offload: the data leaves the GPU for host memory";
+  if (op.phase == Phase::Optimizer)
+    return "optimizer offload: the updated 16-bit parameters come back from the host";
+  if (op.layer >= 0)
+    return "parameter offload: the rank's partition lives in host memory and comes to the GPU to "
+           "be gathered";
+  return "offload: the data comes back from host memory";
+}
+
+std::string optimizer_reason(const ScheduleContext& c) {
+  if (c.stage == 0)
+    return "plain data parallelism: every rank updates the whole model (every state is replicated)";
+  return "ZeRO-" + std::to_string(c.stage) + ": a rank's optimizer updates only its " + share(c) +
+         " of the parameters: its gradients, fp32 master weights and Adam moments are partitioned";
+}
+
+}  // namespace
+
+std::string op_reason(const Schedule& schedule, std::size_t index, const Model& model) {
+  const Op& op = schedule.ops.at(index);
+  const ScheduleContext& c = schedule.context;
+  switch (op.kind) {
+    case OpKind::AllGather:
+      return gather_reason(schedule, index, model);
+    case OpKind::ReduceScatter:
+    case OpKind::AllReduce:
+    case OpKind::AllToAll:
+      return reduce_reason(op, c);
+    case OpKind::Release:
+      return "ZeRO-3 frees " + name_of(model, op.layer) +
+             "'s gathered parameters once they are used: only the " + "rank's " + share(c) +
+             " partition stays";
+    case OpKind::CopyH2D:
+    case OpKind::CopyD2H:
+      return copy_reason(op);
+    case OpKind::NvmeRead:
+    case OpKind::NvmeWrite:
+      return "ZeRO-Infinity keeps these states on NVMe: they are " +
+             std::string(op.kind == OpKind::NvmeRead ? "read in before" : "written back after") +
+             " their use";
+    case OpKind::OptimizerStep:
+      return optimizer_reason(c);
+    case OpKind::Forward:
+      return c.activation_checkpointing
+                 ? "activation checkpointing: only the layer's input is kept for the backward"
+                 : "";
+    case OpKind::Recompute:
+      return "activation checkpointing: the forward runs again to rebuild the activations its "
+             "backward needs";
+    case OpKind::GradNorm:
+    case OpKind::OverflowCheck:
+      return "the gradient norm and the overflow check need every rank's partition: one scalar "
+             "all-reduce";
+    case OpKind::Send:
+    case OpKind::Recv:
+      return "pipeline parallelism: activations go to the next stage in the forward, their "
+             "gradients back in the "
+             "backward";
+    case OpKind::Backward:
+    case OpKind::Broadcast:
+    case OpKind::LossScaleUpdate:
+      return "";
+  }
+  return "";
+}
+
+}  // namespace zerolens
