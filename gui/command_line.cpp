@@ -40,6 +40,11 @@ const Flag kFlags[] = {
     {"sp", "BOOL",
      "Sequence parallelism with --tp (true|false): norms, dropout and the residual stream split "
      "along the sequence"},
+    {"pp", "N",
+     "Pipeline stages (pipeline.stages; stage 0 or 1): the views show the stage with the most GPU "
+     "memory"},
+    {"virtual-stages", "N", "Model chunks per pipeline stage (interleaved 1F1B)"},
+    {"pipeline-schedule", "NAME", "gpipe|1f1b|interleaved (default 1f1b)"},
     {"hpz", "N", "ZeRO++ hpZ: secondary partition over groups of N ranks (stage 3; 1: off)"},
     {"quantized-weights", "BOOL", "ZeRO++ qwZ: int8 parameter all-gathers (stage 3)"},
     {"quantized-gradients", "BOOL", "ZeRO++ qgZ: int4 two-hop gradient all-to-all (stage 3)"},
@@ -131,6 +136,11 @@ ConfigOverrides config_edits(const QCommandLineParser& p) {
     edits.activation_checkpointing = boolean(p, "activation-checkpointing");
   if (p.isSet("tp")) edits.tensor_parallel = int(integer(p, "tp", 1, 4096));
   if (p.isSet("sp")) edits.sequence_parallel = boolean(p, "sp");
+  if (p.isSet("pp")) edits.pipeline_parallel = int(integer(p, "pp", 1, 4096));
+  if (p.isSet("virtual-stages")) edits.virtual_stages = int(integer(p, "virtual-stages", 1, 1024));
+  if (p.isSet("pipeline-schedule"))
+    edits.pipeline_schedule =
+        parse_pipeline_schedule(text(p, "pipeline-schedule"), "--pipeline-schedule");
   if (p.isSet("hpz")) edits.hpz_partition_size = int(integer(p, "hpz", 1, 1 << 24));
   if (p.isSet("quantized-weights")) edits.quantized_weights = boolean(p, "quantized-weights");
   if (p.isSet("quantized-gradients")) edits.quantized_gradients = boolean(p, "quantized-gradients");
@@ -143,11 +153,15 @@ void apply_fields(const QCommandLineParser& p, Settings& s) {
   apply_edits(s, config_edits(p));
   // As `zerolens plan`: the GPUs must split into tensor-parallel groups (a TP size from a DeepSpeed
   // file is checked here too, under the flag that sets the GPUs).
-  const int tp = s.config.tensor_parallel.size;
-  if (tp > 1 && s.gpus % tp != 0) {
-    throw InputError(p.isSet("gpus") || !p.isSet("tp") ? "--gpus" : "--tp",
-                     std::to_string(s.gpus) + " GPUs do not split into tensor-parallel groups of " +
-                         std::to_string(tp) + " (--gpus must be a multiple of --tp)");
+  const int model_parallel = s.config.model_parallel_size();
+  if (model_parallel > 1 && s.gpus % model_parallel != 0) {
+    const char* flag = p.isSet("gpus") ? "--gpus"
+                       : p.isSet("pp") ? "--pp"
+                       : p.isSet("tp") ? "--tp"
+                                       : "--gpus";
+    throw InputError(
+        flag, std::to_string(s.gpus) + " GPUs do not split into model-parallel groups of " +
+                  std::to_string(model_parallel) + " (--gpus must be a multiple of --tp x --pp)");
   }
 }
 

@@ -107,6 +107,14 @@ QWidget* ConfigPanel::make_form() {
   tensor_parallel_->setToolTip(
       "tensor_parallel.autotp_size: ranks of a tensor-parallel group (Megatron's layout, placed "
       "innermost); the GPUs must be a multiple of it");
+  pipeline_parallel_ = new QSpinBox(this);
+  pipeline_parallel_->setRange(1, 4096);
+  pipeline_parallel_->setSpecialValueText("1 (none)");
+  pipeline_parallel_->setToolTip(
+      "pipeline.stages: the layers split into this many stages (1F1B; ZeRO stage 0 or 1); the GPUs "
+      "must be a multiple of tensor x pipeline parallel, and the views show the stage with the "
+      "most "
+      "GPU memory");
   sequence_parallel_ = new QCheckBox("split along the sequence", this);
   sequence_parallel_->setToolTip(
       "Sequence parallelism with tensor parallelism (Megatron's --sequence-parallel): norms, "
@@ -140,6 +148,7 @@ QWidget* ConfigPanel::make_form() {
   form->addRow("GPUs (all ranks)", gpus_);
   form->addRow("Tensor parallel", tensor_parallel_);
   form->addRow("Sequence parallel", sequence_parallel_);
+  form->addRow("Pipeline stages", pipeline_parallel_);
   form->addRow("ZeRO stage", stage_);
   form->addRow("Offload optimizer", offload_optimizer_);
   form->addRow("Offload parameters", offload_param_);
@@ -164,6 +173,8 @@ QWidget* ConfigPanel::make_form() {
           [this](int n) { edit([n](Settings& s) { s.gpus = n; }); });
   connect(tensor_parallel_, &QSpinBox::valueChanged, this,
           [this](int n) { edit([n](Settings& s) { set_tensor_parallel(s, n); }); });
+  connect(pipeline_parallel_, &QSpinBox::valueChanged, this,
+          [this](int n) { edit([n](Settings& s) { set_pipeline_parallel(s, n); }); });
   connect(sequence_parallel_, &QCheckBox::toggled, this,
           [this](bool on) { edit([on](Settings& s) { set_sequence_parallel(s, on); }); });
   connect(stage_, &QComboBox::currentIndexChanged, this,
@@ -257,13 +268,14 @@ void ConfigPanel::show_settings() {
   const Settings& s = session_.settings();
   const QSignalBlocker b1(model_), b2(cluster_), b3(gpus_), b4(stage_), b5(offload_optimizer_),
       b6(offload_param_), b7(precision_), b8(micro_batch_), b9(seq_len_), b10(checkpointing_),
-      b11(tensor_parallel_), b12(sequence_parallel_);
+      b11(tensor_parallel_), b12(sequence_parallel_), b13(pipeline_parallel_);
   select_source(*model_, s.model_source);
   select_source(*cluster_, s.cluster_source);
   deepspeed_->setText(s.deepspeed_source.empty() ? "(none: DeepSpeed defaults)"
                                                  : QString::fromStdString(s.deepspeed_source));
   gpus_->setValue(s.gpus);
   tensor_parallel_->setValue(s.config.tensor_parallel.size);
+  pipeline_parallel_->setValue(s.config.pipeline.size);
   sequence_parallel_->setChecked(s.config.tensor_parallel.sequence_parallel);
   sequence_parallel_->setEnabled(s.config.tensor_parallel.active() ||
                                  s.config.tensor_parallel.sequence_parallel);
@@ -280,6 +292,17 @@ void ConfigPanel::show_settings() {
   checkpointing_->setChecked(s.config.activation_checkpointing.enabled);
   show_status();
 }
+
+namespace {
+
+// "h.0 .. h.11" (the planned stage's first and last layer).
+std::string stage_layers(const Plan& plan) {
+  const auto& layers = plan.pipeline_stages.at(std::size_t(plan.pipeline_stage)).model.layers;
+  if (layers.empty()) return "none";
+  return layers.front().name + " .. " + layers.back().name;
+}
+
+}  // namespace
 
 void ConfigPanel::show_status() {
   const Planned* planned = session_.planned();
@@ -301,6 +324,19 @@ void ConfigPanel::show_status() {
             .arg(tp.sequence_parallel ? " with sequence parallelism" : "")
             .arg(plan.schedule.context.dp_size)
             .arg(QString::fromStdString(format_count(double(plan.rank_model.parameter_count()))));
+  }
+  const PipelineParallelism& pp = plan.request.config.pipeline;
+  if (pp.active()) {
+    text +=
+        QString(
+            "Pipeline: %1 stages (%2%3); the views show stage %4, the one with the most GPU memory "
+            "(layers %5).\n")
+            .arg(pp.size)
+            .arg(to_string(pp.schedule))
+            .arg(pp.virtual_stages > 1 ? QString(", %1 chunks per stage").arg(pp.virtual_stages)
+                                       : QString())
+            .arg(plan.pipeline_stage)
+            .arg(QString::fromStdString(stage_layers(plan)));
   }
   text += peak_words(plan, Device::Gpu, "GPU peak", "per rank");
   for (Device d : {Device::Cpu, Device::Nvme}) {

@@ -30,6 +30,7 @@ class ConfigPanel : public QWidget {
   QComboBox& model() { return *model_; }
   QSpinBox& gpus() { return *gpus_; }
   QSpinBox& tensor_parallel() { return *tensor_parallel_; }
+  QSpinBox& pipeline_parallel() { return *pipeline_parallel_; }
   QCheckBox& sequence_parallel() { return *sequence_parallel_; }
   QLabel& status() { return *status_; }
 
@@ -59,6 +60,7 @@ class ConfigPanel : public QWidget {
   QLabel* deepspeed_;
   QSpinBox* gpus_;
   QSpinBox* tensor_parallel_;
+  QSpinBox* pipeline_parallel_;
   QCheckBox* sequence_parallel_;
   QComboBox* stage_;
   QComboBox* offload_optimizer_;

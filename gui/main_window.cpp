@@ -123,11 +123,12 @@ void MainWindow::update_title() {
   const Planned* planned = session_.planned();
   if (!planned) return;
   const auto& c = planned->plan.schedule.context;
-  const QString parallel = c.tensor_parallel > 1
-                               ? QString(" (tensor parallel %1 x data parallel %2)")
-                                     .arg(c.tensor_parallel)
-                                     .arg(c.dp_size)
-                               : QString();
+  QString parallel;
+  if (c.tensor_parallel > 1) parallel += QString("tensor parallel %1 x ").arg(c.tensor_parallel);
+  if (c.pipeline_parallel > 1)
+    parallel +=
+        QString("pipeline %1 (stage %2 shown) x ").arg(c.pipeline_parallel).arg(c.pipeline_stage);
+  if (!parallel.isEmpty()) parallel = " (" + parallel + QString("data parallel %1)").arg(c.dp_size);
   setWindowTitle(QString("zerolens-gui: %1 on %2 x %3%4, ZeRO stage %5")
                      .arg(QString::fromStdString(planned->plan.request.model.name))
                      .arg(session_.world_size())

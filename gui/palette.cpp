@@ -61,6 +61,8 @@ QColor op_colour(const std::string& kind) {
   if (kind == "copy_h2d" || kind == "copy_d2h") return QColor(0x59a14f);
   if (kind == "nvme_read" || kind == "nvme_write") return QColor(0xb07aa1);
   if (kind == "optimizer_step") return QColor(0xedc948);
+  if (kind == "send") return QColor(0x9c755f);
+  if (kind == "recv") return QColor(0xd7ccc8);  // a pipeline bubble: waiting for the neighbour
   return QColor(0x9c755f);  // overflow check, grad norm, loss scale
 }
 

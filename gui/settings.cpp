@@ -127,6 +127,10 @@ void set_sequence_parallel(Settings& s, bool enabled) {
   apply_edits(s, {.sequence_parallel = enabled});
 }
 
+void set_pipeline_parallel(Settings& s, int stages) {
+  apply_edits(s, {.pipeline_parallel = stages});
+}
+
 int data_parallel_size(const Settings& s) {
   return std::max(1, s.gpus / std::max(1, s.config.model_parallel_size()));
 }

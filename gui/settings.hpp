@@ -54,7 +54,9 @@ void set_seq_len(Settings& settings, std::optional<std::int64_t> seq_len);
 // Like --tp and --sp: the GPUs stay, the data-parallel size becomes gpus / tensor_parallel.
 void set_tensor_parallel(Settings& settings, int size);
 void set_sequence_parallel(Settings& settings, bool enabled);
-// Ranks of the data-parallel group: gpus / tensor_parallel.
+// Like --pp: the GPUs stay, the data-parallel size becomes gpus / (tensor x pipeline parallel).
+void set_pipeline_parallel(Settings& settings, int stages);
+// Ranks of the data-parallel group: gpus / (tensor x pipeline parallel).
 int data_parallel_size(const Settings& settings);
 
 // Sources. Each throws InputError naming the file or key.

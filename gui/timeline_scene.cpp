@@ -294,8 +294,7 @@ QString timeline_legend(const Trace& trace) {
   std::vector<std::pair<std::string, std::string>> kinds;  // (kind, stream) in order of appearance
   for (const auto& op : trace.ops) {
     const std::pair<std::string, std::string> key{op.kind, op.stream == "tp" ? "tp" : ""};
-    if (op.kind != "recv" && std::find(kinds.begin(), kinds.end(), key) == kinds.end())
-      kinds.push_back(key);
+    if (std::find(kinds.begin(), kinds.end(), key) == kinds.end()) kinds.push_back(key);
   }
   QString html;
   const auto swatch = [&](const QColor& colour, const QString& name) {
@@ -304,8 +303,11 @@ QString timeline_legend(const Trace& trace) {
             "<span style=\"background-color:%1\">&nbsp;&nbsp;&nbsp;</span>&nbsp;%2&nbsp;&nbsp; ")
             .arg(colour.name(), name.toHtmlEscaped());
   };
-  for (const auto& [kind, stream] : kinds)
-    swatch(op_colour(kind, stream), QString::fromStdString(stream.empty() ? kind : kind + " (tp)"));
+  for (const auto& [kind, stream] : kinds) {
+    const std::string name =
+        kind == "recv" ? "recv (pipeline bubble: waiting for the neighbouring stage)" : kind;
+    swatch(op_colour(kind, stream), QString::fromStdString(stream.empty() ? name : name + " (tp)"));
+  }
   swatch(QColor(0xd62728), "exposed communication");
   swatch(QColor(0x9467bd), "exposed offload");
   return html + "<i>dotted: ops merged at this zoom</i>";

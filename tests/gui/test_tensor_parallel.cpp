@@ -224,8 +224,33 @@ TEST(TensorParallel, BadTensorParallelFlagsNameTheFlag) {
       {args({"--tp", "two"}), "--tp: expected an integer"},
       {args({"--sp", "maybe"}), "--sp: expected true or false"},
       {args({"--gpus", "6", "--tp", "4"}), "--gpus: 6 GPUs do not split"},
-      {args({"--tp", "3"}), "--tp: 8 GPUs do not split into tensor-parallel groups of 3"}};
+      {args({"--tp", "3"}), "--tp: 8 GPUs do not split into model-parallel groups of 3"},
+      {args({"--tp", "2", "--pp", "3"}),
+       "--pp: 8 GPUs do not split into model-parallel groups of 6"},
+      {args({"--pipeline-schedule", "zigzag"}), "--pipeline-schedule"}};
   expect_refused(cases);
+}
+
+// Pipeline parallelism from the command line and the panel: the views plan the stage with the most
+// GPU memory, the status names it and its layers, the timeline's legend names the bubbles.
+TEST(TensorParallel, PipelineStagesFromTheFlagsAndThePanel) {
+  const CommandLine line =
+      parse_command_line(args({"--model", "gpt2-1.5b", "--gpus", "8", "--pp", "4", "--stage", "1",
+                               "--precision", "bf16", "--grad-accum", "8"}));
+  MainWindow window(line.settings, false);
+  const auto& plan = window.session().planned()->plan;
+  EXPECT_EQ(plan.schedule.context.pipeline_parallel, 4);
+  EXPECT_EQ(plan.schedule.context.dp_size, 2);
+  const QString status = window.config_panel().status().text();
+  EXPECT_TRUE(status.contains(
+      QString("Pipeline: 4 stages (1f1b); the views show stage %1").arg(plan.pipeline_stage)))
+      << status.toStdString();
+  EXPECT_TRUE(window.timeline().legend().text().contains("pipeline bubble"));
+  EXPECT_EQ(window.config_panel().pipeline_parallel().value(), 4);
+  window.config_panel().pipeline_parallel().setValue(2);
+  EXPECT_EQ(window.session().planned()->plan.schedule.context.dp_size, 4);
+  window.config_panel().pipeline_parallel().setValue(1);
+  EXPECT_FALSE(window.config_panel().status().text().contains("Pipeline"));
 }
 
 TEST(TensorParallel, PanelControlsReplan) {
@@ -245,7 +270,7 @@ TEST(TensorParallel, PanelControlsReplan) {
       << window.config_panel().status().text().toStdString();
   // 8 GPUs do not split into groups of 3: the panel names the problem, the plan stays.
   window.config_panel().tensor_parallel().setValue(3);
-  EXPECT_TRUE(window.session().error().contains("tensor-parallel groups of 3"))
+  EXPECT_TRUE(window.session().error().contains("groups of 3"))
       << window.session().error().toStdString();
   EXPECT_EQ(context().tensor_parallel, 2);
   window.config_panel().tensor_parallel().setValue(1);
