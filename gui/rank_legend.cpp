@@ -113,6 +113,8 @@ void add_scale(Cursor& cursor, const Planned& planned, const RankLayout& layout,
   }
   if (options.scale == ScaleMode::Peak)
     cursor.paragraph("Zoomed to the step's peak: the capacity may be off the bar.");
+  if (options.show != ShowMemory::All)
+    cursor.paragraph("The totals under the bars count what is shown.");
 }
 
 // With tensor parallelism: which group the columns are.

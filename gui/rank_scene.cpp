@@ -257,10 +257,13 @@ void add_footer(Drawing& dr, const ColumnGeometry& column, Device d) {
   const Bytes total = drawn_total(dr.now(d), dr.options.show);
   add_centered_text(dr.scene, names[int(d)],
                     QRectF(bar.left() - 4, bar.bottom() + 3, bar.width() + 8, 12), 8, true);
-  const std::string shown =
-      dr.options.show == ShowMemory::All ? human_bytes(total) : human_bytes(total) + " shown";
-  add_centered_text(dr.scene, QString::fromStdString(shown),
-                    QRectF(bar.left() - 6, bar.bottom() + 16, bar.width() + 12, 12), 7);
+  const std::string shown = human_bytes(total);  // what is shown: the legend says so when not all
+  // The side bars are narrower than their totals: NVMe's goes a line lower than the CPU's beside
+  // it.
+  const bool staggered = d == Device::Nvme && !column.bars[std::size_t(Device::Cpu)].isEmpty();
+  add_centered_text(
+      dr.scene, QString::fromStdString(shown),
+      QRectF(bar.left() - 6, bar.bottom() + (staggered ? 27 : 16), bar.width() + 12, 12), 7);
 }
 
 void add_bar(Drawing& dr, const ColumnGeometry& column, Device d) {

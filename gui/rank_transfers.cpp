@@ -8,6 +8,7 @@
 #include <QPainterPath>
 #include <QPen>
 #include <cmath>
+#include <limits>
 
 #include "gui/op_words.hpp"
 #include "gui/palette.hpp"
@@ -168,6 +169,13 @@ const char* activity_name(OpKind kind) {
   }
 }
 
+QRectF activity_bar(const ColumnGeometry& column, Device where) {
+  QRectF bar = column.bars[std::size_t(where)];
+  return bar.isEmpty() ? column.bars[std::size_t(Device::Gpu)] : bar;
+}
+
+// The op every rank runs (a compute, a release, the update) in a box above each rank's bar, or,
+// where those boxes would run into each other, once in a banner over all the columns.
 void add_activity(QGraphicsScene& scene, const Planned& planned, std::int64_t step,
                   const RankLayout& layout) {
   const Op& op = planned.plan.schedule.ops[std::size_t(step)];
@@ -176,17 +184,26 @@ void add_activity(QGraphicsScene& scene, const Planned& planned, std::int64_t st
   std::string text = activity_name(op.kind);
   if (op.layer >= 0 && std::size_t(op.layer) < layers.size())
     text += " " + layers[std::size_t(op.layer)].name;
-  for (const auto& column : layout.columns) {
-    QRectF bar = column.bars[std::size_t(where)];
-    if (bar.isEmpty()) bar = column.bars[std::size_t(Device::Gpu)];
-    auto* label =
-        add_label(scene, QString::fromStdString(text), QPointF(bar.center().x(), -30), 8, true);
+  std::vector<QPointF> centres;
+  for (const auto& column : layout.columns)
+    centres.emplace_back(activity_bar(column, where).center().x(), -30);
+  auto* probe = add_label(scene, QString::fromStdString(text), centres.front(), 8, true);
+  const double width = probe->boundingRect().width() + 8;
+  delete probe;
+  double pitch = std::numeric_limits<double>::infinity();
+  for (std::size_t i = 1; i < centres.size(); ++i)
+    pitch = std::min(pitch, std::abs(centres[i].x() - centres[i - 1].x()));
+  const bool banner = width + 4 > pitch;
+  if (banner) centres = {QPointF((centres.front().x() + centres.back().x()) / 2, -30)};
+  for (std::size_t i = 0; i < centres.size(); ++i) {
+    auto* label = add_label(scene, QString::fromStdString(banner ? text + " (every rank)" : text),
+                            centres[i], 8, true);
     const QRectF box = label->mapRectToScene(label->boundingRect()).adjusted(-4, -2, 4, 2);
     auto* background = scene.addRect(box, QPen(op_colour(to_string(op.kind)).darker(130), 1.5),
                                      QBrush(op_colour(to_string(op.kind)).lighter(170)));
     label->setZValue(2);
     background->setZValue(1);
-    tag_transfer(background, step, column.rank);
+    tag_transfer(background, step, layout.columns[i].rank);
   }
 }
 
