@@ -18,7 +18,8 @@ struct Flag {
 const Flag kFlags[] = {
     {"screenshot", "FILE", "Render offscreen to FILE (.png or .svg) and exit (no display needed)"},
     {"view", "VIEW", "ranks|timeline|memory|traffic|compare (default ranks)"},
-    {"step", "N", "Step cursor at op N (0-based; -1: before the first op)"},
+    {"step", "N",
+     "Step cursor on op N, numbered as the step bar numbers ops (1: the first; 0: before it)"},
     {"size", "WxH", "Window size for --screenshot (default 1600x1000)"},
     {"show", "WHAT", "Rank view: all|states-and-copies|model-states"},
     {"scale", "MODE", "Rank view and memory chart: capacity|peak"},
@@ -191,7 +192,8 @@ void read_view_options(const QCommandLineParser& p, CommandLine& line) {
       throw InputError("--scale", "expected capacity or peak, got '" + scale + "'");
     line.scale = scale == "peak" ? ScaleMode::Peak : ScaleMode::Capacity;
   }
-  if (p.isSet("step")) line.step = integer(p, "step", -1, std::numeric_limits<std::int32_t>::max());
+  if (p.isSet("step"))
+    line.step = integer(p, "step", 0, std::numeric_limits<std::int32_t>::max()) - 1;
   if (p.isSet("size")) line.size = parse_size(text(p, "size"));
   if (p.isSet("screenshot")) line.screenshot = text(p, "screenshot");
   if (p.isSet("trace")) line.trace = text(p, "trace");

@@ -14,7 +14,7 @@ namespace zerolens::gui {
 struct CommandLine {
   std::optional<std::string> screenshot;  // .png or .svg
   View view = View::Ranks;
-  std::optional<std::int64_t> step;  // op index; -1 before the first op
+  std::optional<std::int64_t> step;  // op index (--step N is op N, 1-based); -1 before the first op
   std::optional<std::string> trace;
   QSize size{1600, 1000};
   std::optional<ShowMemory> show;

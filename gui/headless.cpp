@@ -15,9 +15,9 @@ void check_plan(const Session& session) {
 
 void set_step(Session& session, std::int64_t step) {
   if (step >= session.op_count()) {
-    throw InputError("--step", "must be between -1 and " + std::to_string(session.op_count() - 1) +
-                                   " (the schedule has " + std::to_string(session.op_count()) +
-                                   " ops)");
+    throw InputError("--step", "must be between 0 (before the first op) and " +
+                                   std::to_string(session.op_count()) + " (the schedule has " +
+                                   std::to_string(session.op_count()) + " ops)");
   }
   session.set_step(step);
 }
@@ -46,8 +46,11 @@ int render_screenshot(const CommandLine& line) {
   QApplication::processEvents();
   export_widget(window, QString::fromStdString(*line.screenshot));
   std::cout << "zerolens-gui: wrote " << *line.screenshot << " (" << to_string(line.view)
-            << " view, " << window.width() << "x" << window.height() << ", cursor at op "
-            << window.session().step() << " of 0.." << window.session().op_count() - 1 << ")\n";
+            << " view, " << window.width() << "x" << window.height() << ", cursor "
+            << (window.session().step() < 0
+                    ? std::string("before the first op")
+                    : "on op " + std::to_string(window.session().step() + 1))
+            << " of " << window.session().op_count() << ")\n";
   return 0;
 }
 

@@ -53,7 +53,7 @@ TEST(CommandLine, FlagsBuildTheSettings) {
   EXPECT_EQ(c.seq_len, 512);
   EXPECT_FALSE(c.activation_checkpointing);
   EXPECT_EQ(line.view, View::Timeline);
-  EXPECT_EQ(line.step, 12);
+  EXPECT_EQ(line.step, 11);  // --step 12 is op 12 as the step bar numbers them: index 11
   EXPECT_EQ(line.size, QSize(800, 600));
   EXPECT_EQ(line.scale, ScaleMode::Peak);
 }
@@ -87,7 +87,8 @@ TEST(CommandLine, FrameworkAndOptimizerKernelReachThePlan) {
     Bytes total = 0;
     for (const Op& op : planned->plan.schedule.ops) {
       for (const auto& effect : planned->plan.schedule.effects_of(op)) {
-        if (effect.component == Component::OptimizerTemporaries && effect.bytes > 0) total += effect.bytes;
+        if (effect.component == Component::OptimizerTemporaries && effect.bytes > 0)
+          total += effect.bytes;
       }
     }
     return total;
@@ -153,6 +154,17 @@ TEST(Headless, ScreenshotRendersEachViewWithoutADisplay) {
       run_gui({"--model", "gpt2-124m", "--gpus", "8", "--stage", "3", "--offload-optimizer", "cpu",
                "--screenshot", QString::fromStdString(svg), "--step", "40"});
   ASSERT_EQ(run.exit_code, 0) << run.output;
+  // The op numbers are the step bar's: --step 10 is "op 10", 0 is before the first.
+  const std::string numbered = temp_file("headless_numbered.png");
+  const GuiRun tenth =
+      run_gui({"--walkthrough", "--screenshot", QString::fromStdString(numbered), "--step", "10"});
+  ASSERT_EQ(tenth.exit_code, 0) << tenth.output;
+  const auto ops = plan_settings(walkthrough_settings())->plan.schedule.ops.size();
+  EXPECT_NE(tenth.output.find("cursor on op 10 of " + std::to_string(ops) + ")"), std::string::npos)
+      << tenth.output;
+  const GuiRun before =
+      run_gui({"--walkthrough", "--screenshot", QString::fromStdString(numbered), "--step", "0"});
+  EXPECT_NE(before.output.find("cursor before the first op"), std::string::npos) << before.output;
 }
 
 TEST(Headless, BadInputExitsWithStatusTwoAndNamesIt) {
@@ -169,7 +181,8 @@ TEST(Headless, BadInputExitsWithStatusTwoAndNamesIt) {
       {{"--screenshot", QString::fromStdString(temp_file("out.gif")), "--walkthrough"},
        "unknown image type"},
       {{"--screenshot", QString::fromStdString(out), "--gpus", "0"}, "--gpus"},
-      {{"--walkthrough"}, "no display"}};  // the window needs a display; the message says what to do
+      {{"--walkthrough"},
+       "no display"}};  // the window needs a display; the message says what to do
   for (const auto& [arguments, expected] : cases) {
     const GuiRun run = run_gui(arguments);
     EXPECT_EQ(run.exit_code, 2) << arguments.join(' ').toStdString() << "\n" << run.output;
