@@ -26,9 +26,6 @@
 namespace zerolens::cli {
 namespace {
 
-// Samples per GPU when neither flags nor a DeepSpeed config give a batch size.
-constexpr std::int64_t kDefaultBatchPerRank = 8;
-
 struct SweepCommand {
   PlanOptions options;
   TimelineFlags timeline;
@@ -123,12 +120,8 @@ PlanRequest base_request(const SweepCommand& c, std::vector<std::string>& notes)
   Diagnostics diagnostics;
   PlanRequest request = make_plan_request(c.options, diagnostics);
   print_warnings(diagnostics);
-  const PlanOptions& o = c.options;
-  if (!o.deepspeed_config && !o.train_batch && !o.micro_batch && !o.grad_accum) {
-    request.config.batch = {.train_batch_size = kDefaultBatchPerRank * request.dp_size};
-    notes.push_back("global batch " + std::to_string(kDefaultBatchPerRank * request.dp_size) + " (" +
-                    std::to_string(kDefaultBatchPerRank) + " per GPU) assumed; set it with --train-batch");
-  }
+  if (const std::string note = default_sweep_batch(c.options, request); !note.empty())
+    notes.push_back(note);
   return request;
 }
 

@@ -325,7 +325,9 @@ SweepSpace sweep_space(const py::dict& rest, const PlanRequest& base) {
 
 py::object sweep(const py::kwargs& kwargs) {
   py::dict rest;
-  const PlanRequest base = request_of(plan_inputs(kwargs, rest));
+  const PlanInputs inputs = plan_inputs(kwargs, rest);
+  PlanRequest base = request_of(inputs);
+  const std::string batch_note = default_sweep_batch(inputs, base);  // as the CLI's sweep
   const TimelineOptions options = timeline_options(rest);
   const SweepSpace space = sweep_space(rest, base);
   drop(rest, kTimelineKeywords);
@@ -336,7 +338,9 @@ py::object sweep(const py::kwargs& kwargs) {
   nlohmann::json document;
   {
     const py::gil_scoped_release unlocked;
-    document = sweep_to_json(run_sweep(base, space, options), base);
+    SweepReport report = run_sweep(base, space, options);
+    if (!batch_note.empty()) report.notes.insert(report.notes.begin(), batch_note);
+    document = sweep_to_json(report, base);
   }
   return to_python(document);
 }

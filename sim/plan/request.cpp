@@ -100,4 +100,14 @@ PlanRequest make_plan_request(const PlanOptions& o, Diagnostics& diagnostics) {
   return request;
 }
 
+std::string default_sweep_batch(const PlanInputs& inputs, PlanRequest& request) {
+  if (inputs.deepspeed_config || inputs.deepspeed_document || inputs.train_batch ||
+      inputs.micro_batch || inputs.grad_accum)
+    return {};
+  const std::int64_t batch = kSweepDefaultBatchPerRank * request.dp_size;
+  request.config.batch = {.train_batch_size = batch};
+  return "global batch " + std::to_string(batch) + " (" +
+         std::to_string(kSweepDefaultBatchPerRank) + " per GPU) assumed; set it with --train-batch";
+}
+
 }  // namespace zerolens

@@ -31,6 +31,12 @@ struct PlanInputs : ConfigOverrides {
   std::optional<std::string> allocator;
 };
 
+// The sweep's global batch when the inputs name none (no batch flag or keyword, no DeepSpeed
+// config): this many samples per data-parallel rank. Returns the note saying so, or "" when the
+// inputs name a batch and `request` is left as it is.
+inline constexpr std::int64_t kSweepDefaultBatchPerRank = 8;
+std::string default_sweep_batch(const PlanInputs& inputs, PlanRequest& request);
+
 // Reads the files, applies the overrides and builds the request. Warnings go to `diagnostics`.
 // Throws InputError naming the flag, key or file.
 PlanRequest make_plan_request(const PlanInputs& inputs, Diagnostics& diagnostics);

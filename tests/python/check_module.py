@@ -72,6 +72,13 @@ def main(binary):
                            tp_sizes=[1, 2], pp_sizes=[1, 2], jobs=2)
     check(swept == cli_json(binary, "sweep", *sweep_flags, "--json", "-q"), "sweep() differs from sweep --json")
     check(len(swept["families"]) == 4, f"{len(swept['families'])} layouts, expected 4")
+    # Without a batch both front ends assume the same one (8 per GPU) and say so.
+    defaulted = zerolens.sweep(model="gpt2-124m", gpus=8, stages=[1], optimizer_offloads=["none"],
+                               param_offloads=["none"], checkpointing=[False], jobs=1)
+    check(defaulted == cli_json(binary, "sweep", "--model", "gpt2-124m", "--gpus", "8", "--stages", "1",
+                                "--optimizer-offloads", "none", "--param-offloads", "none", "--checkpointing",
+                                "off", "--jobs", "1", "--json", "-q"), "a sweep without a batch differs from the CLI's")
+    check(defaulted["train_batch_size"] == 64 and "8 per GPU" in defaulted["notes"][0], str(defaulted["notes"]))
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
