@@ -1,6 +1,8 @@
 #include "gui/timeline_view.hpp"
 
+#include <QGraphicsRectItem>
 #include <QHBoxLayout>
+#include <QKeyEvent>
 #include <QMouseEvent>
 #include <QPushButton>
 #include <QScrollBar>
@@ -67,7 +69,51 @@ void TimelineView::rebuild() {
   const double width = std::max(200.0, double(built_width_) - geometry.label_width - 30);
   geometry.pixels_per_second = std::min(width * zoom_, kMaxSceneWidth) / end;
   items_ = build_timeline_scene(scene_, *trace, geometry);
+  apply_filter();
   show_step();
+}
+
+void TimelineView::set_filter(const QString& text) {
+  filter_ = text.trimmed();
+  apply_filter();
+}
+
+void TimelineView::apply_filter() {
+  const Trace* trace = shown_trace();
+  if (!trace) return;
+  std::unordered_map<std::int64_t, bool> matches;  // by schedule index
+  for (const auto& op : trace->ops) {
+    const bool match = filter_.isEmpty() ||
+                       QString::fromStdString(op.kind).contains(filter_, Qt::CaseInsensitive) ||
+                       QString::fromStdString(op.layer_name).contains(filter_, Qt::CaseInsensitive);
+    matches[op.index] = matches[op.index] || match;
+  }
+  for (const auto& [index, drawn] : items_.by_index)
+    for (auto* item : drawn) item->setOpacity(matches[index] ? 1.0 : 0.15);
+  // A merged item stays bright when any of its ops matches.
+  for (const auto& [index, drawn] : items_.by_index)
+    for (auto* item : drawn)
+      if (matches[index]) item->setOpacity(1.0);
+}
+
+void TimelineView::keyPressEvent(QKeyEvent* event) {
+  const int step = std::max(40, viewport()->width() / 5);
+  switch (event->key()) {
+    case Qt::Key_W:
+      zoom(1.5);
+      return;
+    case Qt::Key_S:
+      zoom(1 / 1.5);
+      return;
+    case Qt::Key_A:
+      horizontalScrollBar()->setValue(horizontalScrollBar()->value() - step);
+      return;
+    case Qt::Key_D:
+      horizontalScrollBar()->setValue(horizontalScrollBar()->value() + step);
+      return;
+    default:
+      QGraphicsView::keyPressEvent(event);
+  }
 }
 
 void TimelineView::show_step() {
@@ -147,7 +193,8 @@ TimelinePage::TimelinePage(Session& session, QWidget* parent) : QWidget(parent),
   source_->setToolTip("Which trace the chart shows");
   summary_ = new QLabel(this);
   summary_->setWordWrap(true);
-  summary_->setToolTip("Ctrl+wheel zooms, drag pans, click an op to move the step cursor there");
+  summary_->setToolTip(
+      "Ctrl+wheel or W/S zoom, drag or A/D pan, click an op to move the step cursor there");
   legend_ = new QLabel(this);
   legend_->setTextFormat(Qt::RichText);
   legend_->setWordWrap(true);
@@ -170,9 +217,17 @@ TimelinePage::TimelinePage(Session& session, QWidget* parent) : QWidget(parent),
   ranks_->setValue(view_->max_ranks());
   ranks_->setPrefix("ranks shown: ");
   ranks_->setToolTip(
-      "Rows for this many ranks (a predicted trace's ranks are symmetric: one shows it all)");
+      "Rows for this many ranks (a predicted trace's ranks are identical: one shows it all; a "
+      "loaded trace shows each of its ranks)");
   connect(ranks_, &QSpinBox::valueChanged, view_, &TimelineView::set_max_ranks);
   controls->addWidget(ranks_);
+  filter_ = new QLineEdit(this);
+  filter_->setPlaceholderText("filter: op kind or layer");
+  filter_->setClearButtonEnabled(true);
+  filter_->setToolTip(
+      "Ops whose kind or layer contains this stay, the others fade (all_gather, h.3, nvme, ...)");
+  connect(filter_, &QLineEdit::textChanged, view_, &TimelineView::set_filter);
+  controls->addWidget(filter_);
   controls->addWidget(source_);
   controls->addStretch();
   auto* layout = new QVBoxLayout(this);
@@ -196,13 +251,16 @@ void TimelinePage::sync_source() {
     source_->setCurrentIndex(loaded ? 1 : 0);
   }
   view_->set_use_loaded(loaded);
+  // A loaded (measured) trace's ranks differ: show each of them; a prediction's are identical.
+  ranks_->setValue(loaded ? std::min(ranks_->maximum(), int(session_.loaded()->trace.ranks.size()))
+                          : 1);
   const Trace* trace = view_->shown_trace();
   if (!trace) return;
   legend_->setText(timeline_legend(*trace));
   const TimeUnit unit =
       time_unit_for(trace->summary.step_time > 0 ? trace->summary.step_time : 1e-3);
   summary_->setText(QString("step %1 %2, exposed communication %3 %2, exposed offload %4 %2 "
-                            "(Ctrl+wheel: zoom, drag: pan, click: move the cursor)")
+                            "(Ctrl+wheel or W/S: zoom, drag or A/D: pan, click: move the cursor)")
                         .arg(trace->summary.step_time * unit.per_second, 0, 'f', 2)
                         .arg(unit.name)
                         .arg(trace->summary.exposed_communication * unit.per_second, 0, 'f', 2)

@@ -6,6 +6,7 @@
 #include <QGraphicsScene>
 #include <QGraphicsView>
 #include <QLabel>
+#include <QLineEdit>
 #include <QSpinBox>
 #include <QWidget>
 
@@ -27,11 +28,17 @@ class TimelineView : public QGraphicsView {
   double zoom_factor() const { return zoom_; }
   int max_ranks() const { return max_ranks_; }
   void set_max_ranks(int ranks);
+  // Ops whose kind or layer contains `text` (case-insensitive) stay; the others fade ("" shows
+  // all).
+  void set_filter(const QString& text);
+  const QString& filter() const { return filter_; }
   // Rebuilds now when shown, else when next shown.
   void request_rebuild();
 
  protected:
   void mousePressEvent(QMouseEvent* event) override;
+  // Perfetto's keys: W/S zoom in/out around the centre, A/D pan left/right.
+  void keyPressEvent(QKeyEvent* event) override;
   void wheelEvent(QWheelEvent* event) override;
   void resizeEvent(QResizeEvent* event) override;
   void showEvent(QShowEvent* event) override;
@@ -39,12 +46,14 @@ class TimelineView : public QGraphicsView {
  private:
   void rebuild();
   void show_step();
+  void apply_filter();
   Session& session_;
   QGraphicsScene scene_;
   TimelineItems items_;
   double zoom_ = 1;
   bool use_loaded_ = true;
-  int max_ranks_ = 4;
+  int max_ranks_ = 1;  // a predicted trace's ranks are identical: one stands for all
+  QString filter_;
   bool dirty_ = true;
   int built_width_ = 0;  // viewport width of the last rebuild
   std::vector<QGraphicsRectItem*> highlighted_;
@@ -56,6 +65,8 @@ class TimelinePage : public QWidget {
  public:
   explicit TimelinePage(Session& session, QWidget* parent = nullptr);
   TimelineView& view() { return *view_; }
+  QSpinBox& ranks() { return *ranks_; }
+  QLineEdit& filter() { return *filter_; }
   const QLabel& legend() const { return *legend_; }
 
  private:
@@ -64,6 +75,7 @@ class TimelinePage : public QWidget {
   TimelineView* view_;
   QComboBox* source_;
   QSpinBox* ranks_;
+  QLineEdit* filter_;
   QLabel* summary_;
   QLabel* legend_;
 };

@@ -101,6 +101,7 @@ TEST(Timeline, ClickOnAnOpMovesTheCursorAndTheCursorHighlightsIt) {
   window.show_view(View::Timeline);
   window.show();
   ASSERT_TRUE(QTest::qWaitForWindowExposed(&window));
+  window.timeline().ranks().setValue(4);  // the walkthrough's four ranks, not one for all
   TimelineView& view = window.timeline().view();
   const auto& items = view.timeline_items();
   // The first all-gather on rank 1's row.

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <QGraphicsScene>
+#include <QScrollBar>
+#include <QTest>
 #include <map>
 #include <set>
 
@@ -94,6 +96,56 @@ TEST(Timeline, LegendNamesEveryKindOfTheTrace) {
   for (const auto& op : planned->predicted.ops) kinds.insert(op.kind);
   for (const auto& kind : kinds) EXPECT_TRUE(legend.contains(QString::fromStdString(kind))) << kind;
   EXPECT_TRUE(legend.contains("exposed offload"));
+}
+
+// Filter, keys and ranks: ops of other kinds and layers fade; W/S zoom and A/D pan as in Perfetto;
+// a prediction shows one rank (its ranks are identical), a loaded trace each of its ranks.
+TEST(Timeline, FilterKeysAndRanksShown) {
+  MainWindow window(walkthrough_settings(), false);
+  window.resize(1400, 900);
+  window.show_view(View::Timeline);
+  window.show();
+  ASSERT_TRUE(QTest::qWaitForWindowExposed(&window));
+  TimelineView& view = window.timeline().view();
+  EXPECT_EQ(view.max_ranks(), 1);
+  window.timeline().filter().setText("all_gather");
+  const Trace& trace = *view.shown_trace();
+  int bright = 0, faded = 0;
+  for (const auto& op : trace.ops) {
+    const auto found = view.timeline_items().by_index.find(op.index);
+    if (found == view.timeline_items().by_index.end() || op.rank != trace.ranks.front()) continue;
+    for (auto* item : found->second) {
+      if (item->data(item_key::Ops).toInt() > 1) continue;  // merged: bright when any op matches
+      if (op.kind == "all_gather") {
+        EXPECT_DOUBLE_EQ(item->opacity(), 1.0);
+        ++bright;
+      } else {
+        EXPECT_LT(item->opacity(), 0.5) << op.kind;
+        ++faded;
+      }
+    }
+  }
+  EXPECT_GT(bright, 0);
+  EXPECT_GT(faded, 0);
+  window.timeline().filter().clear();
+  view.setFocus();
+  const double zoom = view.zoom_factor();
+  QTest::keyClick(&view, Qt::Key_W);
+  EXPECT_DOUBLE_EQ(view.zoom_factor(), zoom * 1.5);
+  const int before = view.horizontalScrollBar()->value();
+  QTest::keyClick(&view, Qt::Key_D);
+  EXPECT_GT(view.horizontalScrollBar()->value(), before);
+  QTest::keyClick(&view, Qt::Key_A);
+  EXPECT_EQ(view.horizontalScrollBar()->value(), before);
+  QTest::keyClick(&view, Qt::Key_S);
+  EXPECT_NEAR(view.zoom_factor(), zoom, 1e-12);
+  // A trace opened from a file shows each of its ranks.
+  const std::string path = testing::temp_file("timeline_ranks.json");
+  ASSERT_TRUE(window.save_trace_file(QString::fromStdString(path)));
+  ASSERT_TRUE(window.open_trace_file(QString::fromStdString(path)))
+      << window.last_error().toStdString();
+  EXPECT_EQ(view.max_ranks(), int(window.session().loaded()->trace.ranks.size()));
+  EXPECT_GT(view.max_ranks(), 1);
 }
 
 // The step bar says why the op at the cursor happens (sim's op_reason), under what it does.

@@ -41,11 +41,20 @@ void expect_rank_view(MainWindow& window, const Plan& plan) {
   EXPECT_FALSE(items_with_role(*window.ranks().view().scene(), ItemRole::Block).empty());
 }
 
+// Every op of the ranks shown (one by default: a prediction's ranks are identical) is drawn.
 void expect_timeline(MainWindow& window, const Planned& planned) {
   std::size_t drawn = 0;
   for (const auto& [index, items] : window.timeline().view().timeline_items().by_index)
     drawn += items.size();
-  EXPECT_EQ(drawn, planned.predicted.ops.size());
+  const int shown = window.timeline().view().max_ranks();
+  EXPECT_EQ(shown, 1);
+  const auto& ranks = planned.predicted.ranks;
+  const std::vector<int> first(ranks.begin(),
+                               ranks.begin() + std::min<std::ptrdiff_t>(shown, std::ssize(ranks)));
+  std::size_t expected = 0;
+  for (const auto& op : planned.predicted.ops)
+    expected += std::find(first.begin(), first.end(), op.rank) != first.end() ? 1 : 0;
+  EXPECT_EQ(drawn, expected);
 }
 
 void expect_memory(MainWindow& window, const Plan& plan) {
