@@ -154,6 +154,20 @@ double add_legend(QGraphicsScene& scene, const Planned& planned, const RankLayou
                   const RankViewOptions& options, QPointF top_left, int selected_rank) {
   Cursor cursor{scene, top_left};
   if (layout.tp_size > 1) add_groups(cursor, planned, layout, selected_rank);
+  if (layout.subgroup_size > 0) {
+    cursor.paragraph(
+        QString(
+            layout.group == ProcessGroup::Secondary
+                ? "Framed: the hpZ group (dp %1-%2), the ranks of a node that each keep 1/%3 of "
+                  "the secondary copy the forward made: backward gathers within it."
+                : "Framed: the node's part of data parallelism (dp %1-%2): qgZ's first "
+                  "all-to-all stays inside the node (%3 ranks).")
+            .arg(layout.subgroup_first)
+            .arg(layout.subgroup_first + layout.subgroup_size - 1)
+            .arg(layout.subgroup_size));
+    cursor.swatch(QColor(0x8c564b),
+                  layout.group == ProcessGroup::Secondary ? "hpZ group" : "node group");
+  }
   if (layout.group == ProcessGroup::Data && int(layout.columns.size()) < layout.dp_size) {
     cursor.paragraph(
         QString("%1 ranks: %2 drawn. Ranks are symmetric: every rank holds the same bytes, "

@@ -7,6 +7,7 @@
 #include <QGraphicsTextItem>
 #include <QPen>
 #include <algorithm>
+#include <optional>
 
 #include "gui/op_words.hpp"
 #include "gui/ownership.hpp"
@@ -302,15 +303,31 @@ void add_column(Drawing& dr, const ColumnGeometry& column, bool selected) {
   tag(place, ItemRole::RankLabel, column.rank, Device::Gpu, -1, kNoOwner, 0);
 }
 
-// A frame around the columns when they are the tensor-parallel group, in its colour.
+// A frame around the columns a collective runs over when they are not the whole data-parallel
+// group: the tensor-parallel group (in its colour), or ZeRO++'s part of the data-parallel group.
 void add_group_frame(Drawing& dr) {
-  if (dr.layout.group != ProcessGroup::Tensor) return;
-  QRectF frame = dr.layout.columns.front().area;
-  for (const auto& column : dr.layout.columns) frame = frame.united(column.area);
+  const bool tensor = dr.layout.group == ProcessGroup::Tensor;
+  if (!tensor && dr.layout.subgroup_size == 0) return;
+  std::optional<QRectF> frame;
+  for (const auto& column : dr.layout.columns) {
+    if (!tensor && !dr.layout.in_subgroup(column.dp_index)) continue;
+    frame = frame ? frame->united(column.area) : column.area;
+  }
+  if (!frame) return;
+  const QColor colour = tensor ? tensor_parallel_colour().darker(110) : QColor(0x8c564b);
   auto* item =
-      dr.scene.addRect(frame.adjusted(-3, -3, 3, 3),
-                       QPen(tensor_parallel_colour().darker(110), 2, Qt::DashLine), Qt::NoBrush);
+      dr.scene.addRect(frame->adjusted(-3, -3, 3, 3), QPen(colour, 2, Qt::DashLine), Qt::NoBrush);
   item->setZValue(-1);
+  item->setData(item_key::Role, int(ItemRole::GroupFrame));
+}
+
+// ZeRO++'s collectives over part of the data-parallel group: hpZ's secondary group, qgZ's first
+// hop.
+void set_subgroup(RankLayout& layout, const Op& op, int selected_dp) {
+  if (op.group != ProcessGroup::Secondary && op.group != ProcessGroup::NodeLocal) return;
+  layout.group = op.group;
+  layout.subgroup_size = std::max(1, op.group_size);
+  layout.subgroup_first = selected_dp / layout.subgroup_size * layout.subgroup_size;
 }
 
 std::string run_title(const Plan& plan) {
@@ -424,6 +441,8 @@ RankLayout build_rank_scene(QGraphicsScene& scene, const Planned& planned, std::
   // The selected rank's group: its data-parallel group (representative indices when large), or its
   // tensor-parallel group at a TP collective.
   const RankCoordinate selected = coordinate_of(selected_rank, layout.tp_size);
+  if (step >= 0 && std::size_t(step) < ops.size())
+    set_subgroup(layout, ops[std::size_t(step)], selected.dp);
   const bool tensor = layout.group == ProcessGroup::Tensor;
   const std::vector<int> indices =
       representative_ranks(tensor ? layout.tp_size : layout.dp_size, options.max_columns);

@@ -60,6 +60,14 @@ struct RankLayout {
   int dp_size = 1;
   int tp_size = 1;
   ProcessGroup group = ProcessGroup::Data;  // the group the columns are
+  // At a collective of a part of the data-parallel group (ZeRO++: hpZ's secondary group, qgZ's
+  // node-local hop), the data-parallel indices it spans: [subgroup_first, + subgroup_size); 0:
+  // none.
+  int subgroup_first = 0, subgroup_size = 0;
+  bool in_subgroup(int dp_index) const {
+    return subgroup_size == 0 ||
+           (dp_index >= subgroup_first && dp_index < subgroup_first + subgroup_size);
+  }
   // Data-parallel indices with a colour of their own (the drawn ones of a data-parallel group);
   // the same whichever group the columns are, so colours stay as the cursor moves.
   std::vector<int> owners;

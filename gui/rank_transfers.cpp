@@ -94,8 +94,16 @@ void add_collective(QGraphicsScene& scene, const Planned& planned, std::int64_t 
                     const RankLayout& layout) {
   const Op& op = planned.plan.schedule.ops[std::size_t(step)];
   const bool tensor = op.group == ProcessGroup::Tensor;
-  const double left = layout.columns.front().area.left() + 8,
-               right = layout.columns.back().area.right() - 8;
+  // The bus spans the columns in the collective's group (a ZeRO++ part of DP: only those).
+  double left = 0, right = 0;
+  bool first = true;
+  for (const auto& column : layout.columns) {
+    if (!tensor && !layout.in_subgroup(column.dp_index)) continue;
+    left = first ? column.area.left() + 8 : left;
+    right = column.area.right() - 8;
+    first = false;
+  }
+  if (first) return;
   const QColor bus_colour = op_colour(to_string(op.kind), to_string(op.stream));
   auto* bus =
       scene.addLine(left, kBusY, right, kBusY, QPen(bus_colour, 5, Qt::SolidLine, Qt::RoundCap));
@@ -104,7 +112,13 @@ void add_collective(QGraphicsScene& scene, const Planned& planned, std::int64_t 
       collective_traffic(op.kind, op.bytes, op_group_shape(op, planned.plan.schedule.context));
   std::string title = std::string(collective_name(op.kind)) + " of " + human_bytes(op.bytes);
   double title_y = kBusY - 14;
-  if (layout.tp_size > 1) {
+  if (layout.subgroup_size > 0) {
+    title += std::string("\nover ") +
+             (op.group == ProcessGroup::Secondary ? "its hpZ group ("
+                                                  : "its node's part of data parallelism (") +
+             std::to_string(op.group_size) + " ranks of the node)";
+    title_y -= 8;
+  } else if (layout.tp_size > 1) {
     // Two lines, the second naming the group: a TP group is few columns wide.
     title += std::string("\nover the ") + (tensor ? "tensor" : "data") + "-parallel group (" +
              std::to_string(op.group_size) + " ranks)";
@@ -119,6 +133,7 @@ void add_collective(QGraphicsScene& scene, const Planned& planned, std::int64_t 
   const bool gathers = op.kind == OpKind::AllGather || op.kind == OpKind::Broadcast;
   const bool scatters = op.kind == OpKind::ReduceScatter;
   for (const auto& column : layout.columns) {
+    if (!tensor && !layout.in_subgroup(column.dp_index)) continue;  // not in this collective
     const QRectF bar = column.bars[std::size_t(Device::Gpu)];
     // ZeRO moves partitions (the owner's colour); the TP group moves activations, in its colour.
     const QColor own = tensor ? bus_colour : owner_colour(layout, column.dp_index);

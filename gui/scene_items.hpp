@@ -8,6 +8,18 @@ enum : int { Role = 0, Rank, Device, Component, Owner, Bytes, Op, Ops, Seconds }
 }
 // Op: one op, or several merged when too narrow to draw apart (Ops: how many; Op: the first).
 // Exposed: an interval of the exposed lane (Seconds: its length).
-enum class ItemRole : int { Block = 1, Freed, Capacity, Transfer, Column, Op, RankLabel, Exposed };
+// GroupFrame: the dashed frame around the columns a collective runs over (a TP group, an hpZ
+// group).
+enum class ItemRole : int {
+  Block = 1,
+  Freed,
+  Capacity,
+  Transfer,
+  Column,
+  Op,
+  RankLabel,
+  Exposed,
+  GroupFrame
+};
 
 }  // namespace zerolens::gui
