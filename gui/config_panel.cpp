@@ -4,6 +4,7 @@
 #include "sim/model/presets.hpp"
 
 #include <QFileDialog>
+#include <QFileInfo>
 #include <QFormLayout>
 #include <QHBoxLayout>
 #include <QSignalBlocker>
@@ -16,6 +17,9 @@ QComboBox* combo(const QStringList& items, const QString& tip, QWidget* parent) 
   auto* box = new QComboBox(parent);
   box->addItems(items);
   box->setToolTip(tip);
+  // A long file path elides instead of widening the panel (and pushing its buttons out).
+  box->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+  box->setMinimumContentsLength(14);
   return box;
 }
 
@@ -31,6 +35,7 @@ void select_source(QComboBox& box, const std::string& source) {
   int index = box.findText(text);
   if (index < 0) {
     box.insertItem(0, text);
+    box.setItemData(0, text, Qt::ToolTipRole);  // the whole path, where the box elides it
     index = 0;
   }
   box.setCurrentIndex(index);
@@ -271,8 +276,13 @@ void ConfigPanel::show_settings() {
       b11(tensor_parallel_), b12(sequence_parallel_), b13(pipeline_parallel_);
   select_source(*model_, s.model_source);
   select_source(*cluster_, s.cluster_source);
-  deepspeed_->setText(s.deepspeed_source.empty() ? "(none: DeepSpeed defaults)"
-                                                 : QString::fromStdString(s.deepspeed_source));
+  // The file's name, its whole path on hover: a long path must not widen the panel.
+  const QString deepspeed = QString::fromStdString(s.deepspeed_source);
+  deepspeed_->setText(deepspeed.isEmpty() ? "(none: DeepSpeed defaults)"
+                                          : QFileInfo(deepspeed).fileName());
+  deepspeed_->setToolTip(deepspeed.isEmpty()
+                             ? "No DeepSpeed config: DeepSpeed's defaults and the controls below"
+                             : deepspeed);
   gpus_->setValue(s.gpus);
   tensor_parallel_->setValue(s.config.tensor_parallel.size);
   pipeline_parallel_->setValue(s.config.pipeline.size);

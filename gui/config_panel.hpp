@@ -33,6 +33,7 @@ class ConfigPanel : public QWidget {
   QSpinBox& pipeline_parallel() { return *pipeline_parallel_; }
   QCheckBox& sequence_parallel() { return *sequence_parallel_; }
   QLabel& status() { return *status_; }
+  QLabel& deepspeed() { return *deepspeed_; }
 
   // Loads a file into the settings and re-plans; false (and the error reported) when it fails.
   bool load_model_file(const QString& path);

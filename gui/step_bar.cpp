@@ -57,7 +57,9 @@ QWidget* StepBar::make_buttons() {
   row->setContentsMargins(0, 0, 0, 0);
   auto* start = small_button("|\u25c0", "Before the first op (Home)", box);
   auto* back = small_button("\u25c0", "Previous op (\u2190)", box);
-  play_ = small_button("Play", "Play / pause (Space)", box);
+  play_ = small_button("Pause", "Play / pause (Space)", box);
+  play_->setFixedWidth(play_->sizeHint().width());  // the wider label: the bar does not shift
+  play_->setText("Play");
   auto* forward = small_button("\u25b6", "Next op (\u2192)", box);
   auto* end = small_button("\u25b6|", "Last op (End)", box);
   speed_ = new QComboBox(box);

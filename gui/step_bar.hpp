@@ -25,6 +25,7 @@ class StepBar : public QWidget {
   void toggle_play();
   bool playing() const { return timer_.isActive(); }
   QSlider& slider() { return *slider_; }
+  QToolButton& play_button() { return *play_; }
   QString caption() const { return caption_->text(); }
 
  private:
