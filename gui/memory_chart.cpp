@@ -97,6 +97,18 @@ std::vector<std::pair<Category, std::vector<QPointF>>> category_stack(const Plan
   return stack;
 }
 
+std::vector<std::pair<Component, Bytes>> top_allocations(const Plan& plan, Device device,
+                                                         std::size_t count) {
+  std::vector<std::pair<Component, Bytes>> held;
+  const ComponentBytes& components = plan.device(device).components;
+  for (int c = 0; c < kComponentCount; ++c)
+    if (components[std::size_t(c)] > 0) held.emplace_back(Component(c), components[std::size_t(c)]);
+  std::stable_sort(held.begin(), held.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  if (held.size() > count) held.resize(count);
+  return held;
+}
+
 std::int64_t op_at_time(const Timeline& timeline, double seconds) {
   std::int64_t found = -1;
   double found_end = -1;
@@ -192,9 +204,16 @@ MemoryPage::MemoryPage(Session& session, QWidget* parent) : QWidget(parent), ses
   controls->addWidget(about, 1);
   controls->addWidget(scale_);
   controls->addStretch();
+  peak_ = new QLabel(this);
+  peak_->setWordWrap(true);
+  peak_->setTextFormat(Qt::RichText);
+  peak_->setToolTip(
+      "The largest allocations when the GPU reaches its peak (Jump to -> GPU peak puts the cursor "
+      "there)");
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(4, 4, 4, 4);
   layout->addLayout(controls);
+  layout->addWidget(peak_);
   for (std::size_t d = 0; d < views_.size(); ++d) {
     views_[d] = make_chart_view(make_chart(""), this);
     views_[d]->setHidden(d > 0);  // shown once a plan uses the device
@@ -256,12 +275,33 @@ void MemoryPage::rebuild() {
   cursors_.clear();
   const Planned* planned = session_.planned();
   if (!planned) return;
+  show_peak_allocations(*planned);
   for (int d = 0; d < kDeviceCount; ++d) {
     const bool used = device_used(*planned, Device(d));
     views_[std::size_t(d)]->setHidden(!used);
     replace_chart(*views_[std::size_t(d)], used ? device_chart(Device(d)) : make_chart(""));
   }
   move_cursor();
+}
+
+void MemoryPage::show_peak_allocations(const Planned& planned) {
+  const Plan& plan = planned.plan;
+  const DeviceReport& gpu = plan.device(Device::Gpu);
+  QString text = "<b>At the GPU's peak</b>";
+  if (gpu.peak_op >= 0)
+    text += QString(" (op %1: %2)")
+                .arg(gpu.peak_op + 1)
+                .arg(QString::fromStdString(
+                         plan.schedule.describe(std::size_t(gpu.peak_op), plan.rank_model))
+                         .toHtmlEscaped());
+  text += ", the largest allocations:";
+  for (const auto& [component, bytes] : top_allocations(plan, Device::Gpu, 6))
+    text += QString(" %1 %2 (%3 %),")
+                .arg(to_string(component))
+                .arg(QString::fromStdString(human_bytes(bytes)))
+                .arg(100.0 * double(bytes) / double(std::max<Bytes>(1, gpu.peak)), 0, 'f', 1);
+  text.chop(1);
+  peak_->setText(text + ".");
 }
 
 QChart* MemoryPage::device_chart(Device device) {

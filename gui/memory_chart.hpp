@@ -4,6 +4,7 @@
 // allocated, reserved and device-used levels, and the step cursor; a click moves the cursor.
 #include <QChartView>
 #include <QComboBox>
+#include <QLabel>
 #include <QLineSeries>
 #include <QPointF>
 #include <QVBoxLayout>
@@ -27,6 +28,10 @@ std::vector<QPointF> memory_steps(const Trace& trace, int rank, Device device,
 // from the replay's states at each op's end in time order.
 std::vector<std::pair<Category, std::vector<QPointF>>> category_stack(const Planned& planned,
                                                                       Device device);
+// What a device holds at the plan's peak, the largest first: up to `count` components with bytes
+// (same scope as the plan's peak: GPU per rank, CPU and NVMe per node).
+std::vector<std::pair<Component, Bytes>> top_allocations(const Plan& plan, Device device,
+                                                         std::size_t count);
 // The op that ends last at or before `seconds` (-1: none, before the step).
 std::int64_t op_at_time(const Timeline& timeline, double seconds);
 
@@ -38,6 +43,7 @@ class MemoryPage : public QWidget {
   void set_scale(ScaleMode scale);
   // The chart of each device in use (GPU, then CPU and NVMe when they hold anything).
   std::vector<QChartView*> charts();
+  const QLabel& peak_allocations() const { return *peak_; }
 
  protected:
   void showEvent(QShowEvent* event) override;
@@ -48,8 +54,10 @@ class MemoryPage : public QWidget {
   void rebuild();
   void move_cursor();
   QChart* device_chart(Device device);
+  void show_peak_allocations(const Planned& planned);
   Session& session_;
   QComboBox* scale_;
+  QLabel* peak_;                                   // the largest allocations at the GPU's peak
   std::array<QChartView*, kDeviceCount> views_{};  // one per device, hidden when unused
   std::vector<QLineSeries*> cursors_;
   bool dirty_ = true;

@@ -78,5 +78,29 @@ TEST(MemoryStack, ClickMovesTheCursorToThatMomentsOp) {
               2 * pixel + 1e-9);
 }
 
+// The largest allocations at the GPU's peak: sorted, the whole list adding up to the peak, and
+// shown in the memory tab with the peak's op.
+TEST(MemoryStack, TopAllocationsAtThePeak) {
+  MainWindow window(offloaded_llama(), false);
+  const Plan& plan = window.session().planned()->plan;
+  const auto all = top_allocations(plan, Device::Gpu, std::size_t(kComponentCount));
+  Bytes total = 0;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    total += all[i].second;
+    if (i > 0) {
+      EXPECT_GE(all[i - 1].second, all[i].second);
+    }
+  }
+  EXPECT_EQ(total, plan.device(Device::Gpu).peak);
+  const auto top = top_allocations(plan, Device::Gpu, 3);
+  ASSERT_EQ(top.size(), 3u);
+  window.show_view(View::Memory);
+  window.memory().charts();  // built
+  const QString text = window.memory().peak_allocations().text();
+  EXPECT_TRUE(text.contains(QString("op %1").arg(plan.device(Device::Gpu).peak_op + 1)))
+      << text.toStdString();
+  EXPECT_TRUE(text.contains(to_string(top.front().first))) << text.toStdString();
+}
+
 }  // namespace
 }  // namespace zerolens::gui
