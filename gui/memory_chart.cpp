@@ -66,20 +66,17 @@ bool device_used(const Planned& planned, Device device) {
 
 std::vector<std::pair<Category, std::vector<QPointF>>> category_stack(const Planned& planned,
                                                                       Device device) {
-  std::vector<std::size_t> order(planned.timeline.ops.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return planned.timeline.ops[a].end() < planned.timeline.ops[b].end();
-  });
   const auto sums = [&](const DeviceComponentBytes& state) {
     CategoryBytes bytes{};
     for (int c = 0; c < kComponentCount; ++c)
       bytes[std::size_t(category_of(Component(c)))] += state[std::size_t(device)][std::size_t(c)];
     return bytes;
   };
+  // The timeline's memory clock (memory_times): program order, each state once it holds.
+  const std::vector<double> times = memory_times(planned.timeline.ops);
   std::vector<std::pair<double, CategoryBytes>> samples{{0.0, sums(planned.states.front())}};
-  for (const auto i : order)
-    samples.emplace_back(planned.timeline.ops[i].end(), sums(planned.states[i + 1]));
+  for (std::size_t i = 0; i < times.size(); ++i)
+    samples.emplace_back(times[i], sums(planned.states[i + 1]));
   std::vector<std::pair<Category, std::vector<QPointF>>> stack;
   std::vector<double> below(samples.size(), 0.0);
   for (int c = 0; c < kCategoryCount; ++c) {
@@ -177,16 +174,18 @@ std::optional<Trace> predicted_on_loaded_clock(const Trace& predicted, const Tra
 
 std::vector<QPointF> memory_steps(const Trace& trace, int rank, Device device,
                                   std::optional<Bytes> before) {
+  // Program order, each state once it holds (sim's memory_times: the running maximum of the ends).
   std::vector<const TraceOp*> ops = ops_of_rank(trace, rank);
-  std::stable_sort(ops.begin(), ops.end(), [](const TraceOp* a, const TraceOp* b) {
-    return a->start + a->duration < b->start + b->duration;
-  });
+  std::stable_sort(ops.begin(), ops.end(),
+                   [](const TraceOp* a, const TraceOp* b) { return a->index < b->index; });
+  std::vector<OpTiming> timings;
+  for (const TraceOp* op : ops) timings.push_back({op->start, op->duration});
+  const std::vector<double> times = memory_times(timings);
   std::vector<QPointF> points;
   double last = before ? double(*before) : -1;
   if (before) points.emplace_back(0, last);
-  for (const TraceOp* op : ops) {
-    const double t = op->start + op->duration,
-                 value = double(op->memory_after[std::size_t(device)]);
+  for (std::size_t k = 0; k < ops.size(); ++k) {
+    const double t = times[k], value = double(ops[k]->memory_after[std::size_t(device)]);
     if (last >= 0) points.emplace_back(t, last);
     points.emplace_back(t, value);
     last = value;

@@ -18,14 +18,15 @@
 
 namespace zerolens::gui {
 
-// (seconds, bytes) points of a rank's memory on a device, stepping at each op's end in time order;
-// starts at (0, before) when `before` is given.
+// (seconds, bytes) points of a rank's memory on a device: the state after each op in program order
+// at memory_times' time (once it and the ops before it have ended); starts at (0, before) when
+// `before` is given.
 std::vector<QPointF> memory_steps(const Trace& trace, int rank, Device device,
                                   std::optional<Bytes> before);
 
 // A rank's memory on a device by category, stacked over the step: per category in use, the
 // (seconds, bytes) steps of the categories up to it (the last one's top is the predicted line),
-// from the replay's states at each op's end in time order.
+// from the replay's states after each op at memory_times' time.
 std::vector<std::pair<Category, std::vector<QPointF>>> category_stack(const Planned& planned,
                                                                       Device device);
 // What a device holds at the plan's peak, the largest first: up to `count` components with bytes

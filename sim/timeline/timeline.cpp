@@ -123,8 +123,9 @@ std::vector<MemorySample> memory_over_time(const Schedule& schedule,
   std::array<Bytes, kDeviceCount> before{};
   for (const auto& effect : schedule.resident) before[std::size_t(effect.device)] += effect.bytes;
   samples.push_back({0, before});
-  for (std::size_t i = 0; i < schedule.ops.size(); ++i) samples.push_back({timings[i].end(), replay.after_op[i]});
-  std::stable_sort(samples.begin(), samples.end(), [](const auto& a, const auto& b) { return a.time < b.time; });
+  const std::vector<double> times = memory_times(timings);
+  for (std::size_t i = 0; i < schedule.ops.size(); ++i)
+    samples.push_back({times[i], replay.after_op[i]});
   return samples;
 }
 
@@ -385,6 +386,17 @@ double total_length(const Intervals& intervals) {
   double total = 0;
   for (const auto& [start, end] : intervals) total += end - start;
   return total;
+}
+
+std::vector<double> memory_times(const std::vector<OpTiming>& ops) {
+  std::vector<double> times;
+  times.reserve(ops.size());
+  double settled = 0;
+  for (const auto& op : ops) {
+    settled = std::max(settled, op.end());
+    times.push_back(settled);
+  }
+  return times;
 }
 
 }  // namespace zerolens

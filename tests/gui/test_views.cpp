@@ -96,7 +96,7 @@ TEST(Views, EveryViewRendersForEveryVariant) {
 }
 
 // The memory chart draws the simulated timeline's samples; the predicted trace's memory per op,
-// ordered by op end, is the same curve by another path.
+// in program order at the time each state holds, is the same curve by another path.
 TEST(Views, MemoryCurveIsThePredictedTracesMemory) {
   const auto planned =
       plan_settings(variant_settings(standard_variants()[6]));  // ZeRO-3 + optimizer on CPU

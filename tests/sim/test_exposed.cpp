@@ -46,5 +46,32 @@ TEST(ExposedIntervals, OfATraceAddUpToTheTimelinesFigures) {
   }
 }
 
+// The memory clock: each state once its op and every op before it (program order) have ended.
+TEST(MemoryTimes, WorkedByHandAndTheTimelinesSamples) {
+  const std::vector<OpTiming> ops{{0, 3}, {0, 1}, {1, 1}, {3, 2}, {2, 2}};  // ends 3, 1, 2, 5, 4
+  EXPECT_EQ(memory_times(ops), (std::vector<double>{3, 3, 3, 5, 5}));
+  // A ZeRO-3 step whose forward gathers run far ahead of the compute: its samples follow program
+  // order, so the memory at a moment is never a later op's state.
+  TrainingConfig config = testing::mixed_adam(3);
+  config.seq_len = 512;
+  config.batch.micro_batch_per_gpu = 4;
+  PlanRequest request = testing::plan_of(testing::small_transformer(8, 512), config, 16, 8).request;
+  request.cluster = with_ranks(cluster_from_preset("dgx-a100-80gb"), 16, 8);
+  const Prediction prediction = predict(request);
+  const auto& samples = prediction.timeline.memory;
+  ASSERT_EQ(samples.size(), prediction.plan.schedule.ops.size() + 1);
+  Bytes highest = 0;
+  for (std::size_t i = 1; i < samples.size(); ++i) {
+    EXPECT_GE(samples[i].time, samples[i - 1].time);
+    EXPECT_EQ(samples[i].bytes, prediction.memory.after_op[i - 1])
+        << "sample " << i << " is op " << i - 1 << "'s";
+    highest = std::max(highest, samples[i].bytes[0]);
+  }
+  Bytes replay_highest = 0;
+  for (const auto& after : prediction.memory.after_op)
+    replay_highest = std::max(replay_highest, after[0]);
+  EXPECT_EQ(highest, replay_highest);
+}
+
 }  // namespace
 }  // namespace zerolens

@@ -1,4 +1,5 @@
 // The trace schema (traces/README.md) and the Chrome Trace Event Format export.
+#include <map>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -126,6 +127,7 @@ TEST(ChromeTrace, FollowsTheTraceEventFormat) {
   std::set<std::pair<int, int>> named_threads;
   std::set<int> named_processes;
   std::size_t complete = 0, counters = 0;
+  std::map<int, double> last_counter;  // per rank: the memory counters follow program order in time
   for (const auto& event : events) {
     const std::string ph = event.at("ph");
     ASSERT_TRUE(event.at("pid").is_number_integer());
@@ -141,6 +143,12 @@ TEST(ChromeTrace, FollowsTheTraceEventFormat) {
     } else if (ph == "C") {
       ++counters;
       for (const auto& value : event.at("args")) EXPECT_TRUE(value.is_number());
+      const int pid = event.at("pid").get<int>();
+      const double ts = event.at("ts").get<double>();
+      if (last_counter.count(pid)) {
+        EXPECT_GE(ts, last_counter[pid]);
+      }
+      last_counter[pid] = ts;
     } else {
       ADD_FAILURE() << "unexpected phase " << ph;
     }
