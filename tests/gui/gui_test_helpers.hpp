@@ -29,6 +29,18 @@ inline Settings variant_settings(const Variant& variant) {
   return settings;
 }
 
+// LLaMA-2 7B on 64 GPUs of dgx-a100-80gb at ZeRO-3 with the given offloads, otherwise the CLI's
+// defaults: a step large enough that ops run out of program order and narrower than a pixel.
+inline Settings llama_on_64(OffloadDevice optimizer, OffloadDevice param) {
+  Settings settings = cli_default_settings();
+  Diagnostics diagnostics;
+  load_model_spec(settings, "llama2-7b", diagnostics);
+  settings.gpus = 64;
+  set_stage(settings, 3);
+  set_offload(settings, optimizer, param);
+  return settings;
+}
+
 // The GUI's command line: its program name, then `list`.
 inline QStringList args(std::initializer_list<const char*> list) {
   QStringList out{"zerolens-gui"};

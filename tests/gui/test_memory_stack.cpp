@@ -11,18 +11,13 @@
 #include "gui/memory_chart.hpp"
 #include "gui/session.hpp"
 #include "gui/settings.hpp"
+#include "gui_test_helpers.hpp"
 
 namespace zerolens::gui {
 namespace {
 
 Settings offloaded_llama() {
-  Settings settings = cli_default_settings();
-  Diagnostics diagnostics;
-  load_model_spec(settings, "llama2-7b", diagnostics);
-  settings.gpus = 64;
-  set_stage(settings, 3);
-  set_offload(settings, OffloadDevice::Cpu, OffloadDevice::None);
-  return settings;
+  return testing::llama_on_64(OffloadDevice::Cpu, OffloadDevice::None);
 }
 
 TEST(MemoryStack, TopIsThePredictedLine) {

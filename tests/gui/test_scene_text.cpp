@@ -71,12 +71,7 @@ TEST(SceneText, RankViewNeverDrawsTextOverText) {
 }
 
 TEST(SceneText, LargerJobsAndTheTimelineNeither) {
-  Settings settings = cli_default_settings();
-  Diagnostics diagnostics;
-  load_model_spec(settings, "llama2-7b", diagnostics);
-  settings.gpus = 64;
-  set_stage(settings, 3);
-  set_offload(settings, OffloadDevice::Nvme, OffloadDevice::Nvme);
+  Settings settings = testing::llama_on_64(OffloadDevice::Nvme, OffloadDevice::Nvme);
   set_precision(settings, Precision::Bf16);
   const auto planned = plan_settings(settings);
   const auto ops = std::int64_t(planned->plan.schedule.ops.size());

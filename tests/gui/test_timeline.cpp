@@ -22,13 +22,8 @@ namespace {
 using testing::items_with_role;
 
 std::unique_ptr<Planned> llama_on_64() {
-  Settings settings = cli_default_settings();
-  Diagnostics diagnostics;
-  load_model_spec(settings, "llama2-7b", diagnostics);
-  settings.gpus = 64;
-  set_stage(settings, 3);
-  set_offload(settings, OffloadDevice::Cpu, OffloadDevice::None);  // exposed offload too
-  return plan_settings(settings);
+  return plan_settings(
+      testing::llama_on_64(OffloadDevice::Cpu, OffloadDevice::None));  // exposed offload too
 }
 
 TimelineGeometry fit_to(double pixels, const Trace& trace) {
