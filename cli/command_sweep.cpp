@@ -214,6 +214,8 @@ std::string layout_summary(const SweepReport& report, const PlanRequest& base) {
 
 void print_header(std::ostream& out, const SweepReport& report, const PlanRequest& base,
                   const SweepCommand& c, double seconds) {
+  const std::int64_t threads =
+      std::min<std::int64_t>(c.jobs, std::max<std::int64_t>(report.enumerated, 1));
   const Cluster& cluster = base.cluster;
   out << "zerolens sweep: " << base.model.name << " ("
       << format_count(double(base.model.parameter_count())) << " parameters) on "
@@ -225,8 +227,7 @@ void print_header(std::ostream& out, const SweepReport& report, const PlanReques
     out << " (" << report.batch_per_rank << " per data-parallel rank)";
   out << '\n'
       << report.evaluated << " configurations evaluated in " << fixed(seconds, 2) << " s ("
-      << std::min<std::int64_t>(c.jobs, std::max<std::int64_t>(report.enumerated, 1)) << " thread"
-      << (c.jobs > 1 ? "s" : "") << ")";
+      << threads << (threads > 1 ? " threads" : " thread") << ")";
   if (report.pruned > 0)
     out << ", " << report.pruned
         << " skipped (a smaller micro-batch already overflows; --all evaluates them)";

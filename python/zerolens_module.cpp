@@ -228,7 +228,9 @@ py::object plan(const py::kwargs& kwargs) {
 double efficiency(const py::dict& rest, const char* name, double fallback) {
   if (!rest.contains(name)) return fallback;
   const double value = as<double>(rest[name], name, "float");
-  if (!(value >= 0.001 && value <= 1)) throw InputError(name, "must be in [0.001, 1]");
+  if (!(value >= kMinEfficiency && value <= kMaxEfficiency))
+    throw InputError(name, "must be in [" + std::to_string(kMinEfficiency) + ", " +
+                               std::to_string(kMaxEfficiency) + "]");
   return value;
 }
 
@@ -256,6 +258,7 @@ py::object trace(const py::kwargs& kwargs) {
   const PlanRequest request = request_of(plan_inputs(kwargs, rest));
   const TimelineOptions options = timeline_options(rest);
   const int ranks = rest.contains("ranks") ? as<int>(rest["ranks"], "ranks", "int") : 1;
+  if (ranks < 1) throw InputError("ranks", "must be at least 1 (the ranks the trace records)");
   drop(rest, kTimelineKeywords);
   drop(rest, {"ranks"});
   refuse_rest(rest, names_of(plan_keywords(), {"compute_efficiency", "memory_efficiency",

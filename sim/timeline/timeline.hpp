@@ -33,6 +33,9 @@ enum class CollectiveAlgorithm { Ring, Tree, Auto };
 const char* to_string(CollectiveAlgorithm algorithm);
 CollectiveAlgorithm parse_collective_algorithm(const std::string& text);
 
+// The efficiencies a user may set (CLI flags, Python keywords): a fraction of the peak, above zero.
+inline constexpr double kMinEfficiency = 0.001, kMaxEfficiency = 1.0;
+
 struct TimelineOptions {
   double compute_efficiency = 0.5;  // achieved fraction of peak FLOP/s in matrix products
   double memory_efficiency = 0.8;   // achieved fraction of HBM bandwidth

@@ -92,6 +92,15 @@ def main(binary):
     expect_error(zerolens.InputError, ["zero_optimization.stage"], stage=7)
     expect_error(ValueError, ["offload_optimizer", "disk"], offload_optimizer="disk")
     expect_error(ValueError, ["model", "did you mean"], model="llama2-7")
+    for call, keywords, word in ((zerolens.trace, dict(ranks=0), "ranks"),
+                                 (zerolens.trace, dict(compute_efficiency=0), "compute_efficiency"),
+                                 (zerolens.trace, dict(algorithm="butterfly"), "algorithm"),
+                                 (zerolens.sweep, dict(jobs=0), "jobs")):
+        try:
+            call(**keywords)
+            failures.append(f"{keywords}: no error")
+        except zerolens.InputError as error:
+            check(word in str(error), f"{keywords}: '{word}' not in {error}")
     check(issubclass(zerolens.InputError, ValueError), "InputError is not a ValueError")
     check("gpt2-124m" in zerolens.presets()["models"], "presets() lacks gpt2-124m")
 
