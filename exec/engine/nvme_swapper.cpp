@@ -291,10 +291,17 @@ void NvmeSwapper::read_layer_partitions(std::size_t owner) {
   param_swap_used_ = position;
 }
 
+// The buffer is free again but for a partition still being assembled: one that straddles two
+// optimizer sub-groups, waited for at the first one's parameter write, keeps its slot.
 void NvmeSwapper::finish_param_io() {
   std::vector<NvmeTicket> pending;
   pending.swap(param_io_);
   param_swap_used_ = 0;
+  for (std::size_t t = 0; t < param_slot_.size(); ++t) {
+    if (param_slot_[t] == kNoSlot) continue;
+    const auto end = param_slot_[t] + std::size_t(ctx_.layout.tensor_partition[t]);
+    param_swap_used_ = std::max(param_swap_used_, end);
+  }
   for (const NvmeTicket ticket : pending) param_store_->wait(ticket);
 }
 

@@ -187,7 +187,7 @@ void ZeroEngine::State::copy_to_device(const Op& op) {
 
 // A skipped step moves no sub-group: nothing changes.
 void ZeroEngine::State::nvme_read(const Op& op) {
-  if (op.sub_group >= 0) {
+  if (op.swapped == Swapped::OptimizerStates) {
     if (!optimizer.skipped()) nvme.read_group(op.sub_group);
     return;
   }
@@ -196,8 +196,10 @@ void ZeroEngine::State::nvme_read(const Op& op) {
   nvme.read_layer_partitions(std::size_t(op.layer));
 }
 
+// A parameter write waits for the partitions the updates so far streamed out (all of them after
+// a host update; after a swapped sub-group's update, those it completed).
 void ZeroEngine::State::nvme_write(const Op& op) {
-  if (op.sub_group >= 0) {
+  if (op.swapped == Swapped::OptimizerStates) {
     if (!optimizer.skipped()) nvme.write_group(op.sub_group);
     return;
   }

@@ -331,7 +331,8 @@ class ScheduleBuilder {
                         .layer = owner,
                         .link = Link::NvmeRead,
                         .bytes = partition * param_bytes_,
-                        .io_requests = owner_partitioned_tensors(owner)},
+                        .io_requests = owner_partitioned_tensors(owner),
+                        .swapped = Swapped::Parameters},
                      effects(), {});
     }
     if (param_device_ != Device::Gpu) {
@@ -1182,7 +1183,10 @@ class ScheduleBuilder {
   std::uint32_t host_optimizer(std::uint32_t before) {
     const ParamLayout& p = params();
     const std::uint32_t after = last_d2h_ != kNoOp ? last_d2h_ : before;
-    if (optimizer_device_ == Device::Nvme) return write_back_params(swapped_host_optimizer(after, before));
+    if (optimizer_device_ == Device::Nvme) {
+      const std::uint32_t swapped = swapped_host_optimizer(after, before);
+      return param_device_ == Device::Nvme ? swapped : write_back_params(swapped);
+    }
     if (p.owned == 0) return write_back_params(after);  // nothing owned: no update
     return write_back_params(host_optimizer_step(0, p.owned, true, {after, before}));
   }
@@ -1212,8 +1216,13 @@ class ScheduleBuilder {
     const auto state_of = [&](std::size_t g) { return chunk_of(g) * (master_bytes_ + state_bytes_); };
     std::vector<std::uint32_t> reads(groups, kNoOp), writes(groups, kNoOp);
     const auto read = [&](std::size_t g) {
-      reads[g] = emit(Op{.kind = OpKind::NvmeRead, .stream = Stream::Nvme, .phase = Phase::Optimizer,
-                         .sub_group = std::int32_t(g), .link = Link::NvmeRead, .bytes = state_of(g)},
+      reads[g] = emit(Op{.kind = OpKind::NvmeRead,
+                         .stream = Stream::Nvme,
+                         .phase = Phase::Optimizer,
+                         .sub_group = std::int32_t(g),
+                         .link = Link::NvmeRead,
+                         .bytes = state_of(g),
+                         .swapped = Swapped::OptimizerStates},
                       effects(), {after, before, g >= sets ? writes[g - sets] : kNoOp});
     };
     std::uint32_t last = after;
@@ -1223,11 +1232,48 @@ class ScheduleBuilder {
       const bool waits_write = g > 0 && !zero_.offload_optimizer.pipeline_write;
       last = host_optimizer_step(std::int32_t(g), chunk_of(g), g + 1 == groups,
                                  {last, reads[g], waits_write ? writes[g - 1] : kNoOp});
-      writes[g] = emit(Op{.kind = OpKind::NvmeWrite, .stream = Stream::Nvme, .phase = Phase::Optimizer,
-                          .sub_group = std::int32_t(g), .link = Link::NvmeWrite, .bytes = state_of(g)},
+      if (param_device_ == Device::Nvme)
+        last = swap_out_updated_params(std::int32_t(g), size, last);
+      writes[g] = emit(Op{.kind = OpKind::NvmeWrite,
+                          .stream = Stream::Nvme,
+                          .phase = Phase::Optimizer,
+                          .sub_group = std::int32_t(g),
+                          .link = Link::NvmeWrite,
+                          .bytes = state_of(g),
+                          .swapped = Swapped::OptimizerStates},
                        effects(), {last});
     }
     return writes.empty() ? last : writes.back();
+  }
+
+  // Parameters on NVMe beside a swapped optimizer: after each sub-group's update DeepSpeed swaps
+  // out the parameter partitions it updated, waiting for them before the sub-group's states go
+  // (stage3.py step -> _reassign_or_swap_out_partitioned_parameters ->
+  // _partitioned_params_swap_out; AsyncPartitionedParameterSwapper.swap_out_partitioned_params, a
+  // blocking pool swap-out), one request per tensor partition. A partition that straddles
+  // sub-groups is written by the one that completes it.
+  std::uint32_t swap_out_updated_params(std::int32_t group, Elements group_elements,
+                                        std::uint32_t after) {
+    const ParamLayout& p = params();
+    Elements end = 0;
+    Bytes bytes = 0;
+    std::int32_t requests = 0;
+    for (const Elements partition : p.tensor_partition) {
+      end += partition;
+      if (partition == 0 || (end - 1) / group_elements != group) continue;
+      bytes += partition * param_bytes_;
+      ++requests;
+    }
+    if (requests == 0) return after;
+    return emit(Op{.kind = OpKind::NvmeWrite,
+                   .stream = Stream::Nvme,
+                   .phase = Phase::Optimizer,
+                   .sub_group = group,
+                   .link = Link::NvmeWrite,
+                   .bytes = bytes,
+                   .io_requests = requests,
+                   .swapped = Swapped::Parameters},
+                effects(), {after});
   }
 
   // Updated low-precision parameters go where the parameters live.
@@ -1245,7 +1291,8 @@ class ScheduleBuilder {
                      .phase = Phase::Optimizer,
                      .link = Link::NvmeWrite,
                      .bytes = bytes,
-                     .io_requests = std::int32_t(params().tensor_numel.size())},
+                     .io_requests = std::int32_t(params().tensor_numel.size()),
+                     .swapped = Swapped::Parameters},
                   effects(), {after});
     }
     return after;  // parameters offloaded to the CPU are updated in place there
@@ -1274,12 +1321,16 @@ class ScheduleBuilder {
   }
 
   // Stage 3: persistent parameters are kept whole on every rank, but their update happens on the
-  // partitions, so DeepSpeed all-gathers them after the step (stage3.py, _post_step).
+  // partitions, so DeepSpeed all-gathers them after the step (stage3.py, _post_step), one call per
+  // parameter (partition_parameters.py _allgather_params_coalesced).
   void allgather_persistent_params(std::uint32_t after) {
     const ParamLayout& p = params();
     Elements padded = 0;
+    std::int32_t tensors = 0;
     for (std::size_t t = 0; t < p.tensor_numel.size(); ++t) {
-      if (p.tensor_persistent[t]) padded += p.tensor_partition[t] * dp();
+      if (!p.tensor_persistent[t]) continue;
+      padded += p.tensor_partition[t] * dp();
+      ++tensors;
     }
     emit(Op{.kind = OpKind::AllGather,
             .stream = Stream::Collective,
@@ -1287,6 +1338,7 @@ class ScheduleBuilder {
             .group_size = dp(),
             .link = Link::Network,
             .bytes = padded * param_bytes_,
+            .calls = tensors,
             .wire_element_bytes = std::int32_t(param_bytes_)},
          effects(), {after});
   }

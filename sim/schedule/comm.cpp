@@ -105,7 +105,7 @@ CommReport summarize_comm(const Schedule& schedule) {
         const LinkTraffic traffic =
             collective_traffic(op.kind, op.bytes, op_group_shape(op, schedule.context));
         auto& totals = totals_of(report, op.group)[std::size_t(op.kind)];
-        totals.calls += 1;
+        totals.calls += op.calls;
         totals.bytes += op.bytes;
         totals.traffic_bytes += traffic.intra_node + traffic.inter_node;
         report.links.intra_node += traffic.intra_node;

@@ -125,6 +125,9 @@ std::string op_reason(const Schedule& schedule, std::size_t index, const Model& 
       return copy_reason(op);
     case OpKind::NvmeRead:
     case OpKind::NvmeWrite:
+      if (op.swapped == Swapped::Parameters && op.kind == OpKind::NvmeWrite)
+        return "ZeRO-Infinity keeps the parameters on NVMe: the partitions an update changed are "
+               "written back right after it";
       return "ZeRO-Infinity keeps these states on NVMe: they are " +
              std::string(op.kind == OpKind::NvmeRead ? "read in before" : "written back after") +
              " their use";

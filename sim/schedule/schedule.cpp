@@ -318,7 +318,11 @@ std::string Schedule::describe(std::size_t op_index, const Model& model, int ran
     case OpKind::NvmeRead:
       return who + "reads " + megabytes(op.bytes) + " from NVMe" + micro;
     case OpKind::NvmeWrite:
-      return who + "writes " + megabytes(op.bytes) + " to NVMe" + micro;
+      return who + "writes " + megabytes(op.bytes) + " to NVMe" +
+             (op.swapped == Swapped::Parameters && op.sub_group >= 0
+                  ? " (the parameters sub-group " + std::to_string(op.sub_group) + " updated)"
+                  : std::string()) +
+             micro;
     case OpKind::OptimizerStep:
       return who + "updates its optimizer partition on the " +
              std::string(op.stream == Stream::Cpu ? "CPU" : "GPU") +

@@ -143,6 +143,11 @@ struct MemEffect {
   Bytes bytes;  // > 0 allocates, < 0 frees
 };
 
+// NVMe ops: what they swap. An optimizer sub-group's master weights and states, or parameter
+// partitions: a layer's (read before its gather), or those an optimizer sub-group's update
+// completed (written right after it, DeepSpeed's per-sub-group swap-out).
+enum class Swapped : std::uint8_t { None, OptimizerStates, Parameters };
+
 // Which phase of the step an op belongs to.
 enum class Phase : std::uint8_t { Forward, Backward, Reduce, Optimizer };
 const char* to_string(Phase phase);
@@ -169,6 +174,11 @@ struct Op {
   // one per tensor partition, as DeepSpeed's AsyncPartitionedParameterSwapper and the executor swap
   // them.
   std::int32_t io_requests = 1;
+  Swapped swapped = Swapped::None;
+  // Collectives: the calls the op is launched as, each paying the collective's latency. DeepSpeed
+  // gathers the persistent parameters with one all_gather_into_tensor per parameter
+  // (partition_parameters.py _allgather_params_coalesced); other collectives are one call.
+  std::int32_t calls = 1;
   // Collectives: bytes of one element on the wire (4: fp32; 2: fp16 or bf16); 0 for other ops and
   // scalar collectives.
   std::int32_t wire_element_bytes = 0;

@@ -25,7 +25,8 @@ int ranks_on_node(const ScheduleContext& context) {
   return context.ranks_per_node();
 }
 
-// MPI's part of a collective over `group` ranks of one node: the calibrated latency per call and
+// MPI's part of a collective over `group` ranks of one node: the calibrated latency per call (of
+// the op's calls) and
 // bus bandwidth of the largest measured group not above it; a 16-bit reduction at the 16-bit
 // reductions' figures (a user-defined MPI op; fp32's figures where those were not measured).
 double mpi_seconds(const Op& op, const ClusterCalibration& c) {
@@ -44,7 +45,7 @@ double mpi_seconds(const Op& op, const ClusterCalibration& c) {
   const double bandwidth =
       sixteen_bit ? measured->sixteen_bit_reduce_bandwidth : measured->bandwidth;
   const LinkTraffic traffic = collective_traffic(op.kind, op.bytes, GroupShape{op.group_size, 1});
-  return latency + double(traffic.intra_node + traffic.inter_node) / bandwidth;
+  return op.calls * latency + double(traffic.intra_node + traffic.inter_node) / bandwidth;
 }
 
 // The engine's own work per message byte: fp32 messages' where measured, else 16-bit ones'.
@@ -78,8 +79,9 @@ double nvme_seconds(const Op& op, const ScheduleContext& context, const Cluster&
   const int ranks = ranks_on_node(context);
   const NvmeRequestCosts* costs = cluster.calibration->nvme_requests_of(ranks);
   double per_request = 0;
-  if (costs && op.sub_group >= 0) per_request = read ? costs->read_latency : costs->write_latency;
-  if (costs && op.sub_group < 0) {
+  const bool states = op.swapped == Swapped::OptimizerStates;
+  if (costs && states) per_request = read ? costs->read_latency : costs->write_latency;
+  if (costs && !states) {
     per_request = read ? costs->tensor_read_latency : costs->tensor_write_latency;
   }
   return double(op.io_requests) * per_request + double(op.bytes) * ranks / node_bandwidth;

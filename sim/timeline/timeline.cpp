@@ -194,8 +194,11 @@ double op_duration(const Op& op, const ScheduleContext& context, const Cluster& 
     case Link::Network:
       if (op.group_size <= 1 || op.kind == OpKind::Recv) return 0;  // a receive waits for its send
       if (op.kind == OpKind::Send) return send_seconds(op, context, cluster);
+      // Every call after the first pays the collective's latency again (its time at 0 bytes).
       return collective_seconds(op.kind, op.bytes, op_group_shape(op, context), cluster,
-                                options.algorithm);
+                                options.algorithm) +
+             (op.calls - 1) * collective_seconds(op.kind, 0, op_group_shape(op, context), cluster,
+                                                 options.algorithm);
     case Link::PcieH2D:
     case Link::PcieD2H: return cluster.node.pcie.latency + double(op.bytes) / cluster.node.pcie.bandwidth;
     case Link::NvmeRead: return nvme_seconds(op.bytes, cluster.node.nvme_read_bandwidth, "nvme_read_bandwidth", context);

@@ -102,6 +102,26 @@ TEST(CpuRanks, MeasuredOccupancyReplacesTheIdealSharing) {
   }
 }
 
+// A collective launched as several calls pays the latency per call: stage 3's gather of 4
+// persistent tensors of 1000 fp32 elements (250 per rank) on 4 ranks is 4 calls of the 4-rank
+// group (5 ms each) and 3 x 4000 bytes sent per rank at 1e6 bytes/s: 20 + 12 ms.
+TEST(CpuRanks, EachCallOfACollectivePaysTheLatency) {
+  const Model model = testing::flat_model(4, 1000);
+  TrainingConfig config = testing::mixed_adam(3, Precision::Fp32);
+  config.zero.stage3_param_persistence_threshold = 1000;
+  Cluster cluster = calibrated(4);
+  cluster.calibration->collectives = {{2, 1 * ms, 1e6}, {4, 5 * ms, 1e6}};
+  const Plan plan = testing::plan_of(model, config, 4);
+  int gathers = 0;
+  for (const Op& op : plan.schedule.ops) {
+    if (op.kind != OpKind::AllGather) continue;
+    ++gathers;
+    EXPECT_EQ(op.calls, 4);
+    EXPECT_NEAR(cpu_rank_op_seconds(op, plan.schedule, model, cluster), (4 * 5 + 12) * ms, 1e-12);
+  }
+  EXPECT_EQ(gathers, 1);
+}
+
 // The step of 4 ranks on 2 cores (oversubscribed) against 2 ranks on 2 cores: the same layers, so
 // the compute doubles exactly.
 TEST(CpuRanks, OversubscribedRanksTakeTwiceTheComputeWorkedByHand) {
@@ -120,7 +140,7 @@ TEST(CpuRanks, OversubscribedRanksTakeTwiceTheComputeWorkedByHand) {
 
 // An NVMe request: the calibrated cost of a request with as many ranks swapping at once as the
 // node holds (the largest measured count not above it), and its bytes at the node's rate shared by
-// those ranks. An optimizer sub-group's swap (sub_group >= 0) is one request: 2 ranks on the node,
+// those ranks. An optimizer sub-group's swap (its states) is one request: 2 ranks on the node,
 // 0.4 ms + 1 MB x 2 / 1 GB/s = 2.4 ms for a write, 0.1 + 2 ms for a read; 3 ranks take the 2-rank
 // costs (0.4 + 3 ms); 1 rank its own (0.05 + 1 ms). A parameter swap issues a request per tensor
 // partition at the tensor cost: 5 x 0.02 + 2 ms written, 5 x 0.03 + 2 ms read on 2 ranks.
@@ -137,19 +157,25 @@ TEST(CpuRanks, NvmeRequestsCostWhatTheNodesRanksSwappingAtOnceMeasured) {
            .stream = Stream::Nvme,
            .sub_group = 0,
            .link = Link::NvmeWrite,
-           .bytes = 1'000'000};
+           .bytes = 1'000'000,
+           .swapped = Swapped::OptimizerStates};
   Op read{.kind = OpKind::NvmeRead,
           .stream = Stream::Nvme,
           .sub_group = 0,
           .link = Link::NvmeRead,
-          .bytes = 1'000'000};
+          .bytes = 1'000'000,
+          .swapped = Swapped::OptimizerStates};
   EXPECT_NEAR(cpu_rank_op_seconds(write, schedule, model, cluster), 2.4 * ms, 1e-12);
   EXPECT_NEAR(cpu_rank_op_seconds(read, schedule, model, cluster), 2.1 * ms, 1e-12);
   Op param_write = write, param_read = read;
   param_write.sub_group = param_read.sub_group = -1;
+  param_write.swapped = param_read.swapped = Swapped::Parameters;
   param_write.io_requests = param_read.io_requests = 5;
   EXPECT_NEAR(cpu_rank_op_seconds(param_write, schedule, model, cluster), 2.1 * ms, 1e-12);
   EXPECT_NEAR(cpu_rank_op_seconds(param_read, schedule, model, cluster), 2.15 * ms, 1e-12);
+  // The parameters a sub-group's update completed are tensor requests too.
+  param_write.sub_group = 1;
+  EXPECT_NEAR(cpu_rank_op_seconds(param_write, schedule, model, cluster), 2.1 * ms, 1e-12);
   schedule.context.dp_size = 3;
   EXPECT_NEAR(cpu_rank_op_seconds(write, schedule, model, cluster), 3.4 * ms, 1e-12);
   schedule.context.dp_size = 1;

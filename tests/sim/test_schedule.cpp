@@ -162,13 +162,15 @@ TEST(ScheduleStage3, PrefetchGathersUpcomingLayersBeforeTheirForward) {
 }
 
 // Persistent parameters are never gathered for forward or backward; DeepSpeed all-gathers them once
-// after the optimizer step (stage3.py _post_step), 4 tensors x 4 ranks x 250 elements x 2 bytes.
+// after the optimizer step (stage3.py _post_step), 4 tensors x 4 ranks x 250 elements x 2 bytes, in
+// one all_gather_into_tensor call per parameter (partition_parameters.py
+// _allgather_params_coalesced): 4 calls.
 TEST(ScheduleStage3, PersistentParametersAreGatheredOnlyAfterTheStep) {
   const Model model = testing::flat_model(4, 1000);
   TrainingConfig config = testing::mixed_adam(3);
   config.zero.stage3_param_persistence_threshold = 1000;  // <= threshold persists (DeepSpeed)
   const Plan plan = testing::plan_of(model, config, 4);
-  EXPECT_EQ(plan.comm.of(OpKind::AllGather).calls, 1);
+  EXPECT_EQ(plan.comm.of(OpKind::AllGather).calls, 4);
   EXPECT_EQ(plan.comm.of(OpKind::AllGather).bytes, 4 * 4 * 250 * 2);
   for (const auto& op : plan.schedule.ops) {
     if (op.kind == OpKind::AllGather) {
@@ -180,9 +182,14 @@ TEST(ScheduleStage3, PersistentParametersAreGatheredOnlyAfterTheStep) {
 
 // A parameter swap is a request per tensor partition (DeepSpeed's AsyncPartitionedParameterSwapper,
 // the executor's NvmeSwapper): a layer's read issues one per partitioned tensor of the layer (a
-// persistent one is whole on the device), the write-back one per tensor; a sub-group swap is one.
-// Collectives carry their wire element: the training dtype's 2 bytes for 16-bit parameters and
-// gradients, 4 with fp32 gradient accumulation for the reductions.
+// persistent one is whole on the device); a sub-group swap of optimizer states is one. The updated
+// partitions are written after the update of the sub-group that completes them, before its states
+// (stage3.py _reassign_or_swap_out_partitioned_parameters, then _release_sub_group). Worked by
+// hand: owned partitions in order w0 500, w1 500, b 5, v 500, w2 500 (2005 elements) in sub-groups
+// of 1000: w0 and w1 end in sub-group 0 (2 requests, 1000 x 2 bytes), b and v in 1 (2, 505 x 2),
+// w2 in 2 (1, 500 x 2). With the optimizer in host memory, one write-back of all 5 after the
+// update. Collectives carry their wire element: the training dtype's 2 bytes for 16-bit parameters
+// and gradients, 4 with fp32 gradient accumulation for the reductions.
 TEST(ScheduleStage3, NvmeRequestsAndWireElementsFollowWhatIsMoved) {
   Model model = testing::flat_model(3, 1000);
   model.layers[1].params.push_back({"b", {10}});  // persistent: at most the threshold
@@ -195,25 +202,44 @@ TEST(ScheduleStage3, NvmeRequestsAndWireElementsFollowWhatIsMoved) {
   config.zero.sub_group_size = 1000;
   const Plan plan = testing::plan_of(model, config, 2);
   std::vector<int> layer_reads;
-  int writes = 0, sub_group_ops = 0;
+  std::vector<std::string> optimizer_sequence;  // the optimizer phase's NVMe ops and updates
+  std::vector<Bytes> param_write_bytes;
+  int sub_group_ops = 0;
   for (const Op& op : plan.schedule.ops) {
-    if (op.kind == OpKind::NvmeRead && op.sub_group < 0 && op.phase == Phase::Forward)
+    if (op.kind == OpKind::NvmeRead && op.swapped == Swapped::Parameters &&
+        op.phase == Phase::Forward)
       layer_reads.push_back(op.io_requests);
-    if (op.kind == OpKind::NvmeWrite && op.sub_group < 0) {
-      ++writes;
-      EXPECT_EQ(op.io_requests, 5);  // every tensor, the persistent one too
-    }
-    if ((op.kind == OpKind::NvmeRead || op.kind == OpKind::NvmeWrite) && op.sub_group >= 0) {
+    const bool nvme = op.kind == OpKind::NvmeRead || op.kind == OpKind::NvmeWrite;
+    if (nvme && op.swapped == Swapped::OptimizerStates) {
       ++sub_group_ops;
       EXPECT_EQ(op.io_requests, 1);
+    }
+    if (op.phase == Phase::Optimizer && (nvme || op.kind == OpKind::OptimizerStep)) {
+      const bool params = op.swapped == Swapped::Parameters;
+      optimizer_sequence.push_back(std::string(to_string(op.kind)) + (params ? " params " : " ") +
+                                   std::to_string(op.sub_group) +
+                                   (params ? " x" + std::to_string(op.io_requests) : ""));
+      if (params) param_write_bytes.push_back(op.bytes);
     }
     const bool scalar = op.kind == OpKind::GradNorm || op.kind == OpKind::OverflowCheck;
     const int wire = is_collective(op.kind) && !scalar ? 2 : 0;
     EXPECT_EQ(op.wire_element_bytes, wire) << to_string(op.kind);
   }
   EXPECT_EQ(layer_reads, (std::vector<int>{1, 2, 1}));
-  EXPECT_EQ(writes, 1);
   EXPECT_EQ(sub_group_ops, 2 * 3);  // 2005 owned elements (500 + 5 + 3 x 500) in 3 sub-groups
+  EXPECT_EQ(optimizer_sequence,
+            (std::vector<std::string>{
+                "nvme_read 0", "optimizer_step 0", "nvme_write params 0 x2", "nvme_write 0",
+                "nvme_read 1", "optimizer_step 1", "nvme_write params 1 x2", "nvme_write 1",
+                "nvme_read 2", "optimizer_step 2", "nvme_write params 2 x1", "nvme_write 2"}));
+  EXPECT_EQ(param_write_bytes, (std::vector<Bytes>{2000, 1010, 1000}));
+  TrainingConfig host_optimizer = config;
+  host_optimizer.zero.offload_optimizer.device = OffloadDevice::Cpu;
+  std::vector<int> write_backs;
+  for (const Op& op : testing::plan_of(model, host_optimizer, 2).schedule.ops) {
+    if (op.kind == OpKind::NvmeWrite) write_backs.push_back(op.io_requests);
+  }
+  EXPECT_EQ(write_backs, (std::vector<int>{5}));  // every tensor, the persistent one too
   config.precision.fp32_grad_accumulation = true;
   for (const Op& op : testing::plan_of(model, config, 2).schedule.ops) {
     if (op.kind == OpKind::ReduceScatter || op.kind == OpKind::AllGather) {

@@ -62,6 +62,32 @@ TEST(Timeline, ThreeLayersTwoRanksWorkedByHand) {
   EXPECT_EQ(overlapped.exposed_offload, 0);  // nothing offloaded
 }
 
+// Each call of a collective pays its latency: the persistent gather of 4 tensors of 1000 fp32
+// elements over 2 ranks is 4 calls (one per parameter, as DeepSpeed launches them); with a 1 ms
+// link latency each call costs 1 ms (ring, 2 ranks: one step) and the 8000 bytes sent take 8 ms:
+// 4 + 8 ms, where one call would take 1 + 8.
+TEST(Timeline, EachCallOfACollectivePaysItsLatency) {
+  const double ms = 1e-3;
+  const Model model = testing::flat_model(4, 1000);
+  TrainingConfig config = testing::mixed_adam(3, Precision::Fp32);
+  config.zero.stage3_param_persistence_threshold = 1000;
+  const Plan plan = testing::plan_of(model, config, 2);
+  Cluster cluster = slow_cluster();
+  cluster.node.intra_node.latency = 1 * ms;
+  int gathers = 0;
+  for (const Op& op : plan.schedule.ops) {
+    if (op.kind != OpKind::AllGather) continue;
+    ++gathers;
+    EXPECT_NEAR(op_duration(op, plan.schedule.context, cluster, exact_options()), (4 + 8) * ms,
+                1e-12);
+    Op one_call = op;
+    one_call.calls = 1;
+    EXPECT_NEAR(op_duration(one_call, plan.schedule.context, cluster, exact_options()),
+                (1 + 8) * ms, 1e-12);
+  }
+  EXPECT_EQ(gathers, 1);
+}
+
 // Issue 21: "exposed comm" counted the CPU optimizer. With the optimizer on the host the step's
 // tail is the gradient's copy to the host, CPU Adam and the parameters' copy back, none of them a
 // collective: they are exposed offload time, and the collectives' exposed time is what it was.
