@@ -134,6 +134,10 @@ void print_comm(std::ostream& out, const Plan& plan, SizeUnit unit) {
   add_collective_rows(table, plan.comm.node_local, "node " + std::to_string(node), unit);
   add_collective_rows(table, plan.comm.cross_node,
                       "cross-node " + std::to_string(context.dp_size / node), unit);
+  add_collective_rows(table, plan.comm.expert_parallel,
+                      "ep " + std::to_string(context.expert_parallel), unit);
+  add_collective_rows(table, plan.comm.expert_data,
+                      "expert-dp " + std::to_string(context.expert_data_parallel()), unit);
   table.print(out);
   const auto& links = plan.comm.links;
   const auto& cluster = plan.request.cluster;
@@ -242,6 +246,8 @@ void print_plan_csv(std::ostream& out, const Plan& plan) {
   collective_rows(plan.comm.secondary, "hpz.");
   collective_rows(plan.comm.node_local, "node.");
   collective_rows(plan.comm.cross_node, "cross_node.");
+  collective_rows(plan.comm.expert_parallel, "ep.");
+  collective_rows(plan.comm.expert_data, "expert_dp.");
   const auto& links = plan.comm.links;
   out << "link,intra_node,bytes," << links.intra_node << '\n'
       << "link,inter_node,bytes," << links.inter_node << '\n'

@@ -135,6 +135,10 @@ const char* to_string(ProcessGroup group) {
       return "node";
     case ProcessGroup::CrossNode:
       return "cross_node";
+    case ProcessGroup::Expert:
+      return "ep";
+    case ProcessGroup::ExpertData:
+      return "expert_dp";
   }
   return "dp";
 }
@@ -166,6 +170,8 @@ const char* to_string(Stream stream) {
       return "tp";
     case Stream::Pipeline:
       return "pp";
+    case Stream::ExpertParallel:
+      return "ep";
   }
   return "compute";
 }
@@ -335,6 +341,12 @@ std::string Schedule::describe(std::size_t op_index, const Model& model, int ran
              (op.phase == Phase::Forward ? "activations" : "activation gradients") + " (" +
              megabytes(op.bytes) + ") to pipeline stage " + std::to_string(op.peer_stage) + micro;
     case OpKind::AllToAll:
+      if (op.group == ProcessGroup::Expert) {
+        return who + "exchanges " + layer_name(model, op.layer) + "'s " +
+               (op.phase == Phase::Forward ? "routed tokens" : "routed tokens' gradients") +
+               " with the " + std::to_string(op.group_size - 1) +
+               " other ranks of its expert-parallel group: " + megabytes(op.bytes) + micro;
+      }
       return who + "exchanges int4 slices of " + collective_subject(*this, op, model) + " with " +
              std::to_string(op.group_size - 1) +
              (op.group == ProcessGroup::CrossNode ? " ranks on other nodes"
