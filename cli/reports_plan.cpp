@@ -165,6 +165,16 @@ std::string describe_setup(const Plan& plan) {
                      (cluster.nodes > 1 ? "s" : "") + " x " +
                      std::to_string(cluster.node.gpus_per_node) + ")\n";
   const auto& pp = r.config.pipeline;
+  const Elements active = r.model.active_parameter_count();
+  if (active < r.model.parameter_count())
+    text +=
+        "mixture of experts: " + format_count(double(active)) + " parameters active per token\n";
+  const auto& ep = r.config.expert_parallel;
+  if (ep.active() && !tp.active() && !pp.active()) {
+    text += "data parallel " + std::to_string(r.dp_size) + " with expert parallel " +
+            std::to_string(ep.size) + ": each rank holds " +
+            format_count(double(plan.rank_model.parameter_count())) + " parameters\n";
+  }
   if (tp.active() || pp.active()) {
     std::string split;
     if (tp.active()) {
@@ -177,7 +187,8 @@ std::string describe_setup(const Plan& plan) {
           (pp.virtual_stages > 1 ? ", " + std::to_string(pp.virtual_stages) + " chunks each" : "") +
           ") x ";
     }
-    text += split + "data parallel " + std::to_string(r.dp_size) + ": " +
+    text += split + "data parallel " + std::to_string(r.dp_size) +
+            (ep.active() ? " with expert parallel " + std::to_string(ep.size) : "") + ": " +
             (pp.active()
                  ? "stage " + std::to_string(plan.pipeline_stage) + " (the most GPU memory) holds "
                  : "each rank holds ") +

@@ -137,7 +137,19 @@ TEST(ExpertParallel, ExchangeBytesWorkedByHand) {
   // A recompute runs the forward's two again: 12 with activation checkpointing.
   TrainingConfig checkpointed = moe_config(2);
   checkpointed.activation_checkpointing.enabled = true;
-  EXPECT_EQ(moe_plan(checkpointed).comm.expert_parallel[std::size_t(OpKind::AllToAll)].calls, 12);
+  const Plan recomputed = moe_plan(checkpointed);
+  EXPECT_EQ(recomputed.comm.expert_parallel[std::size_t(OpKind::AllToAll)].calls, 12);
+  // Backward's exchanges carry gradients, a recompute's the tokens again.
+  int gradients = 0, tokens = 0;
+  for (std::size_t i = 0; i < recomputed.schedule.ops.size(); ++i) {
+    const Op& op = recomputed.schedule.ops[i];
+    if (op.group != ProcessGroup::Expert || op.phase != Phase::Backward) continue;
+    const std::string text = recomputed.schedule.describe(i, recomputed.rank_model);
+    gradients += text.find("routed tokens' gradients") != std::string::npos ? 1 : 0;
+    tokens += text.find("routed tokens with") != std::string::npos ? 1 : 0;
+  }
+  EXPECT_EQ(gradients, 4);
+  EXPECT_EQ(tokens, 4);
   // Without EP nothing is exchanged.
   EXPECT_EQ(moe_plan(moe_config(1)).comm.expert_parallel[std::size_t(OpKind::AllToAll)].calls, 0);
 }
