@@ -61,6 +61,13 @@ void validate_mixture(const TransformerShape& s, const std::string& where) {
     for (const int layer : m.dense_layers) {
       require(layer >= 0 && layer < s.layers, "moe.dense_layers", "names a layer the model lacks");
     }
+    // Far beyond any real model (DeepSeek-V3: 58 x 256 experts of 7168 x 2048), and what keeps the
+    // model's tensors countable and its parameter count inside 64 bits.
+    require(std::int64_t(m.experts) * s.layers <= (1 << 17), "moe.experts",
+            "x the layers must be at most 2^17 (got " + std::to_string(m.experts) + " x " +
+                std::to_string(s.layers) + ")");
+    require(s.hidden * std::max(m.expert_ffn, m.shared_ffn) <= (std::int64_t(1) << 36),
+            "moe.expert_ffn", "x the hidden size must be at most 2^36");
   }
   if (s.mla) {
     const MlaShape& a = *s.mla;

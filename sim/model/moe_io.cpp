@@ -34,6 +34,13 @@ MoeShape routed_experts(const json& c, const std::string& where, const std::stri
                           : deepseek ? "n_routed_experts"
                                      : "num_experts";
   m.experts = int(required(c, count_key, where, 1, kMaxExperts));
+  // (TransformerShape::validate holds experts x layers to 2^17; named here by the config's key.)
+  const json* layers = member(c, "num_hidden_layers");
+  if (layers && layers->is_number_integer() && layers->get<std::int64_t>() > 0 &&
+      layers->get<std::int64_t>() > (1 << 17) / m.experts) {
+    throw InputError(join_key(where, count_key),
+                     "x num_hidden_layers must be at most 2^17 (the model's expert tensors)");
+  }
   m.top_k = int(required(c, "num_experts_per_tok", where, 1, m.experts));
   // Mixtral's experts are intermediate_size wide (MixtralBlockSparseTop2MLP); the others' are
   // moe_intermediate_size, their dense layers intermediate_size.

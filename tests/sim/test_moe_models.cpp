@@ -169,6 +169,15 @@ TEST(MoeModels, BadKeysAreNamed) {
   } catch (const InputError& error) {
     EXPECT_EQ(error.where(), "config.json.num_experts_per_tok");
   }
+  json many = json::parse(std::ifstream(data("hf/Qwen3-30B-A3B.json")));
+  many["num_experts"] = 65536;
+  many["num_experts_per_tok"] = 2;
+  try {
+    model_from_hf_config(many, diagnostics, "config.json");
+    FAIL() << "65536 experts x 48 layers were accepted";
+  } catch (const InputError& error) {
+    EXPECT_EQ(error.where(), "config.json.num_experts");
+  }
   json lite = json::parse(std::ifstream(data("hf/DeepSeek-V2-Lite.json")));
   lite["moe_layer_freq"] = 2;
   EXPECT_THROW(model_from_hf_config(lite, diagnostics, "config.json"), InputError);
