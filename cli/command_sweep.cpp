@@ -32,7 +32,7 @@ struct SweepCommand {
   std::vector<int> stages;
   std::vector<std::string> optimizer_offloads, param_offloads, checkpointing;
   std::vector<std::int64_t> micro_batches;
-  std::vector<int> tp_sizes, pp_sizes, virtual_stage_counts;
+  std::vector<int> tp_sizes, pp_sizes, virtual_stage_counts, ep_sizes;
   std::vector<std::string> sequence_parallel, zeropp;
   bool search_parallelism = false;
   int jobs = int(std::max(1u, std::thread::hardware_concurrency()));
@@ -67,6 +67,7 @@ void add_layout_space(const SweepCommand& c, const PlanRequest& base, SweepSpace
   reject_both(o.pipeline_parallel, c.pp_sizes, "--pp/--pp-sizes");
   reject_both(o.virtual_stages, c.virtual_stage_counts, "--virtual-stages/--virtual-stage-counts");
   reject_both(o.sequence_parallel, c.sequence_parallel, "--sp/--sequence-parallel");
+  reject_both(o.expert_parallel, c.ep_sizes, "--ep/--ep-sizes");
   const bool zeropp_flag = o.hpz_partition_size || o.quantized_weights || o.quantized_gradients;
   if (zeropp_flag && !c.zeropp.empty())
     throw InputError("--zeropp",
@@ -74,9 +75,11 @@ void add_layout_space(const SweepCommand& c, const PlanRequest& base, SweepSpace
   space.tensor_parallel = c.tp_sizes;
   space.pipeline_parallel = c.pp_sizes;
   space.virtual_stages = c.virtual_stage_counts;
+  space.expert_parallel = c.ep_sizes;
   space.sequence_parallel = switches_of(c.sequence_parallel);
   for (const auto& name : c.zeropp) space.zeropp.push_back(parse_zeropp(name, "--zeropp"));
-  const bool layouts_listed = c.search_parallelism || !c.tp_sizes.empty() || !c.pp_sizes.empty();
+  const bool layouts_listed =
+      c.search_parallelism || !c.tp_sizes.empty() || !c.pp_sizes.empty() || !c.ep_sizes.empty();
   if (o.dp && layouts_listed)
     throw InputError("--dp",
                      "the layouts searched split --gpus themselves; give --gpus instead of --dp");
@@ -85,6 +88,7 @@ void add_layout_space(const SweepCommand& c, const PlanRequest& base, SweepSpace
   if (o.pipeline_parallel) space.pipeline_parallel = {*o.pipeline_parallel};
   if (o.virtual_stages) space.virtual_stages = {*o.virtual_stages};
   if (o.sequence_parallel) space.sequence_parallel = {*o.sequence_parallel};
+  if (o.expert_parallel) space.expert_parallel = {*o.expert_parallel};
   add_parallel_search(base, space);
 }
 
@@ -158,7 +162,8 @@ Columns columns_of(const SweepReport& report) {
   Columns columns;
   for (const auto& result : report.results) {
     const ParallelLayout& layout = result.point.layout;
-    columns.layout |= report.families.size() > 1 || layout.tensor > 1 || layout.pipeline > 1;
+    columns.layout |=
+        report.families.size() > 1 || layout.tensor > 1 || layout.pipeline > 1 || layout.expert > 1;
     columns.zeropp |= result.point.zeropp.has_value();
   }
   return columns;
@@ -301,7 +306,7 @@ void print_sweep_csv(std::ostream& out, const SweepReport& report) {
          "fits,pareto,"
          "headroom,step_time_s,tokens_per_s,model_flops_per_gpu,mfu,gpu_peak_bytes,cpu_peak_bytes,"
          "nvme_peak_bytes,"
-         "exposed_communication_s\n";
+         "exposed_communication_s,expert_parallel\n";
   std::int64_t rank = 0;
   for (const auto& r : report.results) {
     const SweepPoint& p = r.point;
@@ -313,7 +318,8 @@ void print_sweep_csv(std::ostream& out, const SweepReport& report) {
         << p.grad_accumulation << ',' << int(p.checkpointing) << ',' << int(r.fits) << ','
         << int(r.pareto) << ',' << std::setprecision(9) << r.headroom << ',' << r.step_time << ','
         << r.tokens_per_second << ',' << r.model_flops_per_gpu << ',' << r.mfu << ',' << r.peak[0]
-        << ',' << r.peak[1] << ',' << r.peak[2] << ',' << r.exposed_communication << '\n';
+        << ',' << r.peak[1] << ',' << r.peak[2] << ',' << r.exposed_communication << ',' << l.expert
+        << '\n';
   }
 }
 
@@ -385,7 +391,8 @@ void register_sweep_command(CLI::App& app, CommandRegistry& registry) {
       ->add_flag("--search-parallelism", c->search_parallelism,
                  "Search every layout of the GPUs: TP in powers of two up to a node, PP over the "
                  "divisors of the "
-                 "block count, virtual stages 1 and 2, SP off and on, ZeRO++ off and all (a fixed "
+                 "block count, virtual stages 1 and 2, SP off and on, ZeRO++ off and all, for a "
+                 "MoE model every EP size dividing its experts (a fixed "
                  "--tp, --pp, ... "
                  "or a list flag narrows its dimension)")
       ->group(layouts);
@@ -394,6 +401,13 @@ void register_sweep_command(CLI::App& app, CommandRegistry& registry) {
       ->check(integer_in(1, 4096))
       ->group(layouts);
   sweep->add_option("--pp-sizes", c->pp_sizes, "Pipeline stage counts to sweep (e.g. 1,2,4)")
+      ->delimiter(',')
+      ->check(integer_in(1, 4096))
+      ->group(layouts);
+  sweep
+      ->add_option("--ep-sizes", c->ep_sizes,
+                   "Expert-parallel sizes of a mixture-of-experts model to sweep (e.g. 1,2,4,8; "
+                   "each must divide the layout's data-parallel ranks)")
       ->delimiter(',')
       ->check(integer_in(1, 4096))
       ->group(layouts);

@@ -56,6 +56,19 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
             parse_pipeline_schedule,
             "Pipeline schedule: 1f1b (default; DeepSpeed's and Megatron's), gpipe, interleaved",
             {"gpipe", "1f1b", "interleaved"});
+  app.add_option("--ep", o.expert_parallel,
+                 "Expert parallelism of a mixture-of-experts model (DeepSpeed MoE's ep_size; "
+                 "moe.ep_size): each MoE layer's experts split over this many data-parallel "
+                 "ranks, tokens exchanged by all-to-all; ZeRO stage 0-2")
+      ->check(integer_in(1, 4096));
+  app.add_option("--capacity-factor", o.capacity_factor,
+                 "With --ep: tokens an expert takes, as a factor of its even share x top-k "
+                 "(DeepSpeed's capacity_factor; moe.capacity_factor; default 1)")
+      ->check(CLI::Range(1e-6, 1024.0));
+  app.add_option("--min-capacity", o.min_capacity,
+                 "With --ep: the least tokens an expert's buffer holds (DeepSpeed's min_capacity; "
+                 "moe.min_capacity; default 4)")
+      ->check(integer_in(0, 1 << 30));
   app.add_option(
          "--shard-group", o.shard_group,
          "Hybrid sharding at stage 3: partition over groups of this many data-parallel "

@@ -134,6 +134,10 @@ void print_comm(std::ostream& out, const Plan& plan, SizeUnit unit) {
   add_collective_rows(table, plan.comm.node_local, "node " + std::to_string(node), unit);
   add_collective_rows(table, plan.comm.cross_node,
                       "cross-node " + std::to_string(context.dp_size / node), unit);
+  add_collective_rows(table, plan.comm.expert_parallel,
+                      "ep " + std::to_string(context.expert_parallel), unit);
+  add_collective_rows(table, plan.comm.expert_data,
+                      "expert-dp " + std::to_string(context.expert_data_parallel()), unit);
   table.print(out);
   const auto& links = plan.comm.links;
   const auto& cluster = plan.request.cluster;
@@ -161,6 +165,16 @@ std::string describe_setup(const Plan& plan) {
                      (cluster.nodes > 1 ? "s" : "") + " x " +
                      std::to_string(cluster.node.gpus_per_node) + ")\n";
   const auto& pp = r.config.pipeline;
+  const Elements active = r.model.active_parameter_count();
+  if (active < r.model.parameter_count())
+    text +=
+        "mixture of experts: " + format_count(double(active)) + " parameters active per token\n";
+  const auto& ep = r.config.expert_parallel;
+  if (ep.active() && !tp.active() && !pp.active()) {
+    text += "data parallel " + std::to_string(r.dp_size) + " with expert parallel " +
+            std::to_string(ep.size) + ": each rank holds " +
+            format_count(double(plan.rank_model.parameter_count())) + " parameters\n";
+  }
   if (tp.active() || pp.active()) {
     std::string split;
     if (tp.active()) {
@@ -173,7 +187,8 @@ std::string describe_setup(const Plan& plan) {
           (pp.virtual_stages > 1 ? ", " + std::to_string(pp.virtual_stages) + " chunks each" : "") +
           ") x ";
     }
-    text += split + "data parallel " + std::to_string(r.dp_size) + ": " +
+    text += split + "data parallel " + std::to_string(r.dp_size) +
+            (ep.active() ? " with expert parallel " + std::to_string(ep.size) : "") + ": " +
             (pp.active()
                  ? "stage " + std::to_string(plan.pipeline_stage) + " (the most GPU memory) holds "
                  : "each rank holds ") +
@@ -242,6 +257,8 @@ void print_plan_csv(std::ostream& out, const Plan& plan) {
   collective_rows(plan.comm.secondary, "hpz.");
   collective_rows(plan.comm.node_local, "node.");
   collective_rows(plan.comm.cross_node, "cross_node.");
+  collective_rows(plan.comm.expert_parallel, "ep.");
+  collective_rows(plan.comm.expert_data, "expert_dp.");
   const auto& links = plan.comm.links;
   out << "link,intra_node,bytes," << links.intra_node << '\n'
       << "link,inter_node,bytes," << links.inter_node << '\n'

@@ -29,10 +29,12 @@ void add_run_options(CLI::App& command, RunFlags& flags) {
   for (const char* name :
        {"--tp", "--sp", "--pp", "--virtual-stages", "--pipeline-schedule", "--shard-group", "--hpz",
         "--quantized-weights", "--quantized-gradients", "--framework", "--reshard-after-forward",
-        "--reduce-dtype", "--cpu-checkpointing", "--dropout"})
+        "--reduce-dtype", "--cpu-checkpointing", "--dropout", "--ep", "--capacity-factor",
+        "--min-capacity"})
     command.get_option(name)->group("");
   command.footer(
-      "Flags of parallelism and frameworks the executor does not run (--tp, --pp, --sp, ZeRO++, "
+      "Flags of parallelism and frameworks the executor does not run (--tp, --pp, --sp, --ep, "
+      "ZeRO++, "
       "hybrid sharding, FSDP, CPU checkpointing, dropout) are refused by name and not listed here; "
       "`zerolens plan --help` lists every planning flag.");
   const char* group = "Training run";
@@ -116,6 +118,11 @@ Plan make_run_plan(const RunFlags& flags, const exec::Backend& backend, Diagnost
     throw InputError("--pp",
                      "the executor runs data parallelism only (pipeline parallelism is planned, "
                      "not yet run: docs/parallelism.md); plan it with `zerolens plan --pp`");
+  }
+  if (request.config.expert_parallel.active()) {
+    throw InputError("--ep",
+                     "the executor runs data parallelism only (expert parallelism is planned, "
+                     "not yet run: docs/parallelism.md); plan it with `zerolens plan --ep`");
   }
   if (request.config.tensor_parallel.active()) {
     throw InputError("--tp",

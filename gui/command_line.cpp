@@ -46,6 +46,9 @@ const Flag kFlags[] = {
      "memory"},
     {"virtual-stages", "N", "Model chunks per pipeline stage (interleaved 1F1B)"},
     {"pipeline-schedule", "NAME", "gpipe|1f1b|interleaved (default 1f1b)"},
+    {"ep", "N",
+     "Expert parallelism of a mixture-of-experts model (DeepSpeed MoE's ep_size; stage 0-2): the "
+     "rank view frames the EP group at its all-to-alls"},
     {"hpz", "N", "ZeRO++ hpZ: secondary partition over groups of N ranks (stage 3; 1: off)"},
     {"quantized-weights", "BOOL", "ZeRO++ qwZ: int8 parameter all-gathers (stage 3)"},
     {"quantized-gradients", "BOOL", "ZeRO++ qgZ: int4 two-hop gradient all-to-all (stage 3)"},
@@ -142,6 +145,7 @@ ConfigOverrides config_edits(const QCommandLineParser& p) {
   if (p.isSet("pipeline-schedule"))
     edits.pipeline_schedule =
         parse_pipeline_schedule(text(p, "pipeline-schedule"), "--pipeline-schedule");
+  if (p.isSet("ep")) edits.expert_parallel = int(integer(p, "ep", 1, 4096));
   if (p.isSet("hpz")) edits.hpz_partition_size = int(integer(p, "hpz", 1, 1 << 24));
   if (p.isSet("quantized-weights")) edits.quantized_weights = boolean(p, "quantized-weights");
   if (p.isSet("quantized-gradients")) edits.quantized_gradients = boolean(p, "quantized-gradients");

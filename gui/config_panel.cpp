@@ -120,6 +120,12 @@ QWidget* ConfigPanel::make_form() {
       "must be a multiple of tensor x pipeline parallel, and the views show the stage with the "
       "most "
       "GPU memory");
+  expert_parallel_ = new QSpinBox(this);
+  expert_parallel_->setRange(1, 4096);
+  expert_parallel_->setSpecialValueText("1 (none)");
+  expert_parallel_->setToolTip(
+      "moe.ep_size (DeepSpeed MoE's ep_size): a mixture-of-experts model's experts split over this "
+      "many data-parallel ranks, tokens exchanged by all-to-all; ZeRO stage 0-2");
   sequence_parallel_ = new QCheckBox("split along the sequence", this);
   sequence_parallel_->setToolTip(
       "Sequence parallelism with tensor parallelism (Megatron's --sequence-parallel): norms, "
@@ -154,6 +160,7 @@ QWidget* ConfigPanel::make_form() {
   form->addRow("Tensor parallel", tensor_parallel_);
   form->addRow("Sequence parallel", sequence_parallel_);
   form->addRow("Pipeline stages", pipeline_parallel_);
+  form->addRow("Expert parallel", expert_parallel_);
   form->addRow("ZeRO stage", stage_);
   form->addRow("Offload optimizer", offload_optimizer_);
   form->addRow("Offload parameters", offload_param_);
@@ -180,6 +187,8 @@ QWidget* ConfigPanel::make_form() {
           [this](int n) { edit([n](Settings& s) { set_tensor_parallel(s, n); }); });
   connect(pipeline_parallel_, &QSpinBox::valueChanged, this,
           [this](int n) { edit([n](Settings& s) { set_pipeline_parallel(s, n); }); });
+  connect(expert_parallel_, &QSpinBox::valueChanged, this,
+          [this](int n) { edit([n](Settings& s) { apply_edits(s, {.expert_parallel = n}); }); });
   connect(sequence_parallel_, &QCheckBox::toggled, this,
           [this](bool on) { edit([on](Settings& s) { set_sequence_parallel(s, on); }); });
   connect(stage_, &QComboBox::currentIndexChanged, this,
@@ -273,7 +282,8 @@ void ConfigPanel::show_settings() {
   const Settings& s = session_.settings();
   const QSignalBlocker b1(model_), b2(cluster_), b3(gpus_), b4(stage_), b5(offload_optimizer_),
       b6(offload_param_), b7(precision_), b8(micro_batch_), b9(seq_len_), b10(checkpointing_),
-      b11(tensor_parallel_), b12(sequence_parallel_), b13(pipeline_parallel_);
+      b11(tensor_parallel_), b12(sequence_parallel_), b13(pipeline_parallel_),
+      b14(expert_parallel_);
   select_source(*model_, s.model_source);
   select_source(*cluster_, s.cluster_source);
   // The file's name, its whole path on hover: a long path must not widen the panel.
@@ -286,6 +296,8 @@ void ConfigPanel::show_settings() {
   gpus_->setValue(s.gpus);
   tensor_parallel_->setValue(s.config.tensor_parallel.size);
   pipeline_parallel_->setValue(s.config.pipeline.size);
+  expert_parallel_->setValue(s.config.expert_parallel.size);
+  expert_parallel_->setEnabled(s.model.shape && s.model.shape->moe);
   sequence_parallel_->setChecked(s.config.tensor_parallel.sequence_parallel);
   sequence_parallel_->setEnabled(s.config.tensor_parallel.active() ||
                                  s.config.tensor_parallel.sequence_parallel);

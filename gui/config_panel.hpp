@@ -31,6 +31,7 @@ class ConfigPanel : public QWidget {
   QSpinBox& gpus() { return *gpus_; }
   QSpinBox& tensor_parallel() { return *tensor_parallel_; }
   QSpinBox& pipeline_parallel() { return *pipeline_parallel_; }
+  QSpinBox& expert_parallel() { return *expert_parallel_; }
   QCheckBox& sequence_parallel() { return *sequence_parallel_; }
   QLabel& status() { return *status_; }
   QLabel& deepspeed() { return *deepspeed_; }
@@ -62,6 +63,7 @@ class ConfigPanel : public QWidget {
   QSpinBox* gpus_;
   QSpinBox* tensor_parallel_;
   QSpinBox* pipeline_parallel_;
+  QSpinBox* expert_parallel_;
   QCheckBox* sequence_parallel_;
   QComboBox* stage_;
   QComboBox* offload_optimizer_;

@@ -154,7 +154,28 @@ double add_legend(QGraphicsScene& scene, const Planned& planned, const RankLayou
                   const RankViewOptions& options, QPointF top_left, int selected_rank) {
   Cursor cursor{scene, top_left};
   if (layout.tp_size > 1) add_groups(cursor, planned, layout, selected_rank);
-  if (layout.subgroup_size > 0) {
+  if (layout.group == ProcessGroup::Expert || layout.group == ProcessGroup::ExpertData) {
+    const int last = layout.subgroup_first + (layout.subgroup_size - 1) * layout.subgroup_stride;
+    cursor.paragraph(
+        layout.group == ProcessGroup::Expert
+            ? QString("Framed: the expert-parallel group (dp %1-%2): each of its %3 ranks holds "
+                      "1/%3 of every MoE layer's experts, and the layer's tokens go to their "
+                      "experts' ranks and back (all-to-all).")
+                  .arg(layout.subgroup_first)
+                  .arg(last)
+                  .arg(layout.subgroup_size)
+            : QString("Framed: the ranks holding the same experts (dp %1, %2, ... %3: every "
+                      "%4th), over which ZeRO partitions and reduces the expert parameters (%5 "
+                      "ranks).")
+                  .arg(layout.subgroup_first)
+                  .arg(layout.subgroup_first + layout.subgroup_stride)
+                  .arg(last)
+                  .arg(layout.subgroup_stride)
+                  .arg(layout.subgroup_size));
+    cursor.swatch(QColor(0x8c564b), layout.group == ProcessGroup::Expert
+                                        ? "expert-parallel group"
+                                        : "expert-data-parallel group");
+  } else if (layout.subgroup_size > 0) {
     cursor.paragraph(
         QString(
             layout.group == ProcessGroup::Secondary

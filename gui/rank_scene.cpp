@@ -321,10 +321,20 @@ void add_group_frame(Drawing& dr) {
   item->setData(item_key::Role, int(ItemRole::GroupFrame));
 }
 
-// ZeRO++'s collectives over part of the data-parallel group: hpZ's secondary group, qgZ's first
-// hop.
-void set_subgroup(RankLayout& layout, const Op& op, int selected_dp) {
-  if (op.group != ProcessGroup::Secondary && op.group != ProcessGroup::NodeLocal) return;
+// Collectives over part of the data-parallel group: ZeRO++'s hpZ secondary group and qgZ's first
+// hop, and expert parallelism's EP group (consecutive ranks, as these), or the ranks holding the
+// same experts (every expert_parallel-th: DeepSpeed's _create_expert_and_data_parallel).
+void set_subgroup(RankLayout& layout, const Op& op, int selected_dp, int expert_parallel) {
+  if (op.group == ProcessGroup::ExpertData) {
+    layout.group = op.group;
+    layout.subgroup_size = std::max(1, op.group_size);
+    layout.subgroup_stride = std::max(1, expert_parallel);
+    layout.subgroup_first = selected_dp % layout.subgroup_stride;
+    return;
+  }
+  if (op.group != ProcessGroup::Secondary && op.group != ProcessGroup::NodeLocal &&
+      op.group != ProcessGroup::Expert)
+    return;
   layout.group = op.group;
   layout.subgroup_size = std::max(1, op.group_size);
   layout.subgroup_first = selected_dp / layout.subgroup_size * layout.subgroup_size;
@@ -341,6 +351,7 @@ std::string run_title(const Plan& plan) {
     title += " (TP " + std::to_string(c.tensor_parallel) + (c.sequence_parallel ? " with SP" : "") +
              " x DP " + std::to_string(c.dp_size) + ")";
   }
+  if (c.expert_parallel > 1) title += " (EP " + std::to_string(c.expert_parallel) + ")";
   title += ", " + c.zero_stage().description();
   if (c.optimizer_device != OffloadDevice::None)
     title += ", optimizer on " + std::string(to_string(c.optimizer_device));
@@ -442,7 +453,7 @@ RankLayout build_rank_scene(QGraphicsScene& scene, const Planned& planned, std::
   // tensor-parallel group at a TP collective.
   const RankCoordinate selected = coordinate_of(selected_rank, layout.tp_size);
   if (step >= 0 && std::size_t(step) < ops.size())
-    set_subgroup(layout, ops[std::size_t(step)], selected.dp);
+    set_subgroup(layout, ops[std::size_t(step)], selected.dp, context.expert_parallel);
   const bool tensor = layout.group == ProcessGroup::Tensor;
   const std::vector<int> indices =
       representative_ranks(tensor ? layout.tp_size : layout.dp_size, options.max_columns);

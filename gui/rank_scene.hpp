@@ -61,12 +61,14 @@ struct RankLayout {
   int tp_size = 1;
   ProcessGroup group = ProcessGroup::Data;  // the group the columns are
   // At a collective of a part of the data-parallel group (ZeRO++: hpZ's secondary group, qgZ's
-  // node-local hop), the data-parallel indices it spans: [subgroup_first, + subgroup_size); 0:
-  // none.
-  int subgroup_first = 0, subgroup_size = 0;
+  // node-local hop; expert parallelism: the EP group, or the ranks holding the same experts, every
+  // stride-th), the data-parallel indices it spans: subgroup_size of them from subgroup_first,
+  // subgroup_stride apart; size 0: none.
+  int subgroup_first = 0, subgroup_size = 0, subgroup_stride = 1;
   bool in_subgroup(int dp_index) const {
-    return subgroup_size == 0 ||
-           (dp_index >= subgroup_first && dp_index < subgroup_first + subgroup_size);
+    if (subgroup_size == 0) return true;
+    const int offset = dp_index - subgroup_first;
+    return offset >= 0 && offset % subgroup_stride == 0 && offset / subgroup_stride < subgroup_size;
   }
   // Data-parallel indices with a colour of their own (the drawn ones of a data-parallel group);
   // the same whichever group the columns are, so colours stay as the cursor moves.

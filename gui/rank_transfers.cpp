@@ -112,7 +112,13 @@ void add_collective(QGraphicsScene& scene, const Planned& planned, std::int64_t 
       collective_traffic(op.kind, op.bytes, op_group_shape(op, planned.plan.schedule.context));
   std::string title = std::string(collective_name(op.kind)) + " of " + human_bytes(op.bytes);
   double title_y = kBusY - 14;
-  if (layout.subgroup_size > 0) {
+  if (op.group == ProcessGroup::Expert || op.group == ProcessGroup::ExpertData) {
+    title += std::string("\nover ") +
+             (op.group == ProcessGroup::Expert ? "its expert-parallel group ("
+                                               : "the ranks holding its experts (") +
+             std::to_string(op.group_size) + " ranks)";
+    title_y -= 8;
+  } else if (layout.subgroup_size > 0) {
     title += std::string("\nover ") +
              (op.group == ProcessGroup::Secondary ? "its hpZ group ("
                                                   : "its node's part of data parallelism (") +

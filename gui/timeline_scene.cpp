@@ -19,9 +19,10 @@ constexpr double kAxisHeight = 26;
 // into one item, as Perfetto merges slices when zoomed out.
 constexpr double kMinOpWidth = 2;
 constexpr double kMergeGap = 2;
-// The TP group's collectives beside the compute stream that waits for them; the exposed lane last.
-const char* const kStreamOrder[] = {"compute", "tp",   "collective", "h2d",
-                                    "d2h",     "nvme", "cpu",        "exposed"};
+// The TP group's collectives and the EP group's exchanges beside the compute stream that waits
+// for them; the exposed lane last.
+const char* const kStreamOrder[] = {"compute", "tp",   "ep",  "collective", "h2d",
+                                    "d2h",     "nvme", "cpu", "exposed"};
 const char* const kExposedRow = "exposed";
 
 int stream_rank(const std::string& stream) {
@@ -96,6 +97,8 @@ QString op_tooltip(const TraceOp& op) {
   if (op.bytes > 0) text += ", " + human_bytes(op.bytes);
   if (op.stream == "tp")
     text += "\nover the rank's tensor-parallel group (" + std::to_string(op.group_size) + " ranks)";
+  if (op.stream == "ep")
+    text += "\nover the rank's expert-parallel group (" + std::to_string(op.group_size) + " ranks)";
   return QString::fromStdString(text);
 }
 

@@ -54,7 +54,8 @@ QChart* collectives_chart(const Plan& plan) {
   std::vector<Bar> bars;
   // With tensor parallelism each row names its group (dp, tp), as `zerolens plan` does.
   const ScheduleContext& c = plan.schedule.context;
-  const bool groups = c.tensor_parallel > 1 || c.hpz_group > 0 || c.quantized_gradients;
+  const bool groups =
+      c.tensor_parallel > 1 || c.hpz_group > 0 || c.quantized_gradients || c.expert_parallel > 1;
   const auto add = [&](const auto& collectives, const char* group) {
     for (int k = 0; k < kOpKindCount; ++k) {
       const CollectiveTotals& totals = collectives[std::size_t(k)];
@@ -71,6 +72,8 @@ QChart* collectives_chart(const Plan& plan) {
   if (groups) add(plan.comm.secondary, "hpz ");
   if (groups) add(plan.comm.node_local, "node ");
   if (groups) add(plan.comm.cross_node, "cross-node ");
+  if (groups) add(plan.comm.expert_parallel, "ep ");
+  if (groups) add(plan.comm.expert_data, "expert-dp ");
   if (bars.empty()) bars.push_back({"no collectives (1 rank)", {0, 0}});
   std::reverse(bars.begin(), bars.end());
   const QString title =

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <stdexcept>
 
 #include "sim/schedule/schedule.hpp"
 
@@ -52,6 +53,13 @@ class Communicator {
   virtual void reduce_scatter_sum(std::span<const std::uint16_t> input, std::span<const int> counts,
                                   std::span<std::uint16_t> output, Precision format) = 0;
   virtual void all_gather(std::span<const std::uint16_t> input, std::span<std::uint16_t> output) = 0;
+  // Block j of `input` (size() equal blocks) goes to rank j, which receives it as block (this
+  // rank) of its `output` (MPI_Alltoall): a MoE layer's token dispatch and combine over its
+  // expert-parallel group. Counted as all_to_all, the message the whole buffer (nccl-tests'
+  // size). Communicators without it (NCCL's, so far) throw.
+  virtual void all_to_all(std::span<const float> /*input*/, std::span<float> /*output*/) {
+    throw std::logic_error("this communicator has no all-to-all");
+  }
   // Scalars for control decisions (overflow flags, gradient norms), counted under `counted_as`.
   virtual double all_reduce_max(double value, OpKind counted_as = OpKind::AllReduce) = 0;
   virtual double all_reduce_sum(double value, OpKind counted_as = OpKind::AllReduce) = 0;
@@ -71,6 +79,10 @@ class Communicator {
   // This rank alone, as a one-rank communicator; nullptr on a communicator that cannot split.
   // Collective.
   virtual std::unique_ptr<Communicator> alone() { return nullptr; }
+  // The ranks of this rank's `color` as a communicator of their own, numbered in `key` order
+  // (MPI_Comm_split: expert parallelism's groups); nullptr on a communicator that cannot split.
+  // Collective.
+  virtual std::unique_ptr<Communicator> split(int /*color*/, int /*key*/) { return nullptr; }
   // Ranks of this communicator on this rank's host (sharing its cores and memory).
   virtual int ranks_on_node() const { return size(); }
 

@@ -169,6 +169,16 @@ class MpiCommunicator final : public Communicator {
     record(OpKind::AllGather, half_bytes(output.size()));
   }
 
+  void all_to_all(std::span<const float> input, std::span<float> output) override {
+    if (input.size() != output.size() || input.size() % std::size_t(size_) != 0)
+      throw std::invalid_argument("all_to_all: input and output of ranks x the block");
+    const int block = mpi_count(input.size() / std::size_t(size_));
+    collective(MPI_Ialltoall(input.data(), block, MPI_FLOAT, output.data(), block, MPI_FLOAT, comm_,
+                             &request_),
+               "MPI_Ialltoall", float_bytes(input.size()));
+    record(OpKind::AllToAll, float_bytes(input.size()));
+  }
+
   bool all_reduce_flag(bool flag, OpKind counted_as) override {
     std::uint8_t value = flag ? 1 : 0, result = 0;
     collective(MPI_Iallreduce(&value, &result, 1, MPI_UINT8_T, MPI_MAX, comm_, &request_),
@@ -213,6 +223,11 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Communicator> alone() override {
     MPI_Comm group = MPI_COMM_NULL;
     check(MPI_Comm_split(comm_, rank_, 0, &group), "MPI_Comm_split");
+    return std::make_unique<MpiCommunicator>(group);
+  }
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    MPI_Comm group = MPI_COMM_NULL;
+    check(MPI_Comm_split(comm_, color, key, &group), "MPI_Comm_split");
     return std::make_unique<MpiCommunicator>(group);
   }
   int ranks_on_node() const override { return ranks_on_node_; }

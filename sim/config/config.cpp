@@ -162,6 +162,23 @@ PipelineSchedule parse_pipeline_schedule(const std::string& text, const std::str
 // DeepSpeed's PipelineEngine asserts "ZeRO-2 and ZeRO-3 are incompatible with pipeline
 // parallelism" (runtime/pipe/engine.py); Megatron's distributed optimizer is ZeRO-1. FSDP with a
 // pipeline (torchtitan) reshards per micro-batch in ways not modelled yet.
+// DeepSpeed's native MoE layers run with ZeRO stage 0-2 only: engine.py
+// _validate_zero3_moe_compatibility raises "Native DeepSpeed MoE is not supported with ZeRO Stage
+// 3", and FSDP has no expert-parallel groups.
+void TrainingConfig::validate_expert_parallel() const {
+  const ExpertParallelism& ep = expert_parallel;
+  require(ep.size >= 1 && ep.size <= 4096, "moe.ep_size", "must be between 1 and 4096");
+  require(ep.capacity_factor > 0 && ep.capacity_factor <= 1024, "moe.capacity_factor",
+          "must be in (0, 1024]");
+  require(ep.min_capacity >= 0 && ep.min_capacity <= (1 << 30), "moe.min_capacity",
+          "must be between 0 and 2^30");
+  if (!ep.active()) return;
+  require(zero.stage < 3, "moe.ep_size",
+          "DeepSpeed's MoE layers run with ZeRO stage 0, 1 or 2 (\"Native DeepSpeed MoE is not "
+          "supported with ZeRO Stage 3\"); stage is 3");
+  require(!is_fsdp(), "moe.ep_size", "expert parallelism is DeepSpeed's; FSDP has none");
+}
+
 void TrainingConfig::validate_pipeline() const {
   require(pipeline.size >= 1 && pipeline.size <= 4096, "pipeline.stages",
           "must be between 1 and 4096");
@@ -213,6 +230,7 @@ void TrainingConfig::validate() const {
   require(tensor_parallel.size >= 1 && tensor_parallel.size <= 4096, "tensor_parallel.autotp_size",
           "must be between 1 and 4096");
   validate_pipeline();
+  validate_expert_parallel();
   require(!tensor_parallel.sequence_parallel || tensor_parallel.active(), "--sp",
           "sequence parallelism splits the tensor-parallel group's work: it needs --tp 2 or more");
   require(zero.shard_group_size >= 0, zero_key("mics_shard_size"), "must be -1 (off) or positive");

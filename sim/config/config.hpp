@@ -206,6 +206,10 @@ struct TrainingConfig {
   TensorParallelism tensor_parallel;
   // Pipeline parallelism: DeepSpeed's pipeline.stages, --pp, --virtual-stages, --pipeline-schedule.
   PipelineParallelism pipeline;
+  // Expert parallelism of a mixture-of-experts model: DeepSpeed's MoE layer's ep_size,
+  // capacity_factor and min_capacity (zerolens's "moe" block, --ep, --capacity-factor,
+  // --min-capacity; docs/parallelism.md).
+  ExpertParallelism expert_parallel;
   ZeroConfig zero;
   PrecisionConfig precision;
   BatchConfig batch;
@@ -220,6 +224,7 @@ struct TrainingConfig {
   // InputError naming the key.
   void validate() const;
   void validate_pipeline() const;
+  void validate_expert_parallel() const;
   bool is_fsdp() const { return framework != Framework::DeepSpeed; }
   // GPUs of one data-parallel rank: a TP group on every pipeline stage.
   int model_parallel_size() const { return tensor_parallel.size * pipeline.size; }

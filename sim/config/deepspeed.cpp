@@ -76,7 +76,8 @@ const std::vector<std::string> kTopLevelKeys = {"train_batch_size",
                                                 "load_universal_checkpoint",
                                                 "use_node_local_storage",
                                                 "zero_optimization_stage",
-                                                "tensor_parallel"};
+                                                "tensor_parallel",
+                                                "moe"};
 
 const std::vector<std::string> kZeroKeys = {"stage",
                                             "allgather_partitions",
@@ -587,6 +588,22 @@ void read_pipeline(const json& root, Diagnostics& diagnostics, PipelineParalleli
   }
 }
 
+// zerolens's "moe" block: the arguments of DeepSpeed's MoE layer (deepspeed/moe/layer.py MoE:
+// ep_size, capacity_factor, min_capacity), which DeepSpeed takes in the model's code, not its
+// config; a written config keeps them.
+void read_moe(const json& root, Diagnostics& diagnostics, ExpertParallelism& ep) {
+  const json* block = member(root, "moe");
+  if (!block) return;
+  as_object(*block, "moe");
+  warn_unknown_keys(*block, {"ep_size", "capacity_factor", "min_capacity"}, "moe", diagnostics);
+  if (const json* size = member(*block, "ep_size"))
+    ep.size = int(as_int(*size, "moe.ep_size", 1, 4096));
+  if (const json* factor = member(*block, "capacity_factor"))
+    ep.capacity_factor = as_double(*factor, "moe.capacity_factor", 1e-6, 1024);
+  if (const json* minimum = member(*block, "min_capacity"))
+    ep.min_capacity = int(as_int(*minimum, "moe.min_capacity", 0, 1 << 30));
+}
+
 void read_deepspeed_onto(const json& root, Diagnostics& diagnostics,
                          std::optional<std::int64_t> hidden_size, TrainingConfig& c) {
   as_object(root, "config");
@@ -602,6 +619,7 @@ void read_deepspeed_onto(const json& root, Diagnostics& diagnostics,
   read_optimizer(root, diagnostics, c.optimizer);
   read_tensor_parallel(root, diagnostics, c.tensor_parallel);
   read_pipeline(root, diagnostics, c.pipeline);
+  read_moe(root, diagnostics, c.expert_parallel);
   if (const json* v = member(root, "gradient_clipping")) {
     c.gradient_clipping = reader.is_auto(*v) ? 1.0 : as_double(*v, "gradient_clipping");
   }

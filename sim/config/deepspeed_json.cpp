@@ -99,6 +99,13 @@ json to_deepspeed_json(const TrainingConfig& c) {
                        {"virtual_stages", c.pipeline.virtual_stages},
                        {"schedule", to_string(c.pipeline.schedule)}};
   }
+  const ExpertParallelism& ep = c.expert_parallel;
+  if (ep.active() || ep.capacity_factor != ExpertParallelism{}.capacity_factor ||
+      ep.min_capacity != ExpertParallelism{}.min_capacity) {
+    out["moe"] = {{"ep_size", ep.size},
+                  {"capacity_factor", ep.capacity_factor},
+                  {"min_capacity", ep.min_capacity}};
+  }
   out["gradient_clipping"] = c.gradient_clipping;
   out["prescale_gradients"] = c.prescale_gradients;
   out["gradient_predivide_factor"] = c.gradient_predivide_factor;

@@ -188,6 +188,9 @@ void drop_other_keys(json& d, const ConfigOverrides& o) {
   if (o.quantized_gradients) erase_path(d, {"zero_optimization", "zero_quantized_gradients"});
   if (o.virtual_stages) erase_path(d, {"pipeline", "virtual_stages"});
   if (o.pipeline_schedule) erase_path(d, {"pipeline", "schedule"});
+  if (o.expert_parallel) erase_path(d, {"moe", "ep_size"});
+  if (o.capacity_factor) erase_path(d, {"moe", "capacity_factor"});
+  if (o.min_capacity) erase_path(d, {"moe", "min_capacity"});
   if (o.momentum) erase_path(d, {"optimizer", "params", "momentum"});
   if (o.activation_checkpointing && !*o.activation_checkpointing) {
     erase_path(d, {"activation_checkpointing"});
@@ -238,6 +241,10 @@ void apply_overrides(TrainingConfig& config, const ConfigOverrides& overrides,
     config.tensor_parallel.sequence_parallel = false;
   }
   apply_pipeline(config.pipeline, overrides);
+  if (overrides.expert_parallel) config.expert_parallel.size = *overrides.expert_parallel;
+  if (overrides.capacity_factor)
+    config.expert_parallel.capacity_factor = *overrides.capacity_factor;
+  if (overrides.min_capacity) config.expert_parallel.min_capacity = *overrides.min_capacity;
   if (overrides.shard_group) config.zero.shard_group_size = *overrides.shard_group;
   if (overrides.hpz_partition_size) config.zero.hpz_partition_size = *overrides.hpz_partition_size;
   if (overrides.quantized_weights) config.zero.quantized_weights = *overrides.quantized_weights;

@@ -51,6 +51,10 @@ struct ConfigOverrides {
   std::optional<int> hpz_partition_size;
   std::optional<bool> quantized_weights, quantized_gradients;
   std::optional<PipelineSchedule> pipeline_schedule;
+  // Expert parallelism of a MoE model: moe.ep_size, moe.capacity_factor, moe.min_capacity (the
+  // arguments of DeepSpeed's MoE layer; zerolens's keys).
+  std::optional<int> expert_parallel, min_capacity;
+  std::optional<double> capacity_factor;
   std::optional<Precision> precision;
   std::optional<std::string>
       optimizer;  // optimizer.type as DeepSpeed names it (Adam, FusedAdam, ...)

@@ -36,4 +36,17 @@ struct PipelineParallelism {
   bool active() const { return size > 1; }
 };
 
+// Expert parallelism of a mixture-of-experts model, as DeepSpeed's MoE layer runs it
+// (deepspeed/moe/layer.py MoE(ep_size, capacity_factor, min_capacity); sharded_moe.py): each MoE
+// layer's routed experts split over `size` consecutive ranks of the data-parallel group (the EP
+// group, utils/groups.py _create_expert_and_data_parallel), the tokens dispatched to them and
+// combined back by an all-to-all over it, each expert's buffer `capacity` tokens deep. The expert
+// parameters are data-parallel over the DP / size ranks that hold the same experts.
+struct ExpertParallelism {
+  int size = 1;
+  double capacity_factor = 1.0;  // TopKGate's capacity_factor (training); DeepSpeed's default 1.0
+  int min_capacity = 4;          // MoE's min_capacity; DeepSpeed's default 4
+  bool active() const { return size > 1; }
+};
+
 }  // namespace zerolens

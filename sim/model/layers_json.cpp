@@ -151,7 +151,69 @@ json shape_to_json(const TransformerShape& s) {
   // Written when set, so files written before them still read.
   if (s.qk_norm) shape["qk_norm"] = true;
   if (s.sandwich_norms) shape["sandwich_norms"] = true;
+  if (s.moe) {
+    const MoeShape& m = *s.moe;
+    shape["moe"] = {{"experts", m.experts},
+                    {"top_k", m.top_k},
+                    {"expert_ffn", m.expert_ffn},
+                    {"shared_ffn", m.shared_ffn},
+                    {"shared_expert_gate", m.shared_expert_gate},
+                    {"router_bias", m.router_bias},
+                    {"first_dense_layers", m.first_dense_layers},
+                    {"sparse_step", m.sparse_step},
+                    {"dense_layers", m.dense_layers}};
+  }
+  if (s.mla) {
+    const MlaShape& a = *s.mla;
+    shape["mla"] = {{"q_lora_rank", a.q_lora_rank},
+                    {"kv_lora_rank", a.kv_lora_rank},
+                    {"qk_rope_head_dim", a.qk_rope_head_dim},
+                    {"qk_nope_head_dim", a.qk_nope_head_dim},
+                    {"v_head_dim", a.v_head_dim}};
+  }
   return shape;
+}
+
+// The MoE and MLA parts of a shape (sim/model/moe_shape.hpp), every key required when the part is
+// written; validate() checks the values' ranges.
+MoeShape moe_from_json(const json& object, const std::string& where) {
+  as_object(object, where);
+  auto integer = [&](const char* key, std::int64_t high) {
+    if (!object.contains(key)) throw InputError(join_key(where, key), "missing");
+    return as_int(object.at(key), join_key(where, key), 0, high);
+  };
+  auto flag = [&](const char* key) {
+    if (!object.contains(key)) throw InputError(join_key(where, key), "missing");
+    return as_bool(object.at(key), join_key(where, key));
+  };
+  MoeShape m;
+  m.experts = int(integer("experts", 1 << 16));
+  m.top_k = int(integer("top_k", 1 << 16));
+  m.expert_ffn = integer("expert_ffn", 1 << 24);
+  m.shared_ffn = integer("shared_ffn", 1 << 24);
+  m.shared_expert_gate = flag("shared_expert_gate");
+  m.router_bias = flag("router_bias");
+  m.first_dense_layers = int(integer("first_dense_layers", 10'000));
+  m.sparse_step = int(integer("sparse_step", 10'000));
+  const json* dense = member(object, "dense_layers");
+  if (!dense || !dense->is_array())
+    throw InputError(join_key(where, "dense_layers"), "must be an array of layer indices");
+  for (const json& layer : *dense)
+    m.dense_layers.push_back(int(as_int(layer, join_key(where, "dense_layers"), 0, 10'000)));
+  return m;
+}
+
+MlaShape mla_from_json(const json& object, const std::string& where) {
+  as_object(object, where);
+  auto integer = [&](const char* key) {
+    if (!object.contains(key)) throw InputError(join_key(where, key), "missing");
+    return as_int(object.at(key), join_key(where, key), 0, 1 << 20);
+  };
+  return MlaShape{.q_lora_rank = integer("q_lora_rank"),
+                  .kv_lora_rank = integer("kv_lora_rank"),
+                  .qk_rope_head_dim = integer("qk_rope_head_dim"),
+                  .qk_nope_head_dim = integer("qk_nope_head_dim"),
+                  .v_head_dim = integer("v_head_dim")};
 }
 
 std::string one_of(const json& object, const std::string& key, const std::string& where,
@@ -205,6 +267,8 @@ TransformerShape shape_from_json(const json& object, const std::string& where) {
   s.extra_params = integer("extra_params", 0, std::int64_t(1) << 40);
   if (object.contains("qk_norm")) s.qk_norm = flag("qk_norm");
   if (object.contains("sandwich_norms")) s.sandwich_norms = flag("sandwich_norms");
+  if (object.contains("moe")) s.moe = moe_from_json(object.at("moe"), join_key(where, "moe"));
+  if (object.contains("mla")) s.mla = mla_from_json(object.at("mla"), join_key(where, "mla"));
   s.validate(where);
   return s;
 }
@@ -246,10 +310,14 @@ Model model_from_layers_json(const json& document, Diagnostics& diagnostics, con
   if (const json* shape = member(document, "transformer")) {
     model.shape = shape_from_json(*shape, join_key(name, "transformer"));
     // The layers must be the shape's: tensor and pipeline parallelism rebuild them from it.
-    if (build_transformer(model.name, *model.shape).parameter_count() != model.parameter_count()) {
+    Model built = build_transformer(model.name, *model.shape);
+    if (built.parameter_count() != model.parameter_count()) {
       throw InputError(join_key(name, "transformer"),
                        "does not match the layers (another parameter count)");
     }
+    // A MoE layer's routing and its experts' tensors are not layer-list keys: its layers are the
+    // shape's.
+    if (model.shape->moe) model.layers = std::move(built.layers);
   }
   return model;
 }

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "sim/core/error.hpp"
+#include "sim/model/moe.hpp"
 
 namespace zerolens {
 
@@ -68,15 +69,24 @@ ActivationBytes Layer::activation_bytes(std::int64_t micro_batch, std::int64_t s
   const double downcast = casts ? e * t.backward_downcast_elements : 0;
   bytes.forward_working = activation_figure(
       tokens * (e * t.forward_working_elements + t.forward_working_fixed_bytes + upcast));
+  // A MoE layer's experts compute rows that do not follow the tokens linearly (capacity).
+  const double rows = moe ? double(moe->rows(micro_batch * seq_len)) : 0;
   bytes.backward_working = activation_figure(
       tokens * (e * (t.backward_working_elements + s * t.backward_working_elements_per_position) +
-                t.backward_working_fixed_bytes + downcast));
+                t.backward_working_fixed_bytes + downcast) +
+      rows * e * (moe ? moe->row_backward_working_elements : 0));
+  if (moe) {
+    bytes.stored += activation_figure(rows * e * moe->row_elements);
+    bytes.forward_working += activation_figure(rows * e * moe->row_forward_working_elements);
+  }
   return bytes;
 }
 
 double Layer::forward_flops(std::int64_t micro_batch, std::int64_t seq_len) const {
   const double tokens = double(micro_batch) * double(seq_len);
-  return tokens * (matmul_flops_per_token + double(seq_len) * attention_flops_per_token_position);
+  const double rows = moe ? double(moe->rows(micro_batch * seq_len)) * moe->row_flops : 0;
+  return tokens * (matmul_flops_per_token + double(seq_len) * attention_flops_per_token_position) +
+         rows;
 }
 
 void TransformerShape::validate(const std::string& where) const {
@@ -105,6 +115,7 @@ void TransformerShape::validate(const std::string& where) const {
   require(max_positions > 0, "max_positions", "must be positive");
   require(dropout >= 0 && dropout < 1, "dropout", "must be in [0, 1)");
   require(extra_params >= 0, "extra_params", "must not be negative");
+  validate_mixture(*this, where);
 }
 
 namespace {
@@ -343,6 +354,9 @@ void check_tensor_parallel(const TransformerShape& s, const TensorParallelism& t
           "must be between 1 and 4096 (got " + std::to_string(tp.size) + ")");
   require(tp.vocab_multiple >= 1, "tensor_parallel.vocab_multiple", "must be positive");
   if (!tp.active()) return;
+  require(!s.moe && !s.mla, "--tp",
+          "tensor parallelism of mixture-of-experts or latent-attention layers is not modelled; "
+          "plan them with --tp 1 (and --ep for expert parallelism)");
   const std::string by =
       " must be divisible by the tensor-parallel size " + std::to_string(tp.size);
   require(s.heads % tp.size == 0, "model.heads",
@@ -371,7 +385,7 @@ const char* to_string(TensorSplit split) {
 }
 
 Model build_transformer(const std::string& name, const TransformerShape& shape,
-                        const TensorParallelism& tp) {
+                        const TensorParallelism& tp, const ExpertParallelism& ep) {
   shape.validate("model");
   check_tensor_parallel(shape, tp);
   const Split split = make_split(shape, tp);
@@ -379,9 +393,13 @@ Model build_transformer(const std::string& name, const TransformerShape& shape,
   model.name = name;
   model.shape = shape;
   model.tensor_parallel = tp;
+  model.expert_parallel = ep;
   model.default_seq_len = shape.max_positions;
   model.layers.push_back(embedding_layer(shape, split));
-  for (int i = 0; i < shape.layers; ++i) model.layers.push_back(block_layer(shape, i, split));
+  for (int i = 0; i < shape.layers; ++i) {
+    model.layers.push_back(shape.moe || shape.mla ? mixture_block_layer(shape, i, ep)
+                                                  : block_layer(shape, i, split));
+  }
   model.layers.push_back(final_norm_layer(shape, split));
   model.layers.push_back(lm_head_layer(shape, 0, split));
   return model;
@@ -396,6 +414,28 @@ Model tensor_parallel_shard(const Model& model, const TensorParallelism& tp) {
                          "or a Hugging Face config)");
   }
   Model shard = build_transformer(model.name, *model.shape, tp);
+  shard.source = model.source;
+  shard.default_seq_len = model.default_seq_len;
+  return shard;
+}
+
+Model expert_parallel_shard(const Model& model, const ExpertParallelism& ep) {
+  if (!ep.active()) return model;
+  if (!model.shape || !model.shape->moe) {
+    throw InputError("--ep", "expert parallelism splits a mixture-of-experts model's experts: "
+                             "model '" + model.name + "' has none");
+  }
+  const int experts = model.shape->moe->experts;
+  if (experts % ep.size != 0) {
+    throw InputError("--ep", "the " + std::to_string(experts) +
+                                 " experts of each MoE layer do not split over " +
+                                 std::to_string(ep.size) +
+                                 " ranks (DeepSpeed: num_experts % ep_size == 0)");
+  }
+  if (!(ep.capacity_factor > 0 && ep.capacity_factor <= 1024))
+    throw InputError("--capacity-factor", "must be in (0, 1024]");
+  if (ep.min_capacity < 0) throw InputError("--min-capacity", "must not be negative");
+  Model shard = build_transformer(model.name, *model.shape, model.tensor_parallel, ep);
   shard.source = model.source;
   shard.default_seq_len = model.default_seq_len;
   return shard;
@@ -468,6 +508,32 @@ Model pipeline_stage_model(const Model& model, const PipelineParallelism& pipeli
 Elements Model::parameter_count() const {
   Elements count = 0;
   for (const auto& layer : layers) count += layer.numel();
+  return count;
+}
+
+Elements Model::expert_parameter_count() const {
+  Elements count = 0;
+  for (const auto& layer : layers) {
+    for (const auto& tensor : layer.params) count += tensor.expert ? tensor.numel() : 0;
+  }
+  return count;
+}
+
+Elements Model::active_parameter_count() const {
+  Elements count = 0;
+  for (const auto& layer : layers) {
+    Elements experts = 0;
+    for (const auto& tensor : layer.params) {
+      if (tensor.expert) {
+        experts += tensor.numel();
+      } else {
+        count += tensor.numel();
+      }
+    }
+    // Every expert of a layer has the same shape: a token uses top_k of them.
+    if (layer.moe && layer.moe->local_experts > 0)
+      count += experts / layer.moe->local_experts * std::min(layer.moe->top_k, layer.moe->local_experts);
+  }
   return count;
 }
 

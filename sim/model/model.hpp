@@ -14,6 +14,7 @@
 
 #include "sim/config/parallelism.hpp"
 #include "sim/core/units.hpp"
+#include "sim/model/moe_shape.hpp"
 
 namespace zerolens {
 
@@ -40,6 +41,9 @@ struct TensorSpec {
   // own part of the sequence (norms, row-parallel biases): Megatron all-reduces these gradients
   // over the TP group after the backward (finalize_model_grads, _allreduce_layernorm_grads).
   bool sequence_parallel_grad = false;
+  // A routed expert's parameter (sim/model/moe_shape.hpp): under expert parallelism each rank
+  // holds its EP rank's experts, data-parallel over the expert-data-parallel group.
+  bool expert = false;
   Elements numel() const;
 };
 
@@ -103,6 +107,9 @@ struct Layer {
   double attention_flops_per_token_position = 0;
   // Tensor parallelism: what the forward (repeated by a recompute) and the backward issue.
   std::vector<TpCollective> tp_forward, tp_backward;
+  // A mixture-of-experts layer: the rows its experts compute follow from the micro-batch's tokens
+  // (not linearly: DeepSpeed's capacity), and with expert parallelism it exchanges them.
+  std::optional<MoeRouting> moe;
 
   Elements numel() const;
   ActivationBytes activation_bytes(std::int64_t micro_batch, std::int64_t seq_len,
@@ -138,6 +145,10 @@ struct TransformerShape {
   // One extra 1-D parameter tensor of this many elements in the final norm layer (dense:N uses it to
   // make the count exact).
   std::int64_t extra_params = 0;
+  // Mixture of experts (the MLP of its MoE layers) and multi-head latent attention: DeepSeek,
+  // Mixtral, Qwen2-MoE, Qwen3-MoE (sim/model/moe.cpp builds their blocks).
+  std::optional<MoeShape> moe;
+  std::optional<MlaShape> mla;
 
   std::int64_t effective_head_dim() const { return head_dim > 0 ? head_dim : hidden / heads; }
   // Throws InputError(where, why) when a dimension is invalid.
@@ -161,6 +172,8 @@ struct Model {
   // first and last stage (Megatron keeps a copy of the word embeddings on the last stage and
   // all-reduces the two copies' gradients: _allreduce_word_embedding_grads).
   PipelineParallelism pipeline;
+  // The expert parallelism this model is one rank's share of (size 1: every expert).
+  ExpertParallelism expert_parallel;
   int pipeline_stage = 0;
   std::vector<PipelineChunk> pipeline_chunks;
   bool tied_embedding_end = false;
@@ -170,6 +183,11 @@ struct Model {
   std::int64_t default_seq_len = 1024;
 
   Elements parameter_count() const;  // each parameter once (tied weights counted once)
+  // The parameters one token's forward uses: all but the routed experts it is not sent to (each
+  // MoE layer's expert parameters x top_k / experts held). The embedding table counts whole.
+  Elements active_parameter_count() const;
+  // The routed experts' parameters (those expert parallelism splits).
+  Elements expert_parameter_count() const;
   Elements largest_layer_params() const;
   double forward_flops_per_step(std::int64_t micro_batch, std::int64_t seq_len) const;
 };
@@ -178,7 +196,12 @@ struct Model {
 // activations, FLOPs and the TP collectives per layer; docs/parallelism.md). Throws InputError when
 // the shape does not split (heads, key/value heads or the MLP width not divisible by tp.size).
 Model build_transformer(const std::string& name, const TransformerShape& shape,
-                        const TensorParallelism& tp = {});
+                        const TensorParallelism& tp = {}, const ExpertParallelism& ep = {});
+// `model` as one rank of `ep` holds it: the model itself when ep is inactive, else rebuilt from
+// its shape with the first experts / ep.size experts of each MoE layer (rank 0's; every EP rank
+// holds as many) and DeepSpeed's capacity routing. Throws InputError when the model has no
+// experts or they do not split (DeepSpeed: num_experts % ep_size == 0).
+Model expert_parallel_shard(const Model& model, const ExpertParallelism& ep);
 // `model` as one rank of `tp` holds it: the model itself when tp is inactive, else rebuilt from its
 // transformer shape (a layer-list model without one cannot be split: InputError).
 Model tensor_parallel_shard(const Model& model, const TensorParallelism& tp);

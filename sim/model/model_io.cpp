@@ -8,6 +8,7 @@
 
 #include "sim/core/json_read.hpp"
 #include "sim/model/layers_json.hpp"
+#include "sim/model/moe_io.hpp"
 #include "sim/model/presets.hpp"
 
 namespace zerolens {
@@ -151,6 +152,7 @@ Model model_from_hf_config(const json& config, Diagnostics& diagnostics, const s
   const json* type_value = member(config, "model_type");
   std::string supported = "gpt2";
   for (const std::string& family : llama_like_families()) supported += ", " + family;
+  supported += ", mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3";
   if (!type_value)
     throw InputError(join_key(where, "model_type"), "missing; expected one of: " + supported);
   const std::string type = as_string(*type_value, join_key(where, "model_type"));
@@ -160,6 +162,10 @@ Model model_from_hf_config(const json& config, Diagnostics& diagnostics, const s
     shape = gpt2_from_hf(config, where);
   } else if (std::find(families.begin(), families.end(), type) != families.end()) {
     shape = llama_like_from_hf(config, where, type, diagnostics);
+  } else if (const std::string base = mixture_base_family(type); !base.empty()) {
+    // The MoE families: their base family's attention, then their experts (sim/model/moe_io.cpp).
+    shape = llama_like_from_hf(config, where, base, diagnostics);
+    read_mixture(config, where, type, shape, diagnostics);
   } else {
     throw InputError(join_key(where, "model_type"),
                      "unsupported model type '" + type + "'; supported: " + supported);

@@ -149,6 +149,73 @@ void check_zeropp(const PlanRequest& request) {
   }
 }
 
+// DeepSpeed's expert-parallel groups (utils/groups.py _create_expert_and_data_parallel): runs of
+// ep_size consecutive data-parallel ranks, which must split the data-parallel group
+// (_ensure_divisibility) and, as zerolens places them, a node's ranks evenly.
+void check_expert_parallel(const PlanRequest& request, int dp_ranks_per_node) {
+  const int ep = request.config.expert_parallel.size;
+  if (ep <= 1) return;
+  if (request.dp_size % ep != 0) {
+    throw InputError("moe.ep_size", "expert-parallel groups of " + std::to_string(ep) +
+                                        " ranks must divide the " +
+                                        std::to_string(request.dp_size) + " data-parallel ranks");
+  }
+  if (dp_ranks_per_node % ep != 0 && ep % dp_ranks_per_node != 0) {
+    throw InputError("moe.ep_size", "an expert-parallel group of " + std::to_string(ep) +
+                                        " ranks must fill a node's " +
+                                        std::to_string(dp_ranks_per_node) +
+                                        " data-parallel ranks evenly (divide them, or be a "
+                                        "multiple of them)");
+  }
+}
+
+std::string format_number(double value) {
+  std::ostringstream text;
+  text << value;
+  return text.str();
+}
+
+// What a mixture-of-experts plan assumes about its routing.
+void add_moe_notes(Plan& plan) {
+  const Layer* moe = nullptr;
+  for (const Layer& layer : plan.rank_model.layers) {
+    if (layer.moe) {
+      moe = &layer;
+      break;
+    }
+  }
+  const ExpertParallelism& ep = plan.request.config.expert_parallel;
+  const bool capacity_set = ep.capacity_factor != ExpertParallelism{}.capacity_factor ||
+                            ep.min_capacity != ExpertParallelism{}.min_capacity;
+  if (!moe) {
+    if (capacity_set)
+      plan.notes.push_back(
+          "moe.capacity_factor and moe.min_capacity apply to mixture-of-experts "
+          "models only: ignored");
+    return;
+  }
+  const MoeRouting& r = *moe->moe;
+  const std::string experts = std::to_string(r.experts) + " experts";
+  if (!r.exchanges()) {
+    plan.notes.push_back(
+        "mixture of experts without expert parallelism: every rank holds all " + experts +
+        " of each MoE layer as ordinary parameters, and each token's top-" +
+        std::to_string(r.top_k) + " experts are computed (Hugging Face's dropless blocks)" +
+        (capacity_set ? "; moe.capacity_factor and moe.min_capacity apply with --ep only" : ""));
+    return;
+  }
+  const std::int64_t tokens = plan.batch.micro_batch_per_gpu * plan.seq_len;
+  plan.notes.push_back("expert parallelism " + std::to_string(r.expert_parallel) +
+                       ": each rank holds " + std::to_string(r.local_experts) + " of the " +
+                       experts + " of each MoE layer, their parameters data-parallel over " +
+                       std::to_string(plan.schedule.context.expert_data_parallel()) +
+                       " ranks; DeepSpeed's capacity: " + std::to_string(r.capacity(tokens)) +
+                       " tokens per expert per micro-step (ceil(" + std::to_string(tokens) +
+                       " tokens / " + std::to_string(r.experts) + " x capacity_factor " +
+                       format_number(r.capacity_factor) + " x top-" + std::to_string(r.top_k) +
+                       "), at least min_capacity " + std::to_string(r.min_capacity) + ")");
+}
+
 // Ranks are placed TP innermost: a TP group is a node's consecutive ranks, or whole nodes.
 void check_placement(const PlanRequest& request) {
   const int tp = request.config.tensor_parallel.size;
@@ -227,11 +294,16 @@ Plan make_plan(PlanRequest request, ReplayDetail detail, MemoryTimeline& replay)
   plan.seq_len = request.config.seq_len.value_or(request.model.default_seq_len);
   if (plan.seq_len < 1) throw InputError("seq_len", "must be positive");
   plan.batch = resolve_batch(request.config.batch, request.dp_size);
-  plan.rank_model = tensor_parallel_shard(request.model, request.config.tensor_parallel);
+  plan.rank_model =
+      expert_parallel_shard(tensor_parallel_shard(request.model, request.config.tensor_parallel),
+                            request.config.expert_parallel);
   if (request.config.activation_checkpointing.partition_activations)
     partition_checkpoints(plan.rank_model, request.config.tensor_parallel.size);
   check_placement(request);
   check_zeropp(request);
+  check_expert_parallel(
+      request, std::max(1, std::min(request.dp_size, request.cluster.node.gpus_per_node /
+                                                         request.config.tensor_parallel.size)));
   check_activation_total(plan.rank_model, plan.batch.micro_batch_per_gpu, plan.seq_len);
   const int gpus_per_node = request.cluster.node.gpus_per_node;
   ScheduleOptions options = request.options;
@@ -257,6 +329,7 @@ Plan make_plan(PlanRequest request, ReplayDetail detail, MemoryTimeline& replay)
   plan.comm = summarize_comm(plan.schedule);
   plan.request = std::move(request);
   add_notes(plan);
+  add_moe_notes(plan);
   return plan;
 }
 

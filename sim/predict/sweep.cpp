@@ -25,6 +25,7 @@ void apply_layout(TrainingConfig& config, const ParallelLayout& layout) {
   config.tensor_parallel.sequence_parallel = layout.sequence_parallel;
   config.pipeline.size = layout.pipeline;
   config.pipeline.virtual_stages = layout.virtual_stages;
+  config.expert_parallel.size = layout.expert;
   if (layout.virtual_stages > 1) {
     config.pipeline.schedule = PipelineSchedule::Interleaved;
   } else if (config.pipeline.schedule == PipelineSchedule::Interleaved) {

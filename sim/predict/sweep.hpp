@@ -32,7 +32,9 @@ struct ParallelLayout {
   int virtual_stages = 1;
   bool sequence_parallel = false;
   int data = 1;               // the GPUs / (tensor x pipeline)
-  std::string label() const;  // "tp 8 sp x pp 16 v 2 x dp 8"; "dp 64" without model parallelism
+  int expert = 1;             // a MoE model's expert parallelism, inside the data-parallel group
+  // "tp 8 sp x pp 16 v 2 x dp 8"; "dp 64" without model parallelism; "dp 64 ep 8" with experts
+  std::string label() const;
   bool operator==(const ParallelLayout&) const = default;
 };
 
@@ -46,6 +48,7 @@ struct SweepSpace {
   std::vector<bool> checkpointing{false, true};
   // The layouts searched over the base request's GPUs; an empty list keeps the base's value.
   std::vector<int> tensor_parallel, pipeline_parallel, virtual_stages;
+  std::vector<int> expert_parallel;  // a MoE model's EP sizes (each must divide the layout's DP)
   std::vector<bool> sequence_parallel;
   std::vector<ZeroPlusPlus> zeropp;  // empty: the base's ZeRO++ settings, unchanged
   // Larger micro-batches of a point are not evaluated once its allocated bytes (with the CUDA
@@ -59,7 +62,8 @@ struct SweepSpace {
 
 // Fills the parallelism lists left empty with every layout worth searching on the base's GPUs:
 // TP in powers of two up to a node's GPUs, PP over the divisors of the block count, 1 or 2 virtual
-// stages, SP off and on, ZeRO++ off and all unless the base sets it (docs/sweep.md).
+// stages, SP off and on, ZeRO++ off and all unless the base sets it, and for a mixture-of-experts
+// model every divisor of its experts per layer as the EP size (docs/sweep.md).
 void add_parallel_search(const PlanRequest& base, SweepSpace& space);
 
 struct SweepPoint {

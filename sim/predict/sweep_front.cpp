@@ -19,7 +19,8 @@ std::string fixed(double value, int decimals) {
 
 // The point with its layout always named (the search compares layouts).
 std::string with_layout(const SweepPoint& point) {
-  if (point.layout.tensor > 1 || point.layout.pipeline > 1) return point.label();
+  if (point.layout.tensor > 1 || point.layout.pipeline > 1 || point.layout.expert > 1)
+    return point.label();
   std::ostringstream text;  // (not operator+: GCC 12's -Wrestrict misfires on "[" + a + "] " + b)
   text << '[' << point.layout.label() << "] " << point.label();
   return text.str();

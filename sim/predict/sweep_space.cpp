@@ -50,9 +50,10 @@ std::vector<std::int64_t> micro_batches_of(const SweepSpace& space, std::int64_t
 
 // Why DeepSpeed (or this cluster) refuses a stage/offload combination; empty when accepted.
 std::string refusal(int stage, OffloadDevice optimizer, OffloadDevice param, bool nvme_available,
-                    bool fsdp, bool pipeline) {
+                    bool fsdp, bool pipeline, bool expert_parallel) {
   const ZeroStage zero{stage};
   if (pipeline && stage > 1) return "DeepSpeed's pipeline engine runs ZeRO stage 0 or 1 only";
+  if (expert_parallel && (stage > 2 || fsdp)) return "DeepSpeed's MoE layers run at stage 0-2";
   if (fsdp && stage != 3) return "FSDP shards parameters (stage 3)";
   if (fsdp && optimizer != param)
     return "FSDP's CPUOffloadPolicy offloads parameters and optimizer together";
@@ -93,36 +94,47 @@ std::vector<ParallelLayout> layouts_of(const PlanRequest& base, const SweepSpace
                                        std::vector<std::string>& notes) {
   const int world = world_of(base);
   std::vector<ParallelLayout> layouts;
-  int not_dividing = 0;
-  for (const int tp : or_base(space.tensor_parallel, base.config.tensor_parallel.size))
-    for (const bool sp :
-         or_base(space.sequence_parallel, base.config.tensor_parallel.sequence_parallel))
-      for (const int pp : or_base(space.pipeline_parallel, base.config.pipeline.size))
-        for (const int virtual_stages :
-             or_base(space.virtual_stages, base.config.pipeline.virtual_stages)) {
-          if ((sp && tp == 1) || (virtual_stages > 1 && pp == 1)) continue;
-          if (tp < 1 || pp < 1 || virtual_stages < 1)
-            throw InputError("sweep",
-                             "tensor, pipeline and virtual stage sizes must be at least 1");
-          const std::int64_t model_parallel = std::int64_t(tp) * pp;
-          if (world % model_parallel != 0) {
-            ++not_dividing;
-            continue;
+  int not_dividing = 0, experts_not_dividing = 0;
+  for (const int ep : or_base(space.expert_parallel, base.config.expert_parallel.size))
+    for (const int tp : or_base(space.tensor_parallel, base.config.tensor_parallel.size))
+      for (const bool sp :
+           or_base(space.sequence_parallel, base.config.tensor_parallel.sequence_parallel))
+        for (const int pp : or_base(space.pipeline_parallel, base.config.pipeline.size))
+          for (const int virtual_stages :
+               or_base(space.virtual_stages, base.config.pipeline.virtual_stages)) {
+            if ((sp && tp == 1) || (virtual_stages > 1 && pp == 1)) continue;
+            if (tp < 1 || pp < 1 || virtual_stages < 1)
+              throw InputError("sweep",
+                               "tensor, pipeline and virtual stage sizes must be at least 1");
+            const std::int64_t model_parallel = std::int64_t(tp) * pp;
+            if (world % model_parallel != 0) {
+              ++not_dividing;
+              continue;
+            }
+            SweepFamily family{
+                .layout = {tp, pp, virtual_stages, sp, int(world / model_parallel), ep}};
+            if (ep < 1 || family.layout.data % ep != 0) {
+              ++experts_not_dividing;
+              continue;
+            }
+            if (train_batch % family.layout.data != 0) {
+              family.verdict = "refused: the global batch " + std::to_string(train_batch) +
+                               " is not a multiple of the data-parallel size " +
+                               std::to_string(family.layout.data);
+            } else {
+              layouts.push_back(family.layout);
+            }
+            families.push_back(family);
           }
-          SweepFamily family{.layout = {tp, pp, virtual_stages, sp, int(world / model_parallel)}};
-          if (train_batch % family.layout.data != 0) {
-            family.verdict = "refused: the global batch " + std::to_string(train_batch) +
-                             " is not a multiple of the data-parallel size " +
-                             std::to_string(family.layout.data);
-          } else {
-            layouts.push_back(family.layout);
-          }
-          families.push_back(family);
-        }
   if (not_dividing > 0)
     add_note(notes, std::to_string(not_dividing) + " layout" + (not_dividing > 1 ? "s" : "") +
                         " skipped: tensor x pipeline parallel does not divide the " +
                         std::to_string(world) + " GPUs");
+  if (experts_not_dividing > 0)
+    add_note(notes, std::to_string(experts_not_dividing) + " layout" +
+                        (experts_not_dividing > 1 ? "s" : "") +
+                        " skipped: the expert-parallel size does not divide the data-parallel "
+                        "ranks");
   return layouts;
 }
 
@@ -149,7 +161,8 @@ void add_layout_points(const PlanRequest& base, const SweepSpace& space,
     for (const int stage : std::set<int>(space.stages.begin(), space.stages.end()))
       for (const auto optimizer : space.optimizer_devices)
         for (const auto param : space.param_devices) {
-          if (!refusal(stage, optimizer, param, nvme, base.config.is_fsdp(), layout.pipeline > 1)
+          if (!refusal(stage, optimizer, param, nvme, base.config.is_fsdp(), layout.pipeline > 1,
+                       layout.expert > 1)
                    .empty())
             continue;
           if (!zeropp_accepted(zeropp, stage, layout, notes)) continue;
@@ -192,12 +205,14 @@ std::string ParallelLayout::label() const {
     text << "pp " << pipeline << (virtual_stages > 1 ? " v " + std::to_string(virtual_stages) : "")
          << " x ";
   text << "dp " << data;
+  if (expert > 1) text << " ep " << expert;
   return text.str();
 }
 
 std::string SweepPoint::label() const {
   std::ostringstream text;
-  if (layout.tensor > 1 || layout.pipeline > 1) text << '[' << layout.label() << "] ";
+  if (layout.tensor > 1 || layout.pipeline > 1 || layout.expert > 1)
+    text << '[' << layout.label() << "] ";
   if (zeropp && *zeropp != ZeroPlusPlus::Off) text << "zero++ " << to_string(*zeropp) << ' ';
   text << ZeroStage{stage}.name() << " opt:" << to_string(optimizer)
        << " param:" << to_string(param) << " mb " << micro_batch << " x ga " << grad_accumulation
@@ -209,7 +224,9 @@ void add_parallel_search(const PlanRequest& base, SweepSpace& space) {
   const int world = world_of(base);
   const auto& shape = base.model.shape;
   if (space.tensor_parallel.empty()) {
-    const int limit = shape ? std::min(base.cluster.node.gpus_per_node, world) : 1;
+    // (Tensor parallelism of MoE and latent-attention layers is not modelled.)
+    const bool splits = shape && !shape->moe && !shape->mla;
+    const int limit = splits ? std::min(base.cluster.node.gpus_per_node, world) : 1;
     for (int tp = 1; tp <= limit; tp *= 2)
       if (world % tp == 0) space.tensor_parallel.push_back(tp);
   }
@@ -220,6 +237,12 @@ void add_parallel_search(const PlanRequest& base, SweepSpace& space) {
   }
   if (space.virtual_stages.empty()) space.virtual_stages = {1, 2};
   if (space.sequence_parallel.empty()) space.sequence_parallel = {false, true};
+  // A MoE model's expert-parallel sizes: every divisor of its experts (DeepSpeed: num_experts %
+  // ep_size == 0) up to the GPUs; each layout keeps those dividing its data-parallel ranks.
+  if (space.expert_parallel.empty() && shape && shape->moe) {
+    for (int ep = 1; ep <= std::min(shape->moe->experts, world); ++ep)
+      if (shape->moe->experts % ep == 0) space.expert_parallel.push_back(ep);
+  }
   // ZeRO++ settings the base gives (flags, a DeepSpeed config) stay as they are.
   if (space.zeropp.empty() && !base.config.zero.zeropp())
     space.zeropp = {ZeroPlusPlus::Off, ZeroPlusPlus::All};

@@ -98,6 +98,10 @@ json comm_json(const Plan& plan) {
     out["node_collectives"] = collectives_json(plan.comm.node_local, false);
     out["cross_node_collectives"] = collectives_json(plan.comm.cross_node, false);
   }
+  if (context.expert_parallel > 1) {
+    out["expert_parallel_collectives"] = collectives_json(plan.comm.expert_parallel, false);
+    out["expert_data_collectives"] = collectives_json(plan.comm.expert_data, false);
+  }
   return out;
 }
 
@@ -122,6 +126,37 @@ json pipeline_json(const Plan& plan) {
           {"per_stage", stages}};
 }
 
+// A mixture-of-experts model's routing as the plan runs it: the first MoE layer's (every MoE
+// layer routes alike), and the expert parameters a rank holds.
+json moe_json(const Plan& plan) {
+  const Layer* moe_layer = nullptr;
+  for (const Layer& layer : plan.rank_model.layers) {
+    if (layer.moe) {
+      moe_layer = &layer;
+      break;
+    }
+  }
+  if (!moe_layer) return nullptr;
+  const MoeRouting& r = *moe_layer->moe;
+  const std::int64_t tokens = plan.batch.micro_batch_per_gpu * plan.seq_len;
+  const ScheduleContext& c = plan.schedule.context;
+  json out = {{"experts", r.experts},
+              {"top_k", r.top_k},
+              {"experts_per_rank", r.local_experts},
+              {"expert_parallel", c.expert_parallel},
+              {"expert_data_parallel", c.expert_data_parallel()},
+              {"expert_parameters_per_rank", plan.rank_model.expert_parameter_count()},
+              {"expert_rows_per_micro_step", r.rows(tokens)}};
+  if (r.exchanges()) {
+    out["capacity_factor"] = r.capacity_factor;
+    out["min_capacity"] = r.min_capacity;
+    out["capacity"] = r.capacity(tokens);
+    out["exchange_bytes"] =
+        r.exchange_elements(tokens) * plan.request.config.precision.param_bytes();
+  }
+  return out;
+}
+
 json run_json(const Plan& plan) {
   const auto& options = plan.request.options;
   return {{"framework", to_string(plan.request.config.framework)},
@@ -129,6 +164,7 @@ json run_json(const Plan& plan) {
           {"tensor_parallel", plan.request.config.tensor_parallel.size},
           {"sequence_parallel", plan.request.config.tensor_parallel.sequence_parallel},
           {"pipeline_parallel", plan.request.config.pipeline.size},
+          {"expert_parallel", plan.request.config.expert_parallel.size},
           {"gpus_per_node", plan.request.cluster.node.gpus_per_node},
           {"nodes", plan.request.cluster.nodes},
           {"seq_len", plan.seq_len},
@@ -168,7 +204,9 @@ json plan_to_json(const Plan& plan) {
                   {"source", model.source},
                   {"parameter_count", model.parameter_count()},
                   {"parameters_per_rank", plan.rank_model.parameter_count()},
+                  {"active_parameter_count", model.active_parameter_count()},
                   {"layers", model.layers.size()}};
+  if (const json moe = moe_json(plan); !moe.is_null()) out["moe"] = moe;
   out["config"] = to_deepspeed_json(plan.request.config);
   out["run"] = run_json(plan);
   out["cluster"] = cluster_to_json(plan.request.cluster);

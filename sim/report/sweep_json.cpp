@@ -19,6 +19,7 @@ void add_layout(json& out, const ParallelLayout& layout) {
   out["pipeline_parallel"] = layout.pipeline;
   out["virtual_stages"] = layout.virtual_stages;
   out["data_parallel"] = layout.data;
+  out["expert_parallel"] = layout.expert;
 }
 
 const char* to_string(FamilyFate fate) {

@@ -67,6 +67,7 @@ class ScheduleBuilder {
     c.pipeline_parallel = model.pipeline.size;
     c.virtual_stages = model.pipeline.virtual_stages;
     c.pipeline_stage = model.pipeline_stage;
+    c.expert_parallel = model.expert_parallel.size;
     c.shard_group =
         zero_.shard_group_size > 0 && zero_.shard_group_size < dp_size ? zero_.shard_group_size : 0;
     if (zero_.partitions_parameters()) {  // ZeRO++ (DeepSpeed reads it at stage 3 only)
@@ -75,7 +76,8 @@ class ScheduleBuilder {
       c.quantized_gradients = zero_.quantized_gradients;
     }
     // Hybrid sharding partitions every state over a shard group instead of all data-parallel ranks.
-    schedule_.layout = make_param_layout(model, zero_, c.shard_size(), options.model_states_only);
+    schedule_.layout = make_param_layout(model, zero_, c.shard_size(), options.model_states_only,
+                                         c.expert_parallel);
     schedule_.allocator = options.allocator;
     if (options.model_states_only) schedule_.allocator = AllocatorSpec{.kind = AllocatorKind::Flat};
     param_bytes_ = config.precision.param_bytes();
@@ -470,6 +472,7 @@ class ScheduleBuilder {
                          fx, {gather_dep(owner), blocking_reduce_, tp_wait_});
     blocking_reduce_ = kNoOp;
     tensor_parallel_collectives(layer, spec.tp_forward, Phase::Forward, op);
+    expert_exchanges(layer, Phase::Forward, op);
     if (checkpointed(layer) && ckpt.cpu_checkpointing) {
       Effects moved = effects();
       moved.add(Device::Cpu, Component::ActivationCheckpoints, act.checkpoint);
@@ -539,6 +542,7 @@ class ScheduleBuilder {
                          fx, {gather_dep(owner), recompute, blocking_reduce_, tp_wait_});
     blocking_reduce_ = kNoOp;
     tensor_parallel_collectives(layer, spec.tp_backward, Phase::Backward, op);
+    expert_exchanges(layer, Phase::Backward, op);
     if (ready && !zero_.reduces_at_boundary()) add_to_buckets(owner, op);
   }
 
@@ -588,8 +592,10 @@ class ScheduleBuilder {
                             .flops = flops,
                             .memory_bytes_touched = touched},
                          fx, {copy, gather_dep(owner_of(layer)), blocking_reduce_, tp_wait_});
-    // A recompute runs the forward again, its tensor-parallel collectives included.
+    // A recompute runs the forward again, its tensor-parallel collectives and expert-parallel
+    // exchanges included; the backward waits for them.
     tensor_parallel_collectives(layer, model_.layers[layer].tp_forward, Phase::Backward, op);
+    expert_exchanges(layer, Phase::Backward, op);
     return op;
   }
 
@@ -731,6 +737,35 @@ class ScheduleBuilder {
     }
     return OpKind::AllReduce;
   }
+  // ---- expert parallelism --------------------------------------------------------------------
+  // DeepSpeed's MOELayer.forward (sharded_moe.py): the [experts, capacity, h] dispatch buffer goes
+  // to the experts' ranks (_AllToAll over the EP group) and their outputs come back the same way;
+  // _AllToAll.backward exchanges the gradients in reverse, so a backward has two as well, and a
+  // recompute the forward's again. The layer's experts wait for the dispatch and the next layer
+  // for the combine: the step's time is the compute and the two exchanges one after the other,
+  // as here (the layer's compute, then its exchanges). Each is the whole buffer in the activation
+  // dtype (nccl-tests' size: each rank sends 1/ep of it to each EP rank).
+  void expert_exchanges(std::size_t layer, Phase phase, std::uint32_t compute) {
+    const Layer& spec = model_.layers[layer];
+    if (!spec.moe || !spec.moe->exchanges()) return;
+    const auto& c = schedule_.context;
+    const Elements elements = spec.moe->exchange_elements(c.micro_batch * c.seq_len);
+    std::uint32_t previous = compute;
+    for (int exchange = 0; exchange < 2; ++exchange) {
+      previous = emit(Op{.kind = OpKind::AllToAll,
+                         .stream = Stream::ExpertParallel,
+                         .phase = phase,
+                         .layer = int(layer),
+                         .group_size = spec.moe->expert_parallel,
+                         .group = ProcessGroup::Expert,
+                         .link = Link::Network,
+                         .bytes = elements * param_bytes_,
+                         .wire_element_bytes = std::int32_t(param_bytes_)},
+                      effects(), {previous});
+      tp_wait_ = previous;
+    }
+  }
+
   // Sequence parallelism: the gradients of the replicated parameters each TP rank computed from its
   // part of the sequence, summed over the TP group once per step (Megatron's finalize_model_grads).
   std::uint32_t sequence_parallel_gradients(std::uint32_t before) {
@@ -817,7 +852,9 @@ class ScheduleBuilder {
       // DeepSpeed reduces a full bucket from the hook of the gradient that does not fit, so the
       // reduction waits for the backward that produced that gradient.
       bucket_producer_ = producer;
-      if (!pending_.empty() && bucket_.elements + numel > zero_.reduce_bucket_size) flush_bucket();
+      if (!pending_.empty() &&
+          (bucket_.elements + numel > zero_.reduce_bucket_size || changes_group(t)))
+        flush_bucket();
       pending_.push_back(t);
       bucket_.elements += numel;
     }
@@ -825,8 +862,28 @@ class ScheduleBuilder {
     if (fsdp_) flush_bucket();  // FSDP reduce-scatters each unit's gradients when its backward ends
   }
 
-  // Elements of the bucket owned by rank 0: stages 1-2 own the flat range [0, flat_partition);
-  // stage 3 owns one partition of every tensor.
+  // Expert parallelism: an expert's gradients are reduced over the ranks holding the same
+  // experts, the others' over the data-parallel group; a bucket holds one kind (DeepSpeed reduces a
+  // mixed bucket's slices over their own groups: stage_1_and_2.py average_tensor picks
+  // expert_dp_process_group per parameter; the bytes per group are the same).
+  bool is_expert(std::int32_t tensor) const {
+    return params().expert_dp_size > 0 && params().tensor_expert[std::size_t(tensor)];
+  }
+  bool changes_group(std::int32_t tensor) const {
+    return !pending_.empty() && is_expert(tensor) != is_expert(pending_.front());
+  }
+  // The ranks the pending bucket is reduced over, and which group they are.
+  int bucket_ranks() const {
+    return !pending_.empty() && is_expert(pending_.front()) ? params().expert_dp_size : dp();
+  }
+  ProcessGroup bucket_group() const {
+    return !pending_.empty() && is_expert(pending_.front()) ? ProcessGroup::ExpertData
+                                                            : ProcessGroup::Data;
+  }
+
+  // Elements of the bucket owned by rank 0: stages 1-2 own the flat range [0, flat_partition) of
+  // the non-expert tensors and [0, expert_flat_partition) of the experts'; stage 3 owns one
+  // partition of every tensor.
   Elements owned_in_bucket() const {
     Elements owned = 0;
     for (const auto t : pending_) {
@@ -835,19 +892,24 @@ class ScheduleBuilder {
       } else {
         const Elements begin = flat_offset(t);
         const Elements end = begin + params().tensor_numel[std::size_t(t)];
-        owned += std::max<Elements>(0, std::min(end, params().flat_partition) - begin);
+        const Elements limit =
+            is_expert(t) ? params().expert_flat_partition : params().flat_partition;
+        owned += std::max<Elements>(0, std::min(end, limit) - begin);
       }
     }
     return owned;
   }
 
+  // A tensor's offset in its flat space: the expert tensors' own (their param groups), or the
+  // others'.
   Elements flat_offset(std::int32_t tensor) const {
     if (flat_offsets_.empty()) {
       flat_offsets_.resize(params().tensor_numel.size());
-      Elements offset = 0;
+      Elements offset = 0, expert_offset = 0;
       for (std::size_t t = 0; t < flat_offsets_.size(); ++t) {
-        flat_offsets_[t] = offset;
-        offset += params().tensor_numel[t];
+        Elements& running = is_expert(std::int32_t(t)) ? expert_offset : offset;
+        flat_offsets_[t] = running;
+        running += params().tensor_numel[t];
       }
     }
     return flat_offsets_[std::size_t(tensor)];
@@ -856,7 +918,8 @@ class ScheduleBuilder {
   Elements bucket_message_elements() const {
     if (!zero_.partitions_parameters()) return bucket_.elements;
     Elements padded = 0;
-    for (const auto t : pending_) padded += params().tensor_partition[std::size_t(t)] * dp();
+    for (const auto t : pending_)
+      padded += params().tensor_partition[std::size_t(t)] * params().group_size_of(std::size_t(t));
     return padded;
   }
 
@@ -895,7 +958,8 @@ class ScheduleBuilder {
                                       .stream = Stream::Collective,
                                       .phase = phase,
                                       .bucket = std::int32_t(schedule_.buckets.size()),
-                                      .group_size = dp(),
+                                      .group_size = bucket_ranks(),
+                                      .group = bucket_group(),
                                       .link = Link::Network,
                                       .bytes = message,
                                       .wire_element_bytes = std::int32_t(grad_bytes_)},
@@ -1046,7 +1110,9 @@ class ScheduleBuilder {
     bucket_producer_ = schedule_.ops.empty() ? kNoOp : std::uint32_t(schedule_.ops.size() - 1);
     for (std::size_t t = tensors.size(); t-- > 0;) {
       const Elements numel = tensors[t];
-      if (!pending_.empty() && bucket_.elements + numel > zero_.reduce_bucket_size) flush_bucket();
+      if (!pending_.empty() &&
+          (bucket_.elements + numel > zero_.reduce_bucket_size || changes_group(std::int32_t(t))))
+        flush_bucket();
       pending_.push_back(std::int32_t(t));
       bucket_.elements += numel;
     }
@@ -1064,6 +1130,18 @@ class ScheduleBuilder {
     if (zero_.partitions_optimizer_states()) {
       before = emit(Op{.kind = OpKind::GradNorm, .stream = Stream::Collective, .phase = Phase::Optimizer,
                        .group_size = dp(), .link = Link::Network, .bytes = 4},
+                    effects(), {before});
+    }
+    if (zero_.partitions_optimizer_states() && params().expert_dp_size > 1) {
+      // stage_1_and_2.py _average_expert_grad_norms: the expert group's norm all-reduced over
+      // the ranks that hold the same experts.
+      before = emit(Op{.kind = OpKind::GradNorm,
+                       .stream = Stream::Collective,
+                       .phase = Phase::Optimizer,
+                       .group_size = params().expert_dp_size,
+                       .group = ProcessGroup::ExpertData,
+                       .link = Link::Network,
+                       .bytes = 4},
                     effects(), {before});
     }
     const std::uint32_t updated = optimizer_device_ == Device::Gpu ? gpu_optimizer(before)
@@ -1298,10 +1376,20 @@ class ScheduleBuilder {
     return after;  // parameters offloaded to the CPU are updated in place there
   }
 
-  // Stages 1-2: all-gather the updated partitions, in allgather_bucket_size shards.
+  // Stages 1-2: all-gather the updated partitions, in allgather_bucket_size shards; with expert
+  // parallelism the experts' param groups over their own group after the others'
+  // (all_gather_dp_groups over real_dp_process_group).
   void allgather_updated_params(std::uint32_t after) {
-    const Elements partition = params().flat_partition;
-    const Elements total = partition * dp();
+    after = allgather_flat_partition(after, params().flat_partition, dp(), ProcessGroup::Data);
+    if (params().expert_dp_size > 0) {
+      allgather_flat_partition(after, params().expert_flat_partition, params().expert_dp_size,
+                               ProcessGroup::ExpertData);
+    }
+  }
+
+  std::uint32_t allgather_flat_partition(std::uint32_t after, Elements partition, int ranks,
+                                         ProcessGroup group) {
+    const Elements total = partition * ranks;
     const Elements shards = std::max<Elements>(1, ceil_div(total, std::max<Elements>(1, zero_.allgather_bucket_size)));
     const Elements base = partition / shards;
     const Elements remainder = partition % shards;
@@ -1312,12 +1400,14 @@ class ScheduleBuilder {
       previous = emit(Op{.kind = OpKind::AllGather,
                          .stream = Stream::Collective,
                          .phase = Phase::Optimizer,
-                         .group_size = dp(),
+                         .group_size = ranks,
+                         .group = group,
                          .link = Link::Network,
-                         .bytes = elements * dp() * param_bytes_,
+                         .bytes = elements * ranks * param_bytes_,
                          .wire_element_bytes = std::int32_t(param_bytes_)},
                       effects(), {previous});
     }
+    return previous;
   }
 
   // Stage 3: persistent parameters are kept whole on every rank, but their update happens on the

@@ -38,6 +38,15 @@ GroupShape op_group_shape(const Op& op, const ScheduleContext& context) {
     }
     case ProcessGroup::CrossNode:  // one rank on each node (qgZ's second hop)
       return GroupShape{1, op.group_size};
+    case ProcessGroup::ExpertData: {
+      // The ranks holding the same experts are expert_parallel apart (EP groups are consecutive
+      // data-parallel ranks): a node holds its DP ranks / expert_parallel of them.
+      const int per_node = std::max(
+          1, context.data_parallel_ranks_per_node() / std::max(1, context.expert_parallel));
+      return group_shape(op.group_size, per_node);
+    }
+    case ProcessGroup::Expert:  // consecutive data-parallel ranks
+      break;
     case ProcessGroup::Data:
     case ProcessGroup::Secondary:  // consecutive data-parallel ranks, as DeepSpeed groups them
     case ProcessGroup::NodeLocal:
@@ -85,6 +94,10 @@ std::array<CollectiveTotals, kOpKindCount>& totals_of(CommReport& report, Proces
       return report.node_local;
     case ProcessGroup::CrossNode:
       return report.cross_node;
+    case ProcessGroup::Expert:
+      return report.expert_parallel;
+    case ProcessGroup::ExpertData:
+      return report.expert_data;
     case ProcessGroup::Data:
       break;
   }

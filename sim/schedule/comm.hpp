@@ -62,6 +62,9 @@ struct CommReport {
   // ZeRO++: hpZ's gathers within its secondary group, and qgZ's all-to-all hops within the node
   // and across nodes (none without them).
   std::array<CollectiveTotals, kOpKindCount> secondary{}, node_local{}, cross_node{};
+  // Expert parallelism: the MoE layers' token exchanges over the EP group, and the expert
+  // parameters' reductions and gathers over the expert-data-parallel group (none without it).
+  std::array<CollectiveTotals, kOpKindCount> expert_parallel{}, expert_data{};
   LinkTotals links;                                           // per rank, one step
   const CollectiveTotals& of(OpKind kind) const { return collectives[std::size_t(kind)]; }
 };

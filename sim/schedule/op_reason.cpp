@@ -44,6 +44,11 @@ std::string gather_reason(const Schedule& schedule, std::size_t index, const Mod
     return "sequence parallelism: each rank holds a slice of the sequence, and the tensor-parallel "
            "matrix product "
            "needs all of it";
+  if (op.group == ProcessGroup::ExpertData)
+    return "ZeRO-" + std::to_string(c.stage) + " with expert parallelism: each rank updated 1/" +
+           std::to_string(op.group_size) +
+           " of its experts' parameters; gathering over the ranks holding the same experts gives "
+           "each its experts whole again";
   if (op.layer < 0 || op.phase == Phase::Optimizer)
     return "ZeRO-" + std::to_string(c.stage) + ": each rank updated only its " + share(c) +
            " of the parameters; gathering the updated partitions gives every rank the whole model "
@@ -75,6 +80,17 @@ std::string reduce_reason(const Op& op, const ScheduleContext& c) {
     return "plain data parallelism: every rank holds every parameter, so it needs the sum of all "
            "ranks' "
            "gradients of each";
+  if (op.group == ProcessGroup::Expert)
+    return "expert parallelism: each of the " + std::to_string(op.group_size) + " ranks holds 1/" +
+           std::to_string(op.group_size) +
+           " of the layer's experts, so its tokens go to the ranks of their experts (an [experts, "
+           "capacity, hidden] buffer) and the experts' outputs come back";
+  if (op.group == ProcessGroup::ExpertData)
+    return "expert parallelism: the ranks that hold the same experts (every " +
+           std::to_string(c.expert_parallel) + "th of the data-parallel group, " +
+           std::to_string(op.group_size) +
+           " ranks) sum their gradients; ZeRO partitions them "
+           "over those ranks";
   if (op.kind == OpKind::AllToAll)
     return "ZeRO++ qgZ: gradients are quantized to int4 and exchanged in two hops, within the "
            "node, then across";

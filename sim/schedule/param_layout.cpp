@@ -5,10 +5,11 @@
 namespace zerolens {
 
 ParamLayout make_param_layout(const Model& model, const ZeroConfig& zero, int dp_size,
-                              bool model_states_only) {
+                              bool model_states_only, int expert_parallel) {
   ParamLayout layout;
   layout.dp_size = dp_size;
   layout.stage = zero.stage;
+  if (expert_parallel > 1) layout.expert_dp_size = std::max(1, dp_size / expert_parallel);
   // The ZeRO paper's accounting partitions every tensor; DeepSpeed keeps stage-3 tensors of at most
   // stage3_param_persistence_threshold elements whole on every rank, up to the model-wide cap.
   const Elements threshold = model_states_only ? -1 : zero.stage3_param_persistence_threshold;
@@ -17,9 +18,12 @@ ParamLayout make_param_layout(const Model& model, const ZeroConfig& zero, int dp
     layout.layer_first_tensor.push_back(std::int32_t(layout.tensor_numel.size()));
     for (const auto& tensor : model.layers[layer].params) {
       const Elements numel = tensor.numel();
+      const bool expert = layout.expert_dp_size > 0 && tensor.expert;
       layout.tensor_numel.push_back(numel);
       layout.tensor_layer.push_back(std::int32_t(layer));
-      layout.tensor_partition.push_back(ceil_div(numel, dp_size));
+      layout.tensor_expert.push_back(expert);
+      layout.tensor_partition.push_back(ceil_div(numel, expert ? layout.expert_dp_size : dp_size));
+      if (expert) layout.expert_total += numel;
       const bool persistent = zero.partitions_parameters() && numel <= threshold &&
                               layout.persistent + numel <= model_cap;
       layout.tensor_persistent.push_back(persistent);
@@ -28,11 +32,13 @@ ParamLayout make_param_layout(const Model& model, const ZeroConfig& zero, int dp
     }
   }
   layout.layer_first_tensor.push_back(std::int32_t(layout.tensor_numel.size()));
-  layout.flat_partition = ceil_div(layout.total, dp_size);
+  layout.flat_partition = ceil_div(layout.total - layout.expert_total, dp_size);
+  if (layout.expert_dp_size > 0)
+    layout.expert_flat_partition = ceil_div(layout.expert_total, layout.expert_dp_size);
   if (!zero.partitions_optimizer_states()) {
     layout.owned = layout.total;
   } else if (zero.zero_stage().uses_flat_partition()) {
-    layout.owned = layout.flat_partition;
+    layout.owned = layout.flat_partition + layout.expert_flat_partition;
   } else {
     for (const auto part : layout.tensor_partition) layout.owned += part;
   }

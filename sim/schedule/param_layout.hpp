@@ -24,6 +24,21 @@ struct ParamLayout {
   Elements persistent = 0;                       // stage 3: persistent elements (whole)
   int dp_size = 1;
   int stage = 0;
+  // Expert parallelism (docs/parallelism.md): a routed expert's tensor is data-parallel over the
+  // expert-data-parallel group (dp / ep ranks) instead of dp. DeepSpeed puts the expert parameters
+  // in param groups of their own (moe/utils.py
+  // split_params_into_different_moe_groups_for_optimizer) which stages 1-2 partition over that
+  // group (stage_1_and_2.py _configure_moe_settings: real_dp_process_group and partition_count per
+  // group): flat_partition is then the other tensors' over dp, expert_flat_partition the experts'
+  // over expert_dp_size.
+  std::vector<bool> tensor_expert;  // per global tensor id
+  int expert_dp_size = 0;           // 0: no expert parallelism
+  Elements expert_total = 0;        // this rank's experts' elements
+  Elements expert_flat_partition = 0;
+  // The ranks tensor `t` is data-parallel over: dp_size, or expert_dp_size for an expert's.
+  int group_size_of(std::size_t tensor) const {
+    return expert_dp_size > 0 && tensor_expert[tensor] ? expert_dp_size : dp_size;
+  }
 
   // The elements of one optimizer sub-group: sub_group_size of the owned elements; DeepSpeed's 0
   // makes every parameter a sub-group of its own (stage3.py _create_fp16_sub_groups), planned as
@@ -31,7 +46,8 @@ struct ParamLayout {
   Elements sub_group_elements(Elements sub_group_size) const;
 };
 
+// `expert_parallel` above 1 partitions the model's expert tensors over dp_size / expert_parallel.
 ParamLayout make_param_layout(const Model& model, const ZeroConfig& zero, int dp_size,
-                              bool model_states_only);
+                              bool model_states_only, int expert_parallel = 1);
 
 }  // namespace zerolens

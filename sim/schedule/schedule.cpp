@@ -135,6 +135,10 @@ const char* to_string(ProcessGroup group) {
       return "node";
     case ProcessGroup::CrossNode:
       return "cross_node";
+    case ProcessGroup::Expert:
+      return "ep";
+    case ProcessGroup::ExpertData:
+      return "expert_dp";
   }
   return "dp";
 }
@@ -166,6 +170,8 @@ const char* to_string(Stream stream) {
       return "tp";
     case Stream::Pipeline:
       return "pp";
+    case Stream::ExpertParallel:
+      return "ep";
   }
   return "compute";
 }
@@ -261,6 +267,19 @@ std::string layer_name(const Model& model, std::int32_t layer) {
   return "layer " + model.layers[std::size_t(layer)].name;
 }
 
+// Whether an expert-parallel exchange belongs to a recompute (it follows one, through the
+// exchanges before it): the forward's tokens again, not gradients.
+bool follows_recompute(const Schedule& schedule, std::size_t index) {
+  for (;;) {
+    const auto deps = schedule.deps_of(schedule.ops[index]);
+    if (deps.empty()) return false;
+    const Op& before = schedule.ops[deps.front()];
+    if (before.kind == OpKind::Recompute) return true;
+    if (before.kind != OpKind::AllToAll || before.group != ProcessGroup::Expert) return false;
+    index = deps.front();
+  }
+}
+
 std::string collective_subject(const Schedule& schedule, const Op& op, const Model& model) {
   if (op.group == ProcessGroup::Tensor) {
     const std::string over =
@@ -339,6 +358,14 @@ std::string Schedule::describe(std::size_t op_index, const Model& model, int ran
              (op.phase == Phase::Forward ? "activations" : "activation gradients") + " (" +
              megabytes(op.bytes) + ") to pipeline stage " + std::to_string(op.peer_stage) + micro;
     case OpKind::AllToAll:
+      if (op.group == ProcessGroup::Expert) {
+        return who + "exchanges " + layer_name(model, op.layer) + "'s " +
+               (op.phase == Phase::Forward || follows_recompute(*this, op_index)
+                    ? "routed tokens"
+                    : "routed tokens' gradients") +
+               " with the " + std::to_string(op.group_size - 1) +
+               " other ranks of its expert-parallel group: " + megabytes(op.bytes) + micro;
+      }
       return who + "exchanges int4 slices of " + collective_subject(*this, op, model) + " with " +
              std::to_string(op.group_size - 1) +
              (op.group == ProcessGroup::CrossNode ? " ranks on other nodes"

@@ -4,6 +4,7 @@
 // memory), the communication report (totals = sums of its collectives), the timeline simulator,
 // the executor, the GUI and traces. Ranks of a data-parallel group are symmetric (partitions are
 // padded to equal size), so one rank stands for all.
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <span>
@@ -63,6 +64,8 @@ inline constexpr int kComponentCount = 21;
 // next layer waits for them).
 // Pipeline: sends and receives between pipeline stages (blocking in Megatron's and DeepSpeed's
 // schedules: the next compute waits for them).
+// ExpertParallel: a MoE layer's token dispatch and combine over its EP group (DeepSpeed's
+// _AllToAll; the layer's experts and the next layer wait for them).
 enum class Stream : std::uint8_t {
   Compute,
   Collective,
@@ -71,9 +74,10 @@ enum class Stream : std::uint8_t {
   Nvme,
   Cpu,
   TensorParallel,
-  Pipeline
+  Pipeline,
+  ExpertParallel
 };
-inline constexpr int kStreamCount = 8;
+inline constexpr int kStreamCount = 9;
 
 // The process group a collective runs over. Ranks are placed tensor-parallel innermost (Megatron's
 // order): a TP group is `tensor_parallel` consecutive ranks, a data-parallel group ranks that far
@@ -84,6 +88,9 @@ inline constexpr int kStreamCount = 8;
 // Secondary: ZeRO++ hpZ's groups of zero_hpz_partition_size consecutive data-parallel ranks.
 // NodeLocal, CrossNode: qgZ's all-to-all hops, among a node's ranks, then among the ranks of the
 // same local index on every node.
+// Expert: a MoE model's expert-parallel group, expert_parallel consecutive data-parallel ranks
+// (DeepSpeed's _create_expert_and_data_parallel); ExpertData: the data-parallel ranks holding the
+// same experts, expert_parallel apart, over which the expert parameters' ZeRO runs.
 enum class ProcessGroup : std::uint8_t {
   Data,
   Tensor,
@@ -91,7 +98,9 @@ enum class ProcessGroup : std::uint8_t {
   Replicate,
   Secondary,
   NodeLocal,
-  CrossNode
+  CrossNode,
+  Expert,
+  ExpertData
 };
 const char* to_string(ProcessGroup group);
 
@@ -114,7 +123,8 @@ enum class OpKind : std::uint8_t {
   LossScaleUpdate,
   Send,  // pipeline: activations (forward) or their gradients (backward) to the neighbouring stage
   Recv,  // pipeline: the matching receive; waits for the neighbour's send
-  AllToAll,  // ZeRO++ qgZ: quantized gradient slices exchanged (each rank sends 1/N to each)
+  AllToAll,  // each rank sends 1/N of its buffer to each: ZeRO++ qgZ's quantized gradient
+             // slices, a MoE layer's dispatched tokens and their combine (expert parallelism)
 };
 inline constexpr int kOpKindCount = 19;
 
@@ -237,8 +247,11 @@ struct ScheduleContext {
   int hpz_group = 0;       // ZeRO++ hpZ: ranks of a secondary partition group (0: off)
   bool quantized_weights = false;    // ZeRO++ qwZ
   bool quantized_gradients = false;  // ZeRO++ qgZ
+  int expert_parallel = 1;           // ranks of an EP group (1: none)
 
   ZeroStage zero_stage() const { return {stage}; }
+  // Ranks of the expert-data-parallel group: the data-parallel ranks holding the same experts.
+  int expert_data_parallel() const { return dp_size / std::max(1, expert_parallel); }
   // Ranks of the job on one node (they share its CPU memory and NVMe).
   int ranks_per_node() const;
   // Ranks of one data-parallel group on one node (TP innermost: gpus_per_node / tensor_parallel).

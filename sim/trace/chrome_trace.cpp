@@ -19,9 +19,9 @@ constexpr double kMicroseconds = 1e6;
 int stream_tid(const std::string& stream) {
   static const std::map<std::string, int> ids = {{"compute", 1}, {"collective", 2}, {"h2d", 3},
                                                  {"d2h", 4},     {"nvme", 5},       {"cpu", 6},
-                                                 {"tp", 7},      {"pp", 8}};
+                                                 {"tp", 7},      {"pp", 8},         {"ep", 9}};
   const auto it = ids.find(stream);
-  return it == ids.end() ? 9 : it->second;
+  return it == ids.end() ? 10 : it->second;
 }
 
 std::string event_name(const TraceOp& op) {
@@ -34,7 +34,8 @@ void add_metadata(json& events, const Trace& trace) {
                       {"args", {{"name", "rank " + std::to_string(rank)}}}});
     events.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", rank}, {"tid", 0},
                       {"args", {{"sort_index", rank}}}});
-    for (const char* stream : {"compute", "collective", "h2d", "d2h", "nvme", "cpu", "tp", "pp"}) {
+    for (const char* stream :
+         {"compute", "collective", "h2d", "d2h", "nvme", "cpu", "tp", "pp", "ep"}) {
       events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", rank}, {"tid", stream_tid(stream)},
                         {"args", {{"name", stream}}}});
     }

@@ -279,6 +279,34 @@ TEST(Cli, SweepSearchPointsAgreeWithTraceOfTheSameLayout) {
   expect_invalid("sweep " + model + " --jobs 0", "--jobs");
 }
 
+// A mixture-of-experts model's EP search: the fastest point, traced again from its flags, has the
+// same step time and GPU peak (the sweep's request and the CLI's are built apart).
+TEST(Cli, SweepExpertParallelPointAgreesWithTrace) {
+  const std::string model = "--model " + data("hf/Mixtral-8x7B-v0.1.json") +
+                            " --gpus 64 --cluster dgx-h100 --precision bf16 --seq-len 4096";
+  const Result sweep = run("sweep " + model +
+                               " --train-batch 128 --ep-sizes 2,4,8 --stages 1,2 "
+                               "--optimizer-offloads none --param-offloads none --checkpointing on "
+                               "--json",
+                           false);
+  ASSERT_EQ(sweep.exit_code, 0) << sweep.output;
+  const auto best = nlohmann::json::parse(sweep.out).at("results").at(0);
+  ASSERT_TRUE(best.at("fits").get<bool>());
+  EXPECT_GT(best.at("expert_parallel").get<int>(), 1);
+  const std::string flags =
+      " --ep " + best.at("expert_parallel").dump() + " --stage " + best.at("stage").dump() +
+      " --micro-batch " + best.at("train_micro_batch_size_per_gpu").dump() + " --grad-accum " +
+      best.at("gradient_accumulation_steps").dump() + " --activation-checkpointing true";
+  const std::string trace = testing::TempDir() + "/moe-searched.json";
+  const Result traced = run("trace " + model + flags + " -o " + quote(trace));
+  ASSERT_EQ(traced.exit_code, 0) << traced.output;
+  std::ifstream trace_file(trace);
+  const auto summary = nlohmann::json::parse(trace_file).at("summary");
+  EXPECT_NEAR(summary.at("step_time_s").get<double>(), best.at("step_time_s").get<double>(),
+              1e-9 * best.at("step_time_s").get<double>());
+  EXPECT_EQ(summary.at("peak_bytes").at("gpu"), best.at("peak_bytes").at("gpu"));
+}
+
 TEST(Cli, SweepTableCsvProgressAndErrors) {
   const std::string base = "sweep --model gpt2-1.5b --gpus 8 --train-batch 64";
   const Result table = run(base + " --top 3");

@@ -8,6 +8,7 @@
 #include <string>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "cli_test_support.hpp"
 
@@ -19,6 +20,10 @@ using zerolens::cli_testing::run;
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
+}
+
+std::string data_path(const std::string& name) {
+  return quote(std::string(ZEROLENS_TEST_DATA) + "/" + name);
 }
 
 TEST(CliMessages, IntegerFlagsSayWhatTheyExpectInOneLine) {
@@ -166,6 +171,43 @@ TEST(CliMessages, TensorParallelIsPlannedAndTheExecutorSaysItDoesNotRunIt) {
   EXPECT_EQ(executor.exit_code, 2) << executor.output;
   EXPECT_TRUE(contains(executor.output, "--tp: the executor runs data parallelism only"))
       << executor.output;
+}
+
+// Expert parallelism of a MoE model (issue 21) through the binary: the EP group's exchanges and the
+// expert-data-parallel group's reductions listed by group, the capacity named, the refusals named.
+// Mixtral on 64 H100s, EP 8, 4096 tokens a micro-step: capacity 4096 / 8 x 2 = 1024, a bf16
+// [8, 1024, 4096] buffer of 67,108,864 bytes, 6 exchanges a block with checkpointing (forward,
+// recompute, backward), 192 in 32 blocks: 12,884,901,888 bytes.
+TEST(CliMessages, ExpertParallelIsPlannedByGroupAndRefusalsNamed) {
+  const std::string mixtral = "-m " + data_path("hf/Mixtral-8x7B-v0.1.json") +
+                              " -p bf16 --gpus 64 --cluster dgx-h100 -b 1 --seq-len 4096 "
+                              "--activation-checkpointing true";
+  const Result plan = run("plan " + mixtral + " -s 2 --ep 8");
+  EXPECT_EQ(plan.exit_code, 0) << plan.output;
+  for (const char* text :
+       {"all_to_all             ep 8    192", "reduce_scatter  expert-dp 8",
+        "data parallel 64 with expert parallel 8", "12.88B parameters active per token",
+        "1024 tokens per expert per micro-step"})
+    EXPECT_TRUE(contains(plan.output, text)) << text << "\n" << plan.output;
+  const Result json = run("plan " + mixtral + " -s 2 --ep 8 --json", false);
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  const auto document = nlohmann::json::parse(json.out);
+  EXPECT_EQ(document.at("moe").at("capacity"), 1024);
+  EXPECT_EQ(document.at("comm").at("expert_parallel_collectives").at("all_to_all").at("bytes"),
+            std::int64_t(192) * 67'108'864);
+  const Result stage3 = run("plan " + mixtral + " -s 3 --ep 8");
+  EXPECT_EQ(stage3.exit_code, 2) << stage3.output;
+  EXPECT_TRUE(contains(stage3.output, "moe.ep_size: DeepSpeed's MoE layers run with ZeRO stage"))
+      << stage3.output;
+  const Result dense = run("plan -m gpt2-124m --gpus 8 --ep 2");
+  EXPECT_EQ(dense.exit_code, 2) << dense.output;
+  EXPECT_TRUE(contains(dense.output, "--ep: expert parallelism splits")) << dense.output;
+  const Result uneven = run("plan " + mixtral + " -s 2 --ep 3");
+  EXPECT_EQ(uneven.exit_code, 2) << uneven.output;
+  EXPECT_TRUE(contains(uneven.output, "num_experts % ep_size == 0")) << uneven.output;
+  const Result executor = run("run -m gpt2-tiny --gpus 2 --ep 2 --steps 1");
+  EXPECT_EQ(executor.exit_code, 2) << executor.output;
+  EXPECT_TRUE(contains(executor.output, "--ep")) << executor.output;
 }
 
 // run and validate list only the flags the executor runs; the others still reach their refusal.
