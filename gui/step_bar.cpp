@@ -45,10 +45,41 @@ StepBar::StepBar(Session& session, QWidget* parent) : QWidget(parent), session_(
   layout->addWidget(caption_);
   connect(slider_, &QSlider::valueChanged, this, [this](int value) { session_.set_step(value); });
   connect(&session_, &Session::stepChanged, this, &StepBar::sync);
-  connect(&session_, &Session::planChanged, this, &StepBar::sync);
+  connect(&session_, &Session::planChanged, this, &StepBar::sync_seed_steps);
   connect(&session_, &Session::rankChanged, this, &StepBar::sync);
   connect(&timer_, &QTimer::timeout, this, &StepBar::advance);
+  sync_seed_steps();
+}
+
+void StepBar::sync_seed_steps() {
+  seed_steps_ = session_.planned() ? zerolens::gui::seed_steps(session_.planned()->plan)
+                                   : std::vector<SeedStep>{};
+  seed_step_ = 0;
+  {
+    const QSignalBlocker block(seed_);
+    seed_->clear();
+    seed_->addItem("Seed step");
+    for (const SeedStep& step : seed_steps_) {
+      seed_->addItem(QString("Seed step %1").arg(step.number));
+      seed_->setItemData(seed_->count() - 1, QString::fromStdString(seed_step_caption(step)),
+                         Qt::ToolTipRole);
+    }
+  }
+  seed_->setEnabled(!seed_steps_.empty());
+  seed_->setToolTip(seed_steps_.empty()
+                        ? "The seed walkthrough's 27 steps map onto a ZeRO-3 schedule (the 4-GPU "
+                          "walkthrough): this plan gathers no parameters"
+                        : "The seed walkthrough's 27 steps (\"Visualize ZeRO-DP\"), each an op of "
+                          "this step or the state before its first op, with the seed's caption");
   sync();
+}
+
+bool StepBar::show_seed_step(int number) {
+  if (number < 1 || number > int(seed_steps_.size())) return false;
+  seed_step_ = number;
+  session_.set_step(seed_steps_[std::size_t(number - 1)].op);
+  sync();
+  return true;
 }
 
 QWidget* StepBar::make_buttons() {
@@ -74,8 +105,13 @@ QWidget* StepBar::make_buttons() {
     menu->addAction(to_string(m), this, [this, m] { jump_to(m); });
   }
   jump_->setMenu(menu);
+  seed_ = new QComboBox(box);
+  seed_->setFocusPolicy(Qt::NoFocus);
+  connect(seed_, &QComboBox::activated, this, [this](int index) {
+    if (index > 0) show_seed_step(index);
+  });
   for (QWidget* w :
-       std::initializer_list<QWidget*>{start, back, play_, forward, end, speed_, jump_})
+       std::initializer_list<QWidget*>{start, back, play_, forward, end, speed_, jump_, seed_})
     row->addWidget(w);
   connect(start, &QToolButton::clicked, this, [this] { session_.set_step(-1); });
   connect(back, &QToolButton::clicked, this, [this] { step_by(-1); });
@@ -143,7 +179,14 @@ void StepBar::sync() {
     caption_->setText({});
     return;
   }
+  // A seed step's caption stays while the cursor is on its op.
+  if (seed_step_ > 0 && seed_steps_[std::size_t(seed_step_ - 1)].op != session_.step())
+    seed_step_ = 0;
+  const QSignalBlocker block_seed(seed_);
+  seed_->setCurrentIndex(seed_step_);
   std::string caption = op_caption(*planned, session_.step(), session_.selected_rank());
+  if (seed_step_ > 0)
+    caption = seed_step_caption(seed_steps_[std::size_t(seed_step_ - 1)]) + "\n" + caption;
   if (session_.step() >= 0) {
     const std::string reason =
         op_reason(planned->plan.schedule, std::size_t(session_.step()), planned->plan.rank_model);
