@@ -28,6 +28,15 @@ TimelineView::TimelineView(Session& session, QWidget* parent)
   setAlignment(Qt::AlignLeft | Qt::AlignTop);
   setBackgroundBrush(Qt::white);
   connect(&session_, &Session::stepChanged, this, &TimelineView::show_step);
+  connect(horizontalScrollBar(), &QScrollBar::valueChanged, this, &TimelineView::pin_labels);
+  connect(&session_, &Session::rankChanged, this, [this] {
+    const Planned* planned = session_.planned();
+    if (planned && planned->plan.schedule.context.tensor_parallel > 1) request_rebuild();
+  });
+}
+
+void TimelineView::pin_labels() {
+  pin_row_labels(items_, mapToScene(viewport()->rect().topLeft()).x());
 }
 
 void TimelineView::request_rebuild() {
@@ -56,21 +65,29 @@ void TimelineView::set_use_loaded(bool use_loaded) {
 void TimelineView::rebuild() {
   dirty_ = false;
   highlighted_.clear();
+  items_ = {};  // the scene is cleared next: no stale item is moved while the scroll range changes
   const Trace* trace = shown_trace();
   if (!trace) {
     scene_.clear();
-    items_ = {};
     return;
   }
   const double end = std::max(trace_end_time(*trace), 1e-9);
   TimelineGeometry geometry;
   geometry.max_ranks = max_ranks_;
+  if (const Planned* planned = session_.planned();
+      planned && planned->plan.schedule.context.tensor_parallel > 1) {
+    // The selected rank's data-parallel group, as the rank view draws it; longer row names.
+    geometry.tp_size = planned->plan.schedule.context.tensor_parallel;
+    geometry.tp_index = session_.selected_rank() % geometry.tp_size;
+    geometry.label_width = 215;
+  }
   built_width_ = viewport()->width();
   const double width = std::max(200.0, double(built_width_) - geometry.label_width - 30);
   geometry.pixels_per_second = std::min(width * zoom_, kMaxSceneWidth) / end;
   items_ = build_timeline_scene(scene_, *trace, geometry);
   apply_filter();
   show_step();
+  pin_labels();
 }
 
 void TimelineView::set_filter(const QString& text) {
@@ -135,9 +152,11 @@ void TimelineView::show_step() {
   line.setP1({first.left(), line.y1()});
   line.setP2({first.left(), line.y2()});
   items_.cursor->setLine(line);
-  // Scroll sideways only: the rows and the time axis stay where the user put them.
+  // Scroll sideways only: the rows and the time axis stay where the user put them; the op clear
+  // of the row labels' column.
   const QRectF visible = mapToScene(viewport()->rect()).boundingRect();
-  ensureVisible(QRectF(first.left(), visible.top() + 1, first.width(), 1), 80, 0);
+  ensureVisible(QRectF(first.left(), visible.top() + 1, first.width(), 1),
+                int(items_.label_width) + 40, 0);
 }
 
 void TimelineView::set_max_ranks(int ranks) {
@@ -161,6 +180,8 @@ void TimelineView::fit() {
 
 void TimelineView::mousePressEvent(QMouseEvent* event) {
   for (QGraphicsItem* item : items(event->position().toPoint())) {
+    // The row labels' column hides the ops under it.
+    if (item == items_.row_labels || item->parentItem() == items_.row_labels) break;
     QGraphicsItem* op =
         item->data(item_key::Role).toInt() == int(ItemRole::Op) ? item : item->parentItem();
     if (op && op->data(item_key::Role).toInt() == int(ItemRole::Op)) {

@@ -47,6 +47,7 @@ class TimelineView : public QGraphicsView {
   void rebuild();
   void show_step();
   void apply_filter();
+  void pin_labels();  // the row labels at the left edge of what is shown
   Session& session_;
   QGraphicsScene scene_;
   TimelineItems items_;

@@ -9,6 +9,7 @@
 #include <QImage>
 #include <QProcess>
 #include <QRegularExpression>
+#include <QTest>
 
 #include <map>
 #include <set>
@@ -170,6 +171,37 @@ TEST(TensorParallel, ARankOfAnyGroupCanBeSelected) {
   EXPECT_EQ(session.selected_rank(), 7);
   session.select_rank(12);
   EXPECT_EQ(session.selected_rank(), 7);
+}
+
+// A TP trace's ranks are a data-parallel group: the timeline's rows name the global ranks of the
+// selected rank's TP index (rank 5 of TP 2 x DP 4 is tp 1 of dp 2: its group is ranks 1, 3, 5, 7)
+// with their coordinates, as the rank view does; the tooltips too.
+TEST(TensorParallel, TimelineRowsNameGlobalRanksAndTheirCoordinates) {
+  MainWindow window(tp_settings(), false);
+  window.resize(1400, 900);
+  window.show_view(View::Timeline);
+  window.show();
+  ASSERT_TRUE(QTest::qWaitForWindowExposed(&window));
+  window.session().select_rank(5);
+  window.timeline().ranks().setValue(4);
+  TimelineView& view = window.timeline().view();
+  std::vector<QString> compute_rows;
+  for (const QString& row : view.timeline_items().rows)
+    if (row.endsWith(" compute")) compute_rows.push_back(row);
+  EXPECT_EQ(compute_rows,
+            (std::vector<QString>{"rank 1 (tp 1, dp 0) compute", "rank 3 (tp 1, dp 1) compute",
+                                  "rank 5 (tp 1, dp 2) compute", "rank 7 (tp 1, dp 3) compute"}));
+  for (const auto& [index, items] : view.timeline_items().by_index)
+    for (auto* item : items)
+      if (item->data(item_key::Ops).toInt() == 1 && item->data(item_key::Rank).toInt() == 2) {
+        EXPECT_TRUE(item->toolTip().contains("rank 5 (tp 1, dp 2)"))
+            << item->toolTip().toStdString();
+      }
+  // Labels fit their column.
+  for (QGraphicsItem* label : items_with_role(*view.scene(), ItemRole::RowLabel))
+    EXPECT_LT(label->sceneBoundingRect().right(), view.timeline_items().label_width - 4);
+  window.session().select_rank(0);
+  EXPECT_EQ(view.timeline_items().rows.front(), "rank 0 (tp 0, dp 0) compute");
 }
 
 TEST(TensorParallel, TimelineGivesTheTpStreamItsOwnRowInItsColour) {

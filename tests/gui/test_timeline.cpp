@@ -143,6 +143,33 @@ TEST(Timeline, FilterKeysAndRanksShown) {
   EXPECT_GT(view.max_ranks(), 1);
 }
 
+// The rows' names stay at the left edge when the chart scrolls sideways (Perfetto's track names),
+// on an opaque column drawn over the ops.
+TEST(Timeline, RowLabelsStayInViewWhenTheChartScrolls) {
+  MainWindow window(testing::llama_on_64(OffloadDevice::Cpu, OffloadDevice::None), false);
+  window.resize(1400, 900);
+  window.show_view(View::Timeline);
+  window.show();
+  ASSERT_TRUE(QTest::qWaitForWindowExposed(&window));
+  TimelineView& view = window.timeline().view();
+  view.zoom(8);
+  QScrollBar& bar = *view.horizontalScrollBar();
+  for (const int value : {bar.maximum(), bar.maximum() / 2, 0}) {
+    bar.setValue(value);
+    const QRectF visible = view.mapToScene(view.viewport()->rect()).boundingRect();
+    const auto labels = items_with_role(*view.scene(), ItemRole::RowLabel);
+    ASSERT_EQ(labels.size(), view.timeline_items().rows.size());
+    for (QGraphicsItem* label : labels) {
+      const QRectF box = label->sceneBoundingRect();
+      EXPECT_TRUE(visible.contains(box)) << "scrolled to " << value << ": label at " << box.left()
+                                         << ", view from " << visible.left();
+      EXPECT_LT(box.left() - visible.left(), 20);
+      EXPECT_GT(label->topLevelItem()->zValue(), 2) << "over the ops (the cursor's op: 2)";
+    }
+  }
+  EXPECT_GT(bar.maximum(), 1000) << "zoomed in: the chart is wider than the view";
+}
+
 // The step bar says why the op at the cursor happens (sim's op_reason), under what it does.
 TEST(StepBar, SaysWhyTheOpHappens) {
   MainWindow window(walkthrough_settings(), false);
