@@ -21,6 +21,10 @@ constexpr double kGpuWidth = 60;
 constexpr double kSideWidth = 32;
 constexpr double kBarGap = 6;
 constexpr double kColumnGap = 30;
+// Zoomed to the peak with the capacity above it: the bar keeps this strip above the step's peak
+// for the capacity's note (its first line) and a "freed" label over what the op freed (the second),
+// so the note never lies on the blocks.
+constexpr double kCapacityStrip = 26;
 
 // Bottom to top: fixed overhead, model states, activations, then the transient buffers, so what an
 // op allocates or frees shows at the top of the stack.
@@ -87,7 +91,9 @@ void fill_scale(RankLayout& layout, const Planned& planned, const RankViewOption
     layout.devices[i] = d == int(Device::Gpu) || peak[i] > 0;
     const Bytes range =
         options.scale == ScaleMode::Capacity ? std::max(layout.capacity[i], peak[i]) : peak[i];
-    layout.pixels_per_byte[i] = range > 0 ? options.bar_height / double(range) : 0;
+    const bool capacity_off_bar = options.scale == ScaleMode::Peak && layout.capacity[i] > peak[i];
+    const double height = options.bar_height - (capacity_off_bar ? kCapacityStrip : 0);
+    layout.pixels_per_byte[i] = range > 0 ? height / double(range) : 0;
   }
   layout.bar_height = options.bar_height;
 }
@@ -242,11 +248,13 @@ void add_capacity(Drawing& dr, const ColumnGeometry& column, Device d) {
   QGraphicsItem* item = nullptr;
   if (y >= bar.top() - 0.5) {
     item = dr.scene.addLine(bar.left() - 3, y, bar.right() + 3, y, pen);
-  } else {  // zoomed to the peak: the capacity is above the bar
+  } else {  // zoomed to the peak: the capacity is above the bar, noted in the strip over the peak
     const std::string text =
-        bar.width() >= kGpuWidth ? "capacity\n" + human_bytes(capacity) + " \u2191" : "cap\n\u2191";
-    item = add_text(dr.scene, QString::fromStdString(text), QPointF(bar.left() + 6, bar.top() + 1),
-                    6, QColor(0xd62728));
+        bar.width() >= kGpuWidth ? "cap " + human_bytes(capacity) + " \u2191" : "cap \u2191";
+    auto* note =
+        add_text(dr.scene, QString::fromStdString(text), bar.topLeft(), 6, QColor(0xd62728));
+    note->setPos(bar.center().x() - note->boundingRect().width() / 2, bar.top() + 1);
+    item = note;
   }
   tag(item, ItemRole::Capacity, column.rank, d, -1, kNoOwner, capacity);
   item->setToolTip(QString::fromStdString("capacity " + human_bytes(capacity)));
