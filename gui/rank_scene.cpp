@@ -21,10 +21,6 @@ constexpr double kGpuWidth = 60;
 constexpr double kSideWidth = 32;
 constexpr double kBarGap = 6;
 constexpr double kColumnGap = 30;
-// Zoomed to the peak with the capacity above it: the bar keeps this strip above the step's peak
-// for the capacity's note (its first line) and a "freed" label over what the op freed (the second),
-// so the note never lies on the blocks.
-constexpr double kCapacityStrip = 26;
 
 // Bottom to top: fixed overhead, model states, activations, then the transient buffers, so what an
 // op allocates or frees shows at the top of the stack.
@@ -92,7 +88,7 @@ void fill_scale(RankLayout& layout, const Planned& planned, const RankViewOption
     const Bytes range =
         options.scale == ScaleMode::Capacity ? std::max(layout.capacity[i], peak[i]) : peak[i];
     const bool capacity_off_bar = options.scale == ScaleMode::Peak && layout.capacity[i] > peak[i];
-    const double height = options.bar_height - (capacity_off_bar ? kCapacityStrip : 0);
+    const double height = options.bar_height - (capacity_off_bar ? kCapacityNoteStrip : 0);
     layout.pixels_per_byte[i] = range > 0 ? height / double(range) : 0;
   }
   layout.bar_height = options.bar_height;
