@@ -131,7 +131,7 @@ void MainWindow::update_title() {
   if (!parallel.isEmpty()) parallel = " (" + parallel + QString("data parallel %1)").arg(c.dp_size);
   setWindowTitle(QString("zerolens-gui: %1 on %2 x %3%4, ZeRO stage %5")
                      .arg(QString::fromStdString(planned->plan.request.model.name))
-                     .arg(session_.world_size())
+                     .arg(session_.job_gpus())
                      .arg(QString::fromStdString(planned->plan.request.cluster.gpu.name))
                      .arg(parallel)
                      .arg(c.stage));

@@ -336,14 +336,22 @@ void set_subgroup(RankLayout& layout, const Op& op, int selected_dp) {
 
 std::string run_title(const Plan& plan) {
   const ScheduleContext& c = plan.schedule.context;
+  // Every GPU of the job: data x tensor x pipeline parallel.
+  const std::int64_t gpus =
+      std::int64_t(c.dp_size) * std::max(1, c.tensor_parallel) * std::max(1, c.pipeline_parallel);
   std::string title =
       plan.request.model.name + " (" + format_count(double(plan.request.model.parameter_count())) +
-      " parameters) on " + std::to_string(std::int64_t(c.dp_size) * c.tensor_parallel) + " x " +
-      plan.request.cluster.gpu.name;
-  if (c.tensor_parallel > 1) {
+      " parameters) on " + std::to_string(gpus) + " x " + plan.request.cluster.gpu.name;
+  if (c.tensor_parallel > 1 || c.pipeline_parallel > 1) {
     // Short: the legend spells the groups out.
-    title += " (TP " + std::to_string(c.tensor_parallel) + (c.sequence_parallel ? " with SP" : "") +
-             " x DP " + std::to_string(c.dp_size) + ")";
+    title += " (";
+    if (c.tensor_parallel > 1)
+      title += "TP " + std::to_string(c.tensor_parallel) + (c.sequence_parallel ? " with SP" : "") +
+               " x ";
+    if (c.pipeline_parallel > 1)
+      title += "PP " + std::to_string(c.pipeline_parallel) + " (stage " +
+               std::to_string(c.pipeline_stage) + " shown) x ";
+    title += "DP " + std::to_string(c.dp_size) + ")";
   }
   title += ", " + c.zero_stage().description();
   if (c.optimizer_device != OffloadDevice::None)

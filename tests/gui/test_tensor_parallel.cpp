@@ -44,6 +44,16 @@ Settings tp_settings(bool sequence_parallel = false) {
   return settings;
 }
 
+// The rank view's title line (the run: model, GPUs, groups, stage).
+QString rank_view_title(const Planned& planned) {
+  QGraphicsScene scene;
+  build_rank_scene(scene, planned, -1, 0, RankViewOptions{});
+  for (QGraphicsItem* item : scene.items())
+    if (auto* text = dynamic_cast<QGraphicsSimpleTextItem*>(item))
+      if (text->text().contains(" parameters) on ")) return text->text();
+  return {};
+}
+
 std::int64_t first_collective(const Plan& plan, ProcessGroup group) {
   const auto& ops = plan.schedule.ops;
   for (std::size_t i = 0; i < ops.size(); ++i) {
@@ -279,10 +289,32 @@ TEST(TensorParallel, PipelineStagesFromTheFlagsAndThePanel) {
       << status.toStdString();
   EXPECT_TRUE(window.timeline().legend().text().contains("pipeline bubble"));
   EXPECT_EQ(window.config_panel().pipeline_parallel().value(), 4);
+  // The titles count every GPU of the job (they counted the data-parallel ranks: "on 2 x").
+  EXPECT_TRUE(window.windowTitle().contains("on 8 x")) << window.windowTitle().toStdString();
+  EXPECT_TRUE(window.windowTitle().contains("pipeline 4")) << window.windowTitle().toStdString();
+  EXPECT_TRUE(rank_view_title(*window.session().planned())
+                  .contains(QString("on 8 x A100-SXM4-80GB (PP 4 (stage %1 shown) x DP 2)")
+                                .arg(plan.pipeline_stage)))
+      << rank_view_title(*window.session().planned()).toStdString();
   window.config_panel().pipeline_parallel().setValue(2);
   EXPECT_EQ(window.session().planned()->plan.schedule.context.dp_size, 4);
   window.config_panel().pipeline_parallel().setValue(1);
   EXPECT_FALSE(window.config_panel().status().text().contains("Pipeline"));
+}
+
+// Pipeline stages from a DeepSpeed config count in the titles too.
+TEST(TensorParallel, PipelineStagesFromADeepSpeedConfigCountInTheTitles) {
+  const std::string path =
+      temp_file("pipeline_ds.json",
+                R"({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 4,
+          "pipeline": {"stages": 2}, "zero_optimization": {"stage": 1}})");
+  const CommandLine line =
+      parse_command_line(args({"--deepspeed-config", path.c_str(), "--gpus", "8"}));
+  MainWindow window(line.settings, false);
+  ASSERT_EQ(window.session().planned()->plan.schedule.context.pipeline_parallel, 2);
+  EXPECT_TRUE(window.windowTitle().contains("on 8 x")) << window.windowTitle().toStdString();
+  EXPECT_TRUE(rank_view_title(*window.session().planned()).contains(" on 8 x "))
+      << rank_view_title(*window.session().planned()).toStdString();
 }
 
 TEST(TensorParallel, PanelControlsReplan) {
