@@ -75,18 +75,40 @@ double nice_tick(double span) {
   return 10 * power;
 }
 
-void add_axis(QGraphicsScene& scene, const TimelineGeometry& g, double end_time, double height) {
-  if (!(end_time > 0)) return;
-  const TimeUnit unit = time_unit_for(end_time);
-  const double tick = nice_tick(end_time);
-  for (int i = 0; double(i) * tick <= end_time * 1.0001 && i <= 1000; ++i) {
-    const double x = g.label_width + double(i) * tick * g.pixels_per_second;
-    scene.addLine(x, kAxisHeight - 4, x, kAxisHeight + height, QPen(QColor(0xe0e0e0), 0));
+// Pixels between ticks, about: ticks follow the zoom (a tick every 2 s of a 19 s step at full
+// width, every 2 ms zoomed in a thousandfold).
+constexpr double kTickPixels = 100;
+
+}  // namespace
+
+void draw_time_axis(QGraphicsScene& scene, TimelineItems& items, double left, double right) {
+  for (QGraphicsItem* item : items.axis) delete item;
+  items.axis.clear();
+  const double pps = items.pixels_per_second;
+  if (!(items.end_time > 0) || !(pps > 0)) return;
+  const TimeUnit unit = time_unit_for(items.end_time);
+  const double tick = nice_tick(kTickPixels * 10 / pps);
+  // As many decimals as the tick needs in the axis's unit ("9.502 s").
+  const int decimals = std::clamp(int(std::ceil(-std::log10(tick * unit.per_second) - 1e-9)), 0, 9);
+  const double tick_pixels = tick * pps;
+  const auto first =
+      std::int64_t(std::max(0.0, std::floor((left - items.label_width) / tick_pixels)));
+  for (std::int64_t i = first;; ++i) {
+    const double seconds = double(i) * tick;
+    const double x = items.label_width + double(i) * tick_pixels;
+    if (x > right || seconds > items.end_time * 1.0001) break;
+    auto* line = scene.addLine(x, kAxisHeight - 4, x, kAxisHeight + items.rows_height,
+                               QPen(QColor(0xe0e0e0), 0));
+    line->setZValue(-1);  // under the ops
     auto* label = scene.addSimpleText(
-        QString("%1 %2").arg(double(i) * tick * unit.per_second, 0, 'g', 4).arg(unit.name));
+        QString("%1 %2").arg(seconds * unit.per_second, 0, 'f', decimals).arg(unit.name));
     label->setPos(x + 2, 4);
+    items.axis.push_back(line);
+    items.axis.push_back(label);
   }
 }
+
+namespace {
 
 QString op_tooltip(const TraceOp& op, const TimelineGeometry& g) {
   std::string text = op.kind + (op.layer_name.empty() ? "" : " " + op.layer_name) + " (op " +
@@ -305,7 +327,11 @@ TimelineItems build_timeline_scene(QGraphicsScene& scene, const Trace& trace,
   items.end_time = trace_end_time(trace);
   items.label_width = g.label_width;
   const double height = double(items.rows.size()) * g.row_height;
-  add_axis(scene, g, items.end_time, height);
+  items.pixels_per_second = g.pixels_per_second;
+  items.rows_height = height;
+  // The view redraws the ticks it shows as it scrolls (draw_time_axis); a scene on its own gets
+  // the first screens' worth.
+  draw_time_axis(scene, items, 0, g.label_width + 4000);
   for (std::size_t r = 0; r < items.rows.size(); ++r)
     add_row_band(scene, items.rows[r], r, g, items.end_time);
   std::map<int, std::vector<const TraceOp*>> row_ops;

@@ -35,12 +35,19 @@ struct TimelineItems {
   std::vector<QString> rows;  // "rank 0 compute", top to bottom
   double end_time = 0;        // seconds, the last op's end
   double label_width = 0;     // pixels left of the step's start (TimelineGeometry's)
+  double pixels_per_second = 0;
+  double rows_height = 0;            // pixels, all rows
+  std::vector<QGraphicsItem*> axis;  // the time axis's ticks and labels drawn now
   QGraphicsLineItem* cursor = nullptr;
   // The row names on an opaque column at the left, above the ops: the view keeps it at the left
   // edge of what it shows (pin_row_labels), as Perfetto keeps its track names.
   QGraphicsItem* row_labels = nullptr;
 };
 
+// The time axis's ticks and their labels between the scene's x `left` and `right` (what a view
+// shows), replacing those drawn before; a tick about every 100 pixels at any zoom, labelled with
+// the decimals it needs.
+void draw_time_axis(QGraphicsScene& scene, TimelineItems& items, double left, double right);
 // Moves the row labels' column to the scene's x `left` (the view's left edge).
 void pin_row_labels(const TimelineItems& items, double left);
 

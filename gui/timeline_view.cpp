@@ -36,7 +36,9 @@ TimelineView::TimelineView(Session& session, QWidget* parent)
 }
 
 void TimelineView::pin_labels() {
-  pin_row_labels(items_, mapToScene(viewport()->rect().topLeft()).x());
+  const QRectF visible = mapToScene(viewport()->rect()).boundingRect();
+  pin_row_labels(items_, visible.left());
+  draw_time_axis(scene_, items_, visible.left(), visible.right());
 }
 
 void TimelineView::request_rebuild() {
@@ -82,7 +84,8 @@ void TimelineView::rebuild() {
     geometry.label_width = 215;
   }
   built_width_ = viewport()->width();
-  const double width = std::max(200.0, double(built_width_) - geometry.label_width - 30);
+  // At zoom 1 the scene (the label column, the step and 40 pixels after it) fits the view.
+  const double width = std::max(200.0, double(built_width_) - geometry.label_width - 42);
   geometry.pixels_per_second = std::min(width * zoom_, kMaxSceneWidth) / end;
   items_ = build_timeline_scene(scene_, *trace, geometry);
   apply_filter();
@@ -96,6 +99,7 @@ void TimelineView::set_filter(const QString& text) {
 }
 
 void TimelineView::apply_filter() {
+  matches_.clear();
   const Trace* trace = shown_trace();
   if (!trace) return;
   std::unordered_map<std::int64_t, bool> matches;  // by schedule index
@@ -105,12 +109,24 @@ void TimelineView::apply_filter() {
                        QString::fromStdString(op.layer_name).contains(filter_, Qt::CaseInsensitive);
     matches[op.index] = matches[op.index] || match;
   }
+  if (!filter_.isEmpty()) {
+    for (const auto& [index, match] : matches)
+      if (match) matches_.push_back(index);
+    std::sort(matches_.begin(), matches_.end());
+  }
+  emit matchesChanged();
   for (const auto& [index, drawn] : items_.by_index)
     for (auto* item : drawn) item->setOpacity(matches[index] ? 1.0 : 0.15);
   // A merged item stays bright when any of its ops matches.
   for (const auto& [index, drawn] : items_.by_index)
     for (auto* item : drawn)
       if (matches[index]) item->setOpacity(1.0);
+}
+
+std::int64_t TimelineView::next_match(std::int64_t after) const {
+  if (matches_.empty()) return -1;
+  const auto next = std::upper_bound(matches_.begin(), matches_.end(), after);
+  return next == matches_.end() ? matches_.front() : *next;
 }
 
 void TimelineView::keyPressEvent(QKeyEvent* event) {
@@ -246,9 +262,18 @@ TimelinePage::TimelinePage(Session& session, QWidget* parent) : QWidget(parent),
   filter_->setPlaceholderText("filter: op kind or layer");
   filter_->setClearButtonEnabled(true);
   filter_->setToolTip(
-      "Ops whose kind or layer contains this stay, the others fade (all_gather, h.3, nvme, ...)");
+      "Ops whose kind or layer contains this stay, the others fade (all_gather, h.3, nvme, ...); "
+      "Enter moves the step cursor to the next one");
+  matches_ = new QLabel(this);
   connect(filter_, &QLineEdit::textChanged, view_, &TimelineView::set_filter);
+  connect(view_, &TimelineView::matchesChanged, this, &TimelinePage::show_matches);
+  // Enter: the step cursor (and the chart) to the next op the filter keeps.
+  connect(filter_, &QLineEdit::returnPressed, this, [this] {
+    const std::int64_t next = view_->next_match(session_.step());
+    if (next >= 0) session_.set_step(next);
+  });
   controls->addWidget(filter_);
+  controls->addWidget(matches_);
   controls->addWidget(source_);
   controls->addStretch();
   auto* layout = new QVBoxLayout(this);
@@ -262,6 +287,14 @@ TimelinePage::TimelinePage(Session& session, QWidget* parent) : QWidget(parent),
   connect(&session_, &Session::traceChanged, this, &TimelinePage::sync_source);
   connect(&session_, &Session::planChanged, this, &TimelinePage::sync_source);
   sync_source();
+}
+
+void TimelinePage::show_matches() {
+  const auto count = view_->matches().size();
+  matches_->setText(view_->filter().isEmpty() ? QString()
+                    : count == 0
+                        ? QString("no op matches")
+                        : QString("%1 op%2 (Enter: next)").arg(count).arg(count == 1 ? "" : "s"));
 }
 
 void TimelinePage::sync_source() {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <QGraphicsScene>
+#include <QGraphicsSimpleTextItem>
 #include <QScrollBar>
 #include <QTest>
 #include <map>
@@ -122,11 +123,25 @@ TEST(Timeline, FilterKeysAndRanksShown) {
   }
   EXPECT_GT(bright, 0);
   EXPECT_GT(faded, 0);
+  // It counts what it keeps, and Enter takes the cursor to the next of them.
+  std::vector<std::int64_t> gathers;
+  const auto& ops = window.session().planned()->plan.schedule.ops;
+  for (std::size_t i = 0; i < ops.size(); ++i)
+    if (ops[i].kind == OpKind::AllGather) gathers.push_back(std::int64_t(i));
+  EXPECT_EQ(window.timeline().filter_matches().text(),
+            QString("%1 ops (Enter: next)").arg(gathers.size()));
+  QTest::keyClick(&window.timeline().filter(), Qt::Key_Return);
+  EXPECT_EQ(window.session().step(), gathers[0]);
+  QTest::keyClick(&window.timeline().filter(), Qt::Key_Return);
+  EXPECT_EQ(window.session().step(), gathers[1]);
+  window.timeline().filter().setText("no such layer");
+  EXPECT_EQ(window.timeline().filter_matches().text(), "no op matches");
   window.timeline().filter().clear();
   view.setFocus();
   const double zoom = view.zoom_factor();
   QTest::keyClick(&view, Qt::Key_W);
   EXPECT_DOUBLE_EQ(view.zoom_factor(), zoom * 1.5);
+  view.horizontalScrollBar()->setValue(0);  // from the left edge: D pans right, A back
   const int before = view.horizontalScrollBar()->value();
   QTest::keyClick(&view, Qt::Key_D);
   EXPECT_GT(view.horizontalScrollBar()->value(), before);
@@ -166,6 +181,13 @@ TEST(Timeline, RowLabelsStayInViewWhenTheChartScrolls) {
       EXPECT_LT(box.left() - visible.left(), 20);
       EXPECT_GT(label->topLevelItem()->zValue(), 2) << "over the ops (the cursor's op: 2)";
     }
+    // The time axis ticks what is shown, a tick about every 100 pixels at this zoom too, each
+    // labelled apart.
+    std::set<QString> ticks;
+    for (QGraphicsItem* item : view.timeline_items().axis)
+      if (auto* text = dynamic_cast<QGraphicsSimpleTextItem*>(item))
+        if (visible.contains(text->sceneBoundingRect())) ticks.insert(text->text());
+    EXPECT_GE(ticks.size(), std::size_t(visible.width() / 200)) << "scrolled to " << value;
   }
   EXPECT_GT(bar.maximum(), 1000) << "zoomed in: the chart is wider than the view";
 }
