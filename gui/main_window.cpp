@@ -237,7 +237,8 @@ void MainWindow::make_menus() {
     QMessageBox::information(
         this, "Keys",
         "\u2190 / \u2192  previous / next op\nPage Up / Page Down  10 ops\nHome / End  before the "
-        "first op / last op\nSpace  play / pause\nCtrl + wheel on the timeline  zoom\n"
+        "first op / last op\nShift + \u2190 / \u2192  previous / next step of the seed's walkthrough\n"
+        "Space  play / pause\nCtrl + wheel or W / S on the timeline  zoom\nA / D  pan\n"
         "Click an op on the timeline  move the cursor there\nClick a rank column  describe as that "
         "rank");
   });

@@ -74,6 +74,40 @@ bool complete(const Moments& m) {
   return true;
 }
 
+// A few words per step for the step bar's menu, in the seed's order.
+const char* const kTitles[kSeedStepCount] = {"the GPUs and the model",
+                                             "split the data",
+                                             "the model's partitions",
+                                             "memory of the model states",
+                                             "16-bit parameters",
+                                             "16-bit gradients",
+                                             "fp32 copy and optimizer states",
+                                             "every state partitioned",
+                                             "ready for forward",
+                                             "forward starts",
+                                             "gather GPU 0's parameters",
+                                             "forward with them",
+                                             "delete the gathered copy",
+                                             "the next layers",
+                                             "the last layer",
+                                             "the loss",
+                                             "backward starts",
+                                             "gather for backward",
+                                             "gradients on every GPU",
+                                             "reduce to the owners",
+                                             "the next layers",
+                                             "the next bucket",
+                                             "every gradient reduced",
+                                             "update starts",
+                                             "update the fp32 partition",
+                                             "fp32 to 16-bit parameters",
+                                             "iteration completed"};
+
+std::vector<SeedStep> titled(std::vector<SeedStep> steps) {
+  for (SeedStep& step : steps) step.title = kTitles[step.number - 1];
+  return steps;
+}
+
 }  // namespace
 
 std::vector<SeedStep> seed_steps(const Plan& plan) {
@@ -95,7 +129,7 @@ std::vector<SeedStep> seed_steps(const Plan& plan) {
            plan.rank_model.layers[std::size_t(l)].kind == LayerKind::LmHead;
   };
   const std::string before = "Before the first op (the schedule has no op for this picture): ";
-  return {
+  return titled({
       {1, "", before + "the " + gpus + ", each training the model on its own data.", -1},
       {2, "Split the whole data into 4 equal parts for each GPU to process.",
        before + "each rank trains on its own micro-batch (micro-batch " +
@@ -201,12 +235,12 @@ std::vector<SeedStep> seed_steps(const Plan& plan) {
        m.update},
       {27, "Training Iteration is completed",
        "The step's last op; the next step starts from the updated partitions.", m.last},
-  };
+  });
 }
 
 std::string seed_step_caption(const SeedStep& step) {
-  std::string text =
-      "Seed step " + std::to_string(step.number) + " of " + std::to_string(kSeedStepCount) + ": ";
+  std::string text = "Seed step " + std::to_string(step.number) + " of " +
+                     std::to_string(kSeedStepCount) + " (" + step.title + "): ";
   text += step.seed_caption.empty() ? "(the seed's picture has no caption)" : step.seed_caption;
   return text + "\nIn zerolens: " + step.zerolens;
 }

@@ -22,12 +22,14 @@ struct SeedStep {
   std::string seed_caption;  // the seed's comment on the picture ("" where it has none)
   std::string zerolens;      // what the picture is in this schedule, in zerolens's words
   std::int64_t op = -1;      // where the cursor goes; -1: before the first op
+  std::string title;         // a few words for a menu: "gather GPU 0's parameters"
 };
 
 // The 27 steps in the seed's order (their ops never go back), or none when the schedule has no
 // gather in forward, no reduce-scatter in backward or no optimizer step (it is not ZeRO-3).
 std::vector<SeedStep> seed_steps(const Plan& plan);
-// "Seed step 11 of 27: Broadcasts model parameters of GPU 0 to other GPUs.\nIn zerolens: ..."
+// "Seed step 11 of 27 (gather GPU 0's parameters): Broadcasts model parameters of GPU 0 to other
+// GPUs.\nIn zerolens: ..."
 std::string seed_step_caption(const SeedStep& step);
 
 }  // namespace zerolens::gui

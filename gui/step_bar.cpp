@@ -1,10 +1,12 @@
 #include "gui/step_bar.hpp"
 
+#include <QAbstractItemView>
 #include <QHBoxLayout>
 #include <QMenu>
 #include <QShortcut>
 #include <QSignalBlocker>
 #include <QVBoxLayout>
+#include <algorithm>
 
 #include "gui/op_words.hpp"
 
@@ -55,12 +57,14 @@ void StepBar::sync_seed_steps() {
   seed_steps_ = session_.planned() ? zerolens::gui::seed_steps(session_.planned()->plan)
                                    : std::vector<SeedStep>{};
   seed_step_ = 0;
+  seed_mode_ = false;
   {
     const QSignalBlocker block(seed_);
     seed_->clear();
     seed_->addItem("Seed step");
     for (const SeedStep& step : seed_steps_) {
-      seed_->addItem(QString("Seed step %1").arg(step.number));
+      seed_->addItem(
+          QString("Seed step %1: %2").arg(step.number).arg(QString::fromStdString(step.title)));
       seed_->setItemData(seed_->count() - 1, QString::fromStdString(seed_step_caption(step)),
                          Qt::ToolTipRole);
     }
@@ -70,13 +74,16 @@ void StepBar::sync_seed_steps() {
                         ? "The seed walkthrough's 27 steps map onto a ZeRO-3 schedule (the 4-GPU "
                           "walkthrough): this plan gathers no parameters"
                         : "The seed walkthrough's 27 steps (\"Visualize ZeRO-DP\"), each an op of "
-                          "this step or the state before its first op, with the seed's caption");
+                          "this step or the state before its first op, with the seed's caption "
+                          "(Shift+\u2192 / Shift+\u2190: the next / previous one)");
+  seed_->view()->setMinimumWidth(seed_->view()->sizeHintForColumn(0) + 24);
   sync();
 }
 
 bool StepBar::show_seed_step(int number) {
   if (number < 1 || number > int(seed_steps_.size())) return false;
   seed_step_ = number;
+  seed_mode_ = true;
   session_.set_step(seed_steps_[std::size_t(number - 1)].op);
   sync();
   return true;
@@ -107,6 +114,9 @@ QWidget* StepBar::make_buttons() {
   jump_->setMenu(menu);
   seed_ = new QComboBox(box);
   seed_->setFocusPolicy(Qt::NoFocus);
+  // The menu is wide enough for its titles; the box itself stays narrow (the slider keeps room).
+  seed_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+  seed_->setMinimumContentsLength(13);
   connect(seed_, &QComboBox::activated, this, [this](int index) {
     if (index > 0) show_seed_step(index);
   });
@@ -132,11 +142,32 @@ void StepBar::install_shortcuts(QWidget& window) {
       {Qt::Key_PageUp, [this] { step_by(-10); }},
       {Qt::Key_Home, [this] { session_.set_step(-1); }},
       {Qt::Key_End, [this] { session_.set_step(session_.op_count() - 1); }},
-      {Qt::Key_Space, [this] { toggle_play(); }}};
+      {Qt::Key_Space, [this] { toggle_play(); }},
+      {QKeySequence(Qt::SHIFT | Qt::Key_Right), [this] { step_seed(1); }},
+      {QKeySequence(Qt::SHIFT | Qt::Key_Left), [this] { step_seed(-1); }}};
   for (const auto& [sequence, action] : keys) {
     auto* shortcut = new QShortcut(sequence, &window);
     connect(shortcut, &QShortcut::activated, this, action);
   }
+}
+
+void StepBar::step_seed(int direction) {
+  if (seed_steps_.empty()) return;
+  const std::int64_t at = session_.step();
+  int target = 0;
+  if (seed_step_ > 0) {
+    target = seed_step_ + direction;
+  } else if (direction > 0) {  // the first step after the cursor
+    for (const SeedStep& step : seed_steps_)
+      if (step.op > at) {
+        target = step.number;
+        break;
+      }
+  } else {  // the last step before it
+    for (const SeedStep& step : seed_steps_)
+      if (step.op < at) target = step.number;
+  }
+  show_seed_step(std::clamp(target, 1, kSeedStepCount));
 }
 
 void StepBar::step_by(std::int64_t delta) {
@@ -179,9 +210,17 @@ void StepBar::sync() {
     caption_->setText({});
     return;
   }
-  // A seed step's caption stays while the cursor is on its op.
+  // A seed step's caption stays while the cursor is on its op; once one was chosen, the cursor on
+  // another step's op shows that one's (the first of those on the op).
   if (seed_step_ > 0 && seed_steps_[std::size_t(seed_step_ - 1)].op != session_.step())
     seed_step_ = 0;
+  if (seed_mode_ && seed_step_ == 0) {
+    for (const SeedStep& step : seed_steps_)
+      if (step.op == session_.step()) {
+        seed_step_ = step.number;
+        break;
+      }
+  }
   const QSignalBlocker block_seed(seed_);
   seed_->setCurrentIndex(seed_step_);
   std::string caption = op_caption(*planned, session_.step(), session_.selected_rank());

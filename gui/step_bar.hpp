@@ -25,9 +25,12 @@ class StepBar : public QWidget {
   void step_by(std::int64_t delta);
   void jump_to(Moment moment);
   void toggle_play();
-  // Puts the cursor on the seed's step `number` (1-27) and shows its caption until the cursor
-  // moves elsewhere; false when the plan has no such steps (it is not ZeRO-3).
+  // Puts the cursor on the seed's step `number` (1-27) and shows its caption; false when the plan
+  // has no such steps (it is not ZeRO-3). From then on, until the plan changes, the cursor on an
+  // op of a seed step shows that step's caption.
   bool show_seed_step(int number);
+  // The next or previous seed step from the cursor (Shift+Right, Shift+Left).
+  void step_seed(int direction);
   int seed_step() const { return seed_step_; }  // 0: none shown
   const std::vector<SeedStep>& seed_steps() const { return seed_steps_; }
   QComboBox& seed_selector() { return *seed_; }
@@ -51,6 +54,7 @@ class StepBar : public QWidget {
   QComboBox* seed_;
   std::vector<SeedStep> seed_steps_;  // of the current plan
   int seed_step_ = 0;
+  bool seed_mode_ = false;  // a seed step was chosen for this plan
   QTimer timer_;
 };
 

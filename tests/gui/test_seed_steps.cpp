@@ -5,6 +5,8 @@
 // with the seed's caption, and --rank describes the step as another rank.
 #include <gtest/gtest.h>
 
+#include <QTest>
+#include <algorithm>
 #include <optional>
 #include <set>
 
@@ -127,7 +129,9 @@ TEST(SeedSteps, StepBarShowsTheSeedsCaptionUntilTheCursorMoves) {
   EXPECT_EQ(bar.seed_selector().count(), kSeedStepCount + 1);  // and the "Seed step" title
   ASSERT_TRUE(bar.show_seed_step(11));
   EXPECT_EQ(window.session().step(), 0);
-  EXPECT_TRUE(bar.caption().contains("Seed step 11 of 27: Broadcasts model parameters of GPU 0"));
+  EXPECT_TRUE(bar.caption().contains(
+      "Seed step 11 of 27 (gather GPU 0's parameters): Broadcasts model parameters of GPU 0"));
+  EXPECT_EQ(bar.seed_selector().itemText(11), "Seed step 11: gather GPU 0's parameters");
   EXPECT_TRUE(bar.caption().contains("op 1 of"));
   EXPECT_EQ(bar.seed_selector().currentIndex(), 11);
   // Steps 1-10 all sit before the first op: each still shows its own caption.
@@ -136,9 +140,33 @@ TEST(SeedSteps, StepBarShowsTheSeedsCaptionUntilTheCursorMoves) {
   EXPECT_TRUE(bar.caption().contains("Split the whole data into 4 equal parts"));
   ASSERT_TRUE(bar.show_seed_step(7));
   EXPECT_TRUE(bar.caption().contains("fp32 copy of the parameters"));
-  bar.step_by(1);
+  // Once a seed step was chosen, stepping onto another step's op shows that step (op 3 is step
+  // 13's release), and off them none.
+  const auto op_of = [&](int number) { return bar.seed_steps()[std::size_t(number - 1)].op; };
+  window.session().set_step(op_of(13));
+  EXPECT_TRUE(bar.caption().contains("Seed step 13 of 27")) << bar.caption().toStdString();
+  EXPECT_EQ(bar.seed_selector().currentIndex(), 13);
+  std::int64_t off = 0;
+  while (std::any_of(bar.seed_steps().begin(), bar.seed_steps().end(),
+                     [&](const SeedStep& step) { return step.op == off; }))
+    ++off;
+  window.session().set_step(off);
   EXPECT_FALSE(bar.caption().contains("Seed step"));
   EXPECT_EQ(bar.seed_selector().currentIndex(), 0);
+  // Shift+Right and Shift+Left: the next and the previous step, from a step or from the cursor.
+  window.show();
+  ASSERT_TRUE(QTest::qWaitForWindowActive(&window));
+  QTest::keyClick(&window, Qt::Key_Right, Qt::ShiftModifier);
+  ASSERT_GT(bar.seed_step(), 1);
+  EXPECT_GT(op_of(bar.seed_step()), off);
+  EXPECT_LE(op_of(bar.seed_step() - 1), off) << "the first step after the cursor";
+  bar.show_seed_step(20);
+  QTest::keyClick(&window, Qt::Key_Right, Qt::ShiftModifier);
+  EXPECT_EQ(bar.seed_step(), 21);
+  EXPECT_EQ(window.session().step(), op_of(21));
+  QTest::keyClick(&window, Qt::Key_Left, Qt::ShiftModifier);
+  QTest::keyClick(&window, Qt::Key_Left, Qt::ShiftModifier);
+  EXPECT_EQ(bar.seed_step(), 19);
 }
 
 TEST(SeedSteps, CommandLinePlacesTheCursorAndTheRank) {
