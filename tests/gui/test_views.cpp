@@ -2,8 +2,10 @@
 // holds: blocks per device in use, every op of the trace on the timeline, one memory chart per
 // device in use, the collectives, and one bar per variant with the current one marked.
 #include <gtest/gtest.h>
+#include <QApplication>
 #include <QBarCategoryAxis>
 #include <QChart>
+#include <QGraphicsTextItem>
 #include <QLineSeries>
 #include <QSet>
 #include <QTest>
@@ -73,6 +75,29 @@ void expect_compare(MainWindow& window, const Plan& plan) {
   ASSERT_EQ(axes.size(), 1);
   const QStringList labels = static_cast<QBarCategoryAxis*>(axes.front())->categories();
   EXPECT_EQ(labels.filter(QString::fromUtf8("\u25b6")).size(), 1);
+}
+
+// The Compare tab's two smaller charts name each variant (Qt Charts drew every label of their
+// column as "..." in a 1400 x 880 window: too tall for the rows; they get short labels, a smaller
+// font and the room of even rows).
+TEST(Views, CompareChartsNameEveryVariant) {
+  MainWindow window(testing::llama_on_64(OffloadDevice::None, OffloadDevice::None), false);
+  window.resize(1400, 880);
+  window.show_view(View::Compare);
+  window.show();
+  ASSERT_TRUE(QTest::qWaitForWindowExposed(&window));
+  QApplication::processEvents();
+  EXPECT_EQ(short_variant_label("ZeRO-3 + opt:nvme + param:nvme"), "Z3 o:nvme p:nvme");
+  for (QChartView* view : {&window.compare().host(), &window.compare().traffic()}) {
+    QStringList drawn;
+    for (QGraphicsItem* item : view->scene()->items())
+      if (auto* text = dynamic_cast<QGraphicsTextItem*>(item)) drawn << text->toPlainText();
+    for (const Variant& variant : standard_variants()) {
+      const QString label = short_variant_label(variant.label);
+      EXPECT_TRUE(drawn.contains(label) || drawn.contains(QString::fromUtf8("\u25b6 ") + label))
+          << label.toStdString() << " in " << drawn.join(" | ").toStdString();
+    }
+  }
 }
 
 TEST(Views, EveryViewRendersForEveryVariant) {
