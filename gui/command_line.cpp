@@ -25,7 +25,7 @@ const Flag kFlags[] = {
      "its caption shown"},
     {"rank", "R", "Describe the step as rank R (a global rank: 0 to the GPUs - 1)"},
     {"size", "WxH", "Window size for --screenshot (default 1600x1000)"},
-    {"show", "WHAT", "Rank view: all|states-and-copies|model-states"},
+    {"show", "WHAT", "Rank view and memory chart: all|states-and-copies|model-states"},
     {"scale", "MODE", "Rank view and memory chart: capacity|peak"},
     {"walkthrough", nullptr, "The 4-GPU ZeRO-3 walkthrough (gpt2-tiny, every tensor partitioned)"},
     {"trace", "FILE", "Open a trace (zerolens trace -o, or a measured trace) and plan its run"},

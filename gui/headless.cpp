@@ -34,6 +34,7 @@ void prepare_window(MainWindow& window, const CommandLine& line) {
   if (line.scale) options.scale = *line.scale;
   window.ranks().set_options(options);
   window.memory().set_scale(options.scale);
+  window.memory().set_show(options.show);
   place_cursor(window, line);
   window.resize(line.size);
   window.show_view(line.view);

@@ -117,6 +117,7 @@ void MainWindow::apply_view_defaults() {
   const bool tiny = planned && planned->plan.device(Device::Gpu).peak_per_rank <
                                    planned->plan.device(Device::Gpu).capacity / 20;
   memory_->set_scale(walkthrough || tiny ? ScaleMode::Peak : ScaleMode::Capacity);
+  memory_->set_show(options.show);  // as the rank view: the walkthrough's states and copies
 }
 
 void MainWindow::update_title() {
