@@ -19,9 +19,9 @@ namespace zerolens::gui {
 namespace {
 
 // Variants top to bottom (horizontal bars draw the first category at the bottom, so they go in
-// reversed). The smaller charts get short labels in a smaller font: Qt Charts elides a category's
-// label to "..." when it is taller than its row (every one of them, "DP" included, at 17 pixels a
-// row).
+// reversed), in a small font: Qt Charts elides a category's label to "..." when it is taller than
+// its row (every one of them, "DP" included, at 17 pixels a row); the half-width charts get short
+// labels too.
 QBarCategoryAxis* variant_axis(const std::vector<VariantPlan>& variants, const Plan& current,
                                bool short_labels = false) {
   auto* axis = new QBarCategoryAxis;
@@ -32,11 +32,9 @@ QBarCategoryAxis* variant_axis(const std::vector<VariantPlan>& variants, const P
     if (is_current_variant(v->variant, current)) label = "\u25b6 " + label;
     axis->append(label);
   }
-  if (short_labels) {
-    QFont font = axis->labelsFont();
-    font.setPointSize(7);
-    axis->setLabelsFont(font);
-  }
+  QFont font = axis->labelsFont();
+  font.setPointSize(7);
+  axis->setLabelsFont(font);
   return axis;
 }
 

@@ -354,6 +354,9 @@ QChart* MemoryPage::device_chart(Device device) {
                                .arg(kDeviceNames[int(device)])
                                .arg(predicted.ranks.front())
                                .arg(all ? "" : QString(": %1").arg(show_->currentText())));
+  // A dozen entries (categories, lines, levels): one a row on the right, where they are not elided
+  // ("param...", "gradie..." at the bottom).
+  chart->legend()->setAlignment(Qt::AlignRight);
   std::vector<QLineSeries*> series;
   if (all)
     series.push_back(line_series(predicted_name, points, time.per_second, unit.bytes,

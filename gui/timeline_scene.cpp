@@ -370,11 +370,21 @@ QString timeline_legend(const Trace& trace) {
             "<span style=\"background-color:%1\">&nbsp;&nbsp;&nbsp;</span>&nbsp;%2&nbsp;&nbsp; ")
             .arg(colour.name(), name.toHtmlEscaped());
   };
+  // Kinds that share a colour share a swatch ("overflow_check / grad_norm").
+  std::vector<std::pair<QColor, QString>> swatches;
   for (const auto& [kind, stream] : kinds) {
     const std::string name =
         kind == "recv" ? "recv (pipeline bubble: waiting for the neighbouring stage)" : kind;
-    swatch(op_colour(kind, stream), QString::fromStdString(stream.empty() ? name : name + " (tp)"));
+    const QString label = QString::fromStdString(stream.empty() ? name : name + " (tp)");
+    const QColor colour = op_colour(kind, stream);
+    const auto same = std::find_if(swatches.begin(), swatches.end(),
+                                   [&](const auto& entry) { return entry.first == colour; });
+    if (same == swatches.end())
+      swatches.emplace_back(colour, label);
+    else
+      same->second += " / " + label;
   }
+  for (const auto& [colour, label] : swatches) swatch(colour, label);
   swatch(QColor(0xd62728), "exposed communication");
   swatch(QColor(0x9467bd), "exposed offload");
   return html + "<i>dotted: ops merged at this zoom</i>";
