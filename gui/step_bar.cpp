@@ -157,15 +157,15 @@ void StepBar::step_seed(int direction) {
   int target = 0;
   if (seed_step_ > 0) {
     target = seed_step_ + direction;
-  } else if (direction > 0) {  // the first step after the cursor
+  } else if (direction > 0) {  // the first step at or after the cursor (from the start: step 1)
     for (const SeedStep& step : seed_steps_)
-      if (step.op > at) {
+      if (step.op >= at) {
         target = step.number;
         break;
       }
-  } else {  // the last step before it
+  } else {  // the last step at or before it
     for (const SeedStep& step : seed_steps_)
-      if (step.op < at) target = step.number;
+      if (step.op <= at) target = step.number;
   }
   show_seed_step(std::clamp(target, 1, kSeedStepCount));
 }

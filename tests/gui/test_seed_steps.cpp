@@ -167,6 +167,13 @@ TEST(SeedSteps, StepBarShowsTheSeedsCaptionUntilTheCursorMoves) {
   QTest::keyClick(&window, Qt::Key_Left, Qt::ShiftModifier);
   QTest::keyClick(&window, Qt::Key_Left, Qt::ShiftModifier);
   EXPECT_EQ(bar.seed_step(), 19);
+  // A new plan starts without a seed step; from the start Shift+Right is step 1 (before the first
+  // op, as the next nine).
+  window.load_settings(walkthrough_settings());
+  EXPECT_EQ(bar.seed_step(), 0);
+  QTest::keyClick(&window, Qt::Key_Right, Qt::ShiftModifier);
+  EXPECT_EQ(bar.seed_step(), 1);
+  EXPECT_EQ(window.session().step(), -1);
 }
 
 TEST(SeedSteps, CommandLinePlacesTheCursorAndTheRank) {
