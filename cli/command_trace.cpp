@@ -116,7 +116,8 @@ void register_trace_command(CLI::App& app, CommandRegistry& registry) {
       ->group(group);
   add_timeline_options(*trace, command->timeline, group);
   trace->add_flag("--walkthrough", command->walkthrough,
-                  "The 4-GPU toy step of the ZeRO walkthrough (gpt2-tiny, stage 3, every tensor partitioned)")
+                  "The 4-GPU toy step of the ZeRO walkthrough (gpt2-tiny, stage 3, every tensor partitioned, "
+                  "a reduce-scatter after each layer's backward)")
       ->group(group);
   registry.add(trace, [command] { return run_trace(*command); });
 }

@@ -27,7 +27,9 @@ const Flag kFlags[] = {
     {"size", "WxH", "Window size for --screenshot (default 1600x1000)"},
     {"show", "WHAT", "Rank view and memory chart: all|states-and-copies|model-states"},
     {"scale", "MODE", "Rank view and memory chart: capacity|peak"},
-    {"walkthrough", nullptr, "The 4-GPU ZeRO-3 walkthrough (gpt2-tiny, every tensor partitioned)"},
+    {"walkthrough", nullptr,
+     "The 4-GPU ZeRO-3 walkthrough (gpt2-tiny, every tensor partitioned, a reduce-scatter after "
+     "each layer's backward)"},
     {"trace", "FILE", "Open a trace (zerolens trace -o, or a measured trace) and plan its run"},
     {"model", "SPEC", "Model preset, dense:<N>, or a JSON file (HF config.json or layer list)",
      "m"},
