@@ -51,9 +51,10 @@ void place_cursor(MainWindow& window, const CommandLine& line) {
   if (line.step) set_step(window.session(), *line.step);
   if (line.seed_step && !window.step_bar().show_seed_step(*line.seed_step))
     throw InputError("--seed-step",
-                     "the seed walkthrough's steps map onto a ZeRO-3 schedule that gathers "
-                     "parameters in forward and reduce-scatters gradients in backward (the "
-                     "4-GPU walkthrough: --walkthrough); this plan has none");
+                     "the seed walkthrough's steps need a ZeRO-3 schedule that gathers and "
+                     "releases each layer in forward and reduce-scatters gradients in backward, in "
+                     "the seed's order (--walkthrough plans one); this plan's schedule has no "
+                     "such moments");
 }
 
 int render_screenshot(const CommandLine& line) {

@@ -31,9 +31,10 @@ struct Moments {
   std::int64_t first_gather, first_forward, first_release, next_gather, last_gather, loss;
   std::int64_t backward_start, reduced_gather, reduced_backward, first_reduce, next_backward_gather,
       second_reduce, last_reduce, update_start, update, last;
+  std::int32_t reduced_owner = -1;  // the layer whose parameters reduced_backward uses
 };
 
-Moments find_moments(const std::vector<Op>& ops) {
+Moments find_moments(const std::vector<Op>& ops, const std::vector<Layer>& layers) {
   Moments m{};
   m.first_gather = first_from(ops, 0, kind_in(OpKind::AllGather, Phase::Forward));
   const std::int32_t layer = m.first_gather < 0 ? -1 : ops[std::size_t(m.first_gather)].layer;
@@ -50,14 +51,33 @@ Moments find_moments(const std::vector<Op>& ops) {
   m.first_reduce =
       first_from(ops, m.backward_start, kind_in(OpKind::ReduceScatter, Phase::Backward));
   m.reduced_backward = last_before(ops, m.first_reduce, kind_in(OpKind::Backward, Phase::Backward));
-  m.reduced_gather =
-      last_before(ops, m.reduced_backward, kind_in(OpKind::AllGather, Phase::Backward));
+  // The gather of the parameters that backward uses (a tied LM head's are the embedding's); with
+  // prefetching the last gather before it may be another layer's, and the last layers' parameters
+  // may be kept from the forward (no gather of theirs in backward): then the last gather before it.
+  std::int32_t used = m.reduced_backward < 0 ? -1 : ops[std::size_t(m.reduced_backward)].layer;
+  if (used >= 0 && std::size_t(used) < layers.size() &&
+      layers[std::size_t(used)].shares_params_of >= 0)
+    used = layers[std::size_t(used)].shares_params_of;
+  m.reduced_owner = used;
+  m.reduced_gather = last_before(ops, m.reduced_backward, [=](const Op& op) {
+    return op.kind == OpKind::AllGather && op.phase == Phase::Backward && op.layer == used;
+  });
+  if (m.reduced_gather < 0)
+    m.reduced_gather =
+        last_before(ops, m.reduced_backward, kind_in(OpKind::AllGather, Phase::Backward));
+  // The next layer's backward after the first reduction: its gather, or its backward when the
+  // gathers were all prefetched before it; the reduction itself when it reduced every gradient
+  // (one bucket).
   m.next_backward_gather =
       first_from(ops, m.first_reduce, kind_in(OpKind::AllGather, Phase::Backward));
+  if (m.next_backward_gather < 0)
+    m.next_backward_gather =
+        first_from(ops, m.first_reduce, kind_in(OpKind::Backward, Phase::Backward));
+  if (m.next_backward_gather < 0) m.next_backward_gather = m.first_reduce;
   m.last_reduce =
       last_before(ops, std::int64_t(ops.size()), kind_in(OpKind::ReduceScatter, Phase::Backward));
-  m.second_reduce =
-      first_from(ops, m.first_reduce + 1, kind_in(OpKind::ReduceScatter, Phase::Backward));
+  m.second_reduce = first_from(ops, std::max(m.first_reduce + 1, m.next_backward_gather),
+                               kind_in(OpKind::ReduceScatter, Phase::Backward));
   if (m.second_reduce < 0) m.second_reduce = m.last_reduce;
   m.update_start = first_from(ops, 0, [](const Op& op) { return op.phase == Phase::Optimizer; });
   m.update = first_from(ops, m.update_start, kind_in(OpKind::OptimizerStep, Phase::Optimizer));
@@ -108,11 +128,20 @@ std::vector<SeedStep> titled(std::vector<SeedStep> steps) {
   return steps;
 }
 
+// The steps, or none when their ops do not come in the seed's order (a schedule whose prefetches
+// or buckets interleave otherwise: each step would not follow the one before).
+std::vector<SeedStep> in_order(std::vector<SeedStep> steps) {
+  for (std::size_t i = 1; i < steps.size(); ++i)
+    if (steps[i].op < steps[i - 1].op) return {};
+  return steps;
+}
+
 }  // namespace
 
 std::vector<SeedStep> seed_steps(const Plan& plan) {
   const auto& ops = plan.schedule.ops;
-  const Moments m = find_moments(ops);
+  const Moments m = find_moments(ops, plan.rank_model.layers);
+  const bool one_bucket = m.first_reduce == m.last_reduce;
   if (!complete(m)) return {};
   const int n = plan.schedule.context.dp_size;
   const std::string quarter = "1/" + std::to_string(n);
@@ -129,7 +158,7 @@ std::vector<SeedStep> seed_steps(const Plan& plan) {
            plan.rank_model.layers[std::size_t(l)].kind == LayerKind::LmHead;
   };
   const std::string before = "Before the first op (the schedule has no op for this picture): ";
-  return titled({
+  return in_order(titled({
       {1, "", before + "the " + gpus + ", each training the model on its own data.", -1},
       {2, "Split the whole data into 4 equal parts for each GPU to process.",
        before + "each rank trains on its own micro-batch (micro-batch " +
@@ -199,7 +228,12 @@ std::vector<SeedStep> seed_steps(const Plan& plan) {
        "Backward runs the layers in reverse, gathering each layer's parameters again.",
        m.backward_start},
       {18, "",
-       "The parameters of " + layer(m.reduced_backward) + " gathered again for its backward.",
+       ops[std::size_t(m.reduced_gather)].layer == m.reduced_owner
+           ? "The parameters of " + layer(m.reduced_gather) + " gathered again for its backward."
+           : layer(m.reduced_gather) +
+                 "'s parameters gathered ahead of their backward (a "
+                 "prefetch; " +
+                 layer(m.reduced_backward) + "'s own, backward next, were kept from the forward).",
        m.reduced_gather},
       {19, "",
        "Each GPU computes " + layer(m.reduced_backward) +
@@ -210,10 +244,16 @@ std::vector<SeedStep> seed_steps(const Plan& plan) {
            ", each keeps the " + quarter + " it owns and the full copies are freed.",
        m.first_reduce},
       {21, "Replicate the process performed in steps 18, 19, and 20 on the remaining GPUs as well.",
-       "The next layer (" + layer(m.next_backward_gather) +
-           ") is gathered, run backward and its gradients reduce-scattered the same way.",
+       one_bucket ? std::string("None is left: the one reduce bucket (reduce_bucket_size) held "
+                                "every layer's gradients.")
+                  : "The next layer (" + layer(m.next_backward_gather) +
+                        ") is gathered, run backward and its gradients reduce-scattered the same "
+                        "way.",
        m.next_backward_gather},
-      {22, "", "The next gradient bucket reduce-scattered to its owners.", m.second_reduce},
+      {22, "",
+       one_bucket ? std::string("The one gradient bucket, reduce-scattered.")
+                  : std::string("The next gradient bucket reduce-scattered to its owners."),
+       m.second_reduce},
       {23, "",
        "The last gradients reduce-scattered: each GPU holds only its " + quarter +
            " of the summed gradients.",
@@ -235,7 +275,7 @@ std::vector<SeedStep> seed_steps(const Plan& plan) {
        m.update},
       {27, "Training Iteration is completed",
        "The step's last op; the next step starts from the updated partitions.", m.last},
-  });
+  }));
 }
 
 std::string seed_step_caption(const SeedStep& step) {

@@ -26,7 +26,8 @@ struct SeedStep {
 };
 
 // The 27 steps in the seed's order (their ops never go back), or none when the schedule has no
-// gather in forward, no reduce-scatter in backward or no optimizer step (it is not ZeRO-3).
+// gather in forward, no reduce-scatter in backward followed by another gather, or no optimizer
+// step (it is not ZeRO-3), or when these come in another order.
 std::vector<SeedStep> seed_steps(const Plan& plan);
 // "Seed step 11 of 27 (gather GPU 0's parameters): Broadcasts model parameters of GPU 0 to other
 // GPUs.\nIn zerolens: ..."

@@ -71,8 +71,9 @@ void StepBar::sync_seed_steps() {
   }
   seed_->setEnabled(!seed_steps_.empty());
   seed_->setToolTip(seed_steps_.empty()
-                        ? "The seed walkthrough's 27 steps map onto a ZeRO-3 schedule (the 4-GPU "
-                          "walkthrough): this plan gathers no parameters"
+                        ? "The seed walkthrough's 27 steps need a ZeRO-3 schedule that gathers "
+                          "and releases each layer in forward and reduce-scatters gradients in "
+                          "backward (the 4-GPU walkthrough): this plan's has no such moments"
                         : "The seed walkthrough's 27 steps (\"Visualize ZeRO-DP\"), each an op of "
                           "this step or the state before its first op, with the seed's caption "
                           "(Shift+\u2192 / Shift+\u2190: the next / previous one)");

@@ -52,8 +52,8 @@ const Expected kExpected[] = {
     {15, OpKind::AllGather, Phase::Forward},               // the last part's parameters
     {16, OpKind::Forward, Phase::Forward, "lm_head"},      // "calculate loss on each GPU"
     {17, {}, Phase::Backward},                             // "Backward Propagation from this step"
-    {18, OpKind::AllGather, Phase::Backward},
-    {19, OpKind::Backward, Phase::Backward},
+    {18, OpKind::AllGather, Phase::Backward, "h.1"},
+    {19, OpKind::Backward, Phase::Backward, "h.1"},
     {20, OpKind::ReduceScatter, Phase::Backward},  // gradients to their owner
     {21, OpKind::AllGather, Phase::Backward},      // "Replicate ... 18, 19, and 20"
     {22, OpKind::ReduceScatter, Phase::Backward},
@@ -110,6 +110,55 @@ TEST(SeedSteps, EachOfTheSeedsStepsIsAnOpOfWhatItShows) {
   for (const SeedStep& step : steps)
     EXPECT_EQ(!step.seed_caption.empty(), captioned.count(step.number) == 1) << step.number;
   EXPECT_EQ(steps[10].seed_caption, "Broadcasts model parameters of GPU 0 to other GPUs.");
+}
+
+// A larger ZeRO-3 step that prefetches its gathers has the same moments (the GPT-2 1.5B example
+// and a 64-GPU LLaMA-2 7B): each step an op of the kind and phase the seed's text says, step 18 the
+// gather of the parameters step 19's backward uses (not a prefetch of another layer's), in order.
+TEST(SeedSteps, LargerStepsThatPrefetchHaveThemToo) {
+  for (const Settings& settings :
+       {default_settings(), testing::llama_on_64(OffloadDevice::None, OffloadDevice::None)}) {
+    const auto planned = plan_settings(settings);
+    const Plan& plan = planned->plan;
+    const auto& ops = plan.schedule.ops;
+    const std::vector<SeedStep> steps = seed_steps(plan);
+    ASSERT_EQ(steps.size(), std::size_t(kSeedStepCount)) << plan.request.model.name;
+    for (const Expected& expected : kExpected) {
+      const SeedStep& step = steps[std::size_t(expected.step - 1)];
+      SCOPED_TRACE(plan.request.model.name + " seed step " + std::to_string(expected.step));
+      if (!expected.phase) {
+        EXPECT_EQ(step.op, -1);
+        continue;
+      }
+      ASSERT_GE(step.op, 0);
+      EXPECT_EQ(ops[std::size_t(step.op)].phase, *expected.phase);
+      const OpKind kind = ops[std::size_t(step.op)].kind;
+      if (expected.step == 21) {
+        // The next layer's gather, or its backward when its gather was prefetched before the
+        // reduction.
+        EXPECT_TRUE(kind == OpKind::AllGather || kind == OpKind::Backward);
+      } else if (expected.kind) {
+        EXPECT_EQ(kind, *expected.kind);
+      }
+    }
+    // Step 18 gathers the parameters step 19's backward uses, when they are gathered in backward
+    // at all (the last layers' may be kept from the forward).
+    const auto& layers = plan.rank_model.layers;
+    const Layer& backward = layers[std::size_t(ops[std::size_t(steps[18].op)].layer)];
+    const std::int32_t used = backward.shares_params_of >= 0 ? backward.shares_params_of
+                                                             : ops[std::size_t(steps[18].op)].layer;
+    bool regathered = false;
+    for (std::int64_t i = steps[16].op; i < steps[18].op; ++i)
+      regathered |=
+          ops[std::size_t(i)].kind == OpKind::AllGather && ops[std::size_t(i)].layer == used;
+    if (regathered) {
+      EXPECT_EQ(ops[std::size_t(steps[17].op)].layer, used) << plan.request.model.name;
+    }
+    EXPECT_NE(
+        steps[17].zerolens.find(layers[std::size_t(ops[std::size_t(steps[17].op)].layer)].name),
+        std::string::npos)
+        << steps[17].zerolens;
+  }
 }
 
 TEST(SeedSteps, OnlyAZeroThreeScheduleHasThem) {
