@@ -181,7 +181,7 @@ void ComparePage::ensure_computed() {
   status_->setText(
       QString("%1 on %2 x %3: every variant with the current batch, precision and checkpointing")
           .arg(QString::fromStdString(planned->plan.request.model.name))
-          .arg(session_.world_size())
+          .arg(session_.job_gpus())
           .arg(QString::fromStdString(planned->plan.request.cluster.gpu.name)));
   rebuild_charts();
 }
