@@ -41,6 +41,8 @@ void walkthrough_defaults(PlanOptions& o) {
   o.param_persistence_threshold = o.param_persistence_threshold.value_or(double(w.param_persistence_threshold));
   o.max_reuse_distance = o.max_reuse_distance.value_or(double(w.max_reuse_distance));
   o.prefetch_bucket_size = o.prefetch_bucket_size.value_or(double(w.prefetch_bucket_size));
+  o.reduce_bucket_size = o.reduce_bucket_size.value_or(double(w.reduce_bucket_size));
+  o.contiguous_gradients = o.contiguous_gradients.value_or(w.contiguous_gradients);
 }
 
 void print_narrative(std::ostream& out, const Plan& plan, const Timeline& timeline) {
@@ -114,7 +116,8 @@ void register_trace_command(CLI::App& app, CommandRegistry& registry) {
       ->group(group);
   add_timeline_options(*trace, command->timeline, group);
   trace->add_flag("--walkthrough", command->walkthrough,
-                  "The 4-GPU toy step of the ZeRO walkthrough (gpt2-tiny, stage 3, every tensor partitioned)")
+                  "The 4-GPU toy step of the ZeRO walkthrough (gpt2-tiny, stage 3, every tensor partitioned, "
+                  "a reduce-scatter after each layer's backward)")
       ->group(group);
   registry.add(trace, [command] { return run_trace(*command); });
 }

@@ -21,7 +21,7 @@ void quiet_offscreen_notes(QtMsgType type, const QMessageLogContext& context, co
 int run_window(const CommandLine& line) {
   MainWindow window(line.settings, true);
   if (line.trace) window.open_trace_file(QString::fromStdString(*line.trace));
-  if (line.step) window.session().set_step(*line.step);
+  if (window.session().planned()) place_cursor(window, line);
   window.show_view(line.view);
   window.resize(line.size);
   window.show();

@@ -20,10 +20,16 @@ const Flag kFlags[] = {
     {"view", "VIEW", "ranks|timeline|memory|traffic|compare (default ranks)"},
     {"step", "N",
      "Step cursor on op N, numbered as the step bar numbers ops (1: the first; 0: before it)"},
+    {"seed-step", "N",
+     "Step cursor on the seed walkthrough's step N (1-27; a ZeRO-3 plan such as --walkthrough), "
+     "its caption shown"},
+    {"rank", "R", "Describe the step as rank R (a global rank: 0 to the GPUs - 1)"},
     {"size", "WxH", "Window size for --screenshot (default 1600x1000)"},
-    {"show", "WHAT", "Rank view: all|states-and-copies|model-states"},
+    {"show", "WHAT", "Rank view and memory chart: all|states-and-copies|model-states"},
     {"scale", "MODE", "Rank view and memory chart: capacity|peak"},
-    {"walkthrough", nullptr, "The 4-GPU ZeRO-3 walkthrough (gpt2-tiny, every tensor partitioned)"},
+    {"walkthrough", nullptr,
+     "The 4-GPU ZeRO-3 walkthrough (gpt2-tiny, every tensor partitioned, a reduce-scatter after "
+     "each layer's backward)"},
     {"trace", "FILE", "Open a trace (zerolens trace -o, or a measured trace) and plan its run"},
     {"model", "SPEC", "Model preset, dense:<N>, or a JSON file (HF config.json or layer list)",
      "m"},
@@ -64,8 +70,8 @@ const Flag kFlags[] = {
 
 // What to show and how, not what to plan.
 bool is_view_flag(const char* name) {
-  for (const char* view :
-       {"screenshot", "view", "step", "size", "show", "scale", "walkthrough", "trace"}) {
+  for (const char* view : {"screenshot", "view", "step", "seed-step", "rank", "size", "show",
+                           "scale", "walkthrough", "trace"}) {
     if (std::strcmp(name, view) == 0) return true;
   }
   return false;
@@ -198,6 +204,13 @@ void read_view_options(const QCommandLineParser& p, CommandLine& line) {
   }
   if (p.isSet("step"))
     line.step = integer(p, "step", 0, std::numeric_limits<std::int32_t>::max()) - 1;
+  if (p.isSet("seed-step")) {
+    if (p.isSet("step"))
+      throw InputError("--seed-step", "--step and --seed-step both place the cursor: give one");
+    line.seed_step = int(integer(p, "seed-step", 1, kSeedStepCount));
+  }
+  if (p.isSet("rank"))
+    line.rank = int(integer(p, "rank", 0, std::numeric_limits<std::int32_t>::max()));
   if (p.isSet("size")) line.size = parse_size(text(p, "size"));
   if (p.isSet("screenshot")) line.screenshot = text(p, "screenshot");
   if (p.isSet("trace")) line.trace = text(p, "trace");

@@ -1,6 +1,7 @@
 #pragma once
 // zerolens-gui's command line: the config options of the panel (as `zerolens plan` spells them),
-// --walkthrough, --trace FILE, and the headless screenshot (--screenshot FILE --view V --step N).
+// --walkthrough, --trace FILE, and the headless screenshot (--screenshot FILE --view V --step N,
+// --seed-step N, --rank R).
 #include <QSize>
 #include <QStringList>
 #include <optional>
@@ -15,6 +16,8 @@ struct CommandLine {
   std::optional<std::string> screenshot;  // .png or .svg
   View view = View::Ranks;
   std::optional<std::int64_t> step;  // op index (--step N is op N, 1-based); -1 before the first op
+  std::optional<int> seed_step;      // the seed walkthrough's step (1-27): cursor and caption
+  std::optional<int> rank;           // the selected rank (global)
   std::optional<std::string> trace;
   QSize size{1600, 1000};
   std::optional<ShowMemory> show;

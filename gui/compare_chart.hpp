@@ -22,6 +22,8 @@ class ComparePage : public QWidget {
   void ensure_computed();
   const std::vector<VariantPlan>& variants() const { return variants_; }
   QChartView& memory() { return *memory_; }
+  QChartView& host() { return *host_; }
+  QChartView& traffic() { return *traffic_; }
 
  protected:
   void showEvent(QShowEvent* event) override;
@@ -38,6 +40,9 @@ class ComparePage : public QWidget {
 };
 
 // True when the variant is the one the plan uses (same stage and offload devices).
+// A variant's label short enough for a half-width chart: "ZeRO-3 + opt:nvme + param:nvme" ->
+// "Z3 o:nvme p:nvme".
+QString short_variant_label(const std::string& label);
 bool is_current_variant(const Variant& variant, const Plan& plan);
 
 }  // namespace zerolens::gui

@@ -117,6 +117,7 @@ void MainWindow::apply_view_defaults() {
   const bool tiny = planned && planned->plan.device(Device::Gpu).peak_per_rank <
                                    planned->plan.device(Device::Gpu).capacity / 20;
   memory_->set_scale(walkthrough || tiny ? ScaleMode::Peak : ScaleMode::Capacity);
+  memory_->set_show(options.show);  // as the rank view: the walkthrough's states and copies
 }
 
 void MainWindow::update_title() {
@@ -131,7 +132,7 @@ void MainWindow::update_title() {
   if (!parallel.isEmpty()) parallel = " (" + parallel + QString("data parallel %1)").arg(c.dp_size);
   setWindowTitle(QString("zerolens-gui: %1 on %2 x %3%4, ZeRO stage %5")
                      .arg(QString::fromStdString(planned->plan.request.model.name))
-                     .arg(session_.world_size())
+                     .arg(session_.job_gpus())
                      .arg(QString::fromStdString(planned->plan.request.cluster.gpu.name))
                      .arg(parallel)
                      .arg(c.stage));
@@ -237,7 +238,8 @@ void MainWindow::make_menus() {
     QMessageBox::information(
         this, "Keys",
         "\u2190 / \u2192  previous / next op\nPage Up / Page Down  10 ops\nHome / End  before the "
-        "first op / last op\nSpace  play / pause\nCtrl + wheel on the timeline  zoom\n"
+        "first op / last op\nShift + \u2190 / \u2192  previous / next step of the seed's walkthrough\n"
+        "Space  play / pause\nCtrl + wheel or W / S on the timeline  zoom\nA / D  pan\n"
         "Click an op on the timeline  move the cursor there\nClick a rank column  describe as that "
         "rank");
   });

@@ -65,11 +65,13 @@ bool device_used(const Planned& planned, Device device) {
 }  // namespace
 
 std::vector<std::pair<Category, std::vector<QPointF>>> category_stack(const Planned& planned,
-                                                                      Device device) {
+                                                                      Device device,
+                                                                      ShowMemory show) {
   const auto sums = [&](const DeviceComponentBytes& state) {
     CategoryBytes bytes{};
     for (int c = 0; c < kComponentCount; ++c)
-      bytes[std::size_t(category_of(Component(c)))] += state[std::size_t(device)][std::size_t(c)];
+      if (shows(show, Component(c)))
+        bytes[std::size_t(category_of(Component(c)))] += state[std::size_t(device)][std::size_t(c)];
     return bytes;
   };
   // The timeline's memory clock (memory_times): program order, each state once it holds.
@@ -196,11 +198,18 @@ std::vector<QPointF> memory_steps(const Trace& trace, int rank, Device device,
 MemoryPage::MemoryPage(Session& session, QWidget* parent) : QWidget(parent), session_(session) {
   scale_ = new QComboBox(this);
   scale_->addItems({"to the device's capacity", "to the step's peak"});
+  show_ = new QComboBox(this);
+  show_->addItems({"all memory", "model states and their transient copies", "model states only"});
+  show_->setToolTip(
+      "What the stack holds (as the Ranks tab's Show); the predicted line and the peak "
+      "levels are all memory's");
   auto* controls = new QHBoxLayout;
   auto* about = new QLabel(
-      "Memory of one rank over the step (CPU, NVMe: the rank's share of its node). Y axis:", this);
+      "Memory of one rank over the step (CPU, NVMe: the rank's share of its node). Show:", this);
   about->setWordWrap(true);
   controls->addWidget(about, 1);
+  controls->addWidget(show_);
+  controls->addWidget(new QLabel("Y axis:", this));
   controls->addWidget(scale_);
   controls->addStretch();
   peak_ = new QLabel(this);
@@ -220,6 +229,7 @@ MemoryPage::MemoryPage(Session& session, QWidget* parent) : QWidget(parent), ses
   }
   for (auto* view : views_) view->viewport()->installEventFilter(this);
   connect(scale_, &QComboBox::currentIndexChanged, this, &MemoryPage::request_rebuild);
+  connect(show_, &QComboBox::currentIndexChanged, this, &MemoryPage::request_rebuild);
   connect(&session_, &Session::planChanged, this, &MemoryPage::request_rebuild);
   connect(&session_, &Session::traceChanged, this, &MemoryPage::request_rebuild);
   connect(&session_, &Session::stepChanged, this, &MemoryPage::move_cursor);
@@ -267,6 +277,17 @@ void MemoryPage::set_scale(ScaleMode scale) {
   const QSignalBlocker block(scale_);
   scale_->setCurrentIndex(int(scale));
   request_rebuild();
+}
+
+// The combo box lists ShowMemory's values in order.
+void MemoryPage::set_show(ShowMemory show) {
+  const QSignalBlocker block(show_);
+  show_->setCurrentIndex(int(show));
+  request_rebuild();
+}
+
+ShowMemory MemoryPage::show() const {
+  return ShowMemory(show_->currentIndex());
 }
 
 void MemoryPage::rebuild() {
@@ -317,28 +338,39 @@ QChart* MemoryPage::device_chart(Device device) {
       predicted_name = "predicted (at the trace's op times)";
     }
   }
+  // Only the model states (and copies): the stack alone, the whole-memory lines left out.
+  const bool all = show() == ShowMemory::All;
+  const auto stack = category_stack(planned, device, show());
   const Bytes capacity = capacity_per_rank(planned.plan, device);
-  double top =
-      std::max({max_y(points), max_y(measured), double(planned.plan.device(device).peak_per_rank)});
+  double top = all ? std::max({max_y(points), max_y(measured),
+                               double(planned.plan.device(device).peak_per_rank)})
+                   : std::max(1.0, stack.empty() ? 0.0 : max_y(stack.back().second));
   if (scale_->currentIndex() == int(ScaleMode::Capacity)) top = std::max(top, double(capacity));
   const double end =
       std::max({trace_end_time(predicted), loaded ? trace_end_time(loaded->trace) : 0.0, 1e-9});
   const TimeUnit time = time_unit_for(end);
   const ByteUnit unit = byte_unit_for(top);
-  auto* chart = make_chart(
-      QString("%1 memory of rank %2").arg(kDeviceNames[int(device)]).arg(predicted.ranks.front()));
-  std::vector<QLineSeries*> series{
-      line_series(predicted_name, points, time.per_second, unit.bytes, QPen(QColor(0x1f77b4), 2))};
-  if (!measured.empty()) {
+  auto* chart = make_chart(QString("%1 memory of rank %2%3")
+                               .arg(kDeviceNames[int(device)])
+                               .arg(predicted.ranks.front())
+                               .arg(all ? "" : QString(": %1").arg(show_->currentText())));
+  // A dozen entries (categories, lines, levels): one a row on the right, where they are not elided
+  // ("param...", "gradie..." at the bottom).
+  chart->legend()->setAlignment(Qt::AlignRight);
+  std::vector<QLineSeries*> series;
+  if (all)
+    series.push_back(line_series(predicted_name, points, time.per_second, unit.bytes,
+                                 QPen(QColor(0x1f77b4), 2)));
+  if (all && !measured.empty()) {
     const QString name =
         loaded->trace.source == "exec" ? "measured (loaded trace)" : "loaded trace";
     series.push_back(line_series(name, measured, time.per_second, unit.bytes,
                                  QPen(QColor(0xff7f0e), 2, Qt::DashLine)));
   }
-  series.push_back(line_series(
-      QString("capacity %1").arg(QString::fromStdString(human_bytes(capacity))),
-      {QPointF(0, double(capacity)), QPointF(end, double(capacity))}, time.per_second, unit.bytes,
-      QPen(QColor(0xd62728), 1.5, Qt::DashLine)));
+  series.push_back(
+      line_series(QString("capacity %1").arg(QString::fromStdString(human_bytes(capacity))),
+                  {QPointF(0, double(capacity)), QPointF(end, double(capacity))}, time.per_second,
+                  unit.bytes, QPen(QColor(0xd62728), 1.5, Qt::DashLine)));
   const Bytes peak = planned.plan.device(device).peak_per_rank;
   auto level = [&](const QString& label, Bytes bytes, const QColor& colour) {
     series.push_back(line_series(
@@ -346,7 +378,9 @@ QChart* MemoryPage::device_chart(Device device) {
         {QPointF(0, double(bytes)), QPointF(end, double(bytes))}, time.per_second, unit.bytes,
         QPen(colour, 1.5, Qt::DotLine)));
   };
-  if (device == Device::Gpu && !planned.plan.request.options.model_states_only) {
+  if (!all) {
+    // The levels are all memory's.
+  } else if (device == Device::Gpu && !planned.plan.request.options.model_states_only) {
     // The three figures a user reads: PyTorch's allocated and reserved, nvidia-smi's device used.
     level("peak allocated", planned.plan.gpu.allocated, QColor(0x9467bd));
     level("peak reserved (allocator)", planned.plan.gpu.reserved, QColor(0x8c564b));
@@ -360,7 +394,7 @@ QChart* MemoryPage::device_chart(Device device) {
   auto* y = make_value_axis(unit.name, 0, top * 1.05 / unit.bytes);
   chart->addAxis(x, Qt::AlignBottom);
   chart->addAxis(y, Qt::AlignLeft);
-  for (auto* area : stacked_areas(category_stack(planned, device), time.per_second, unit.bytes)) {
+  for (auto* area : stacked_areas(stack, time.per_second, unit.bytes)) {
     chart->addSeries(area);
     area->attachAxis(x);
     area->attachAxis(y);

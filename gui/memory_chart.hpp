@@ -27,8 +27,10 @@ std::vector<QPointF> memory_steps(const Trace& trace, int rank, Device device,
 // A rank's memory on a device by category, stacked over the step: per category in use, the
 // (seconds, bytes) steps of the categories up to it (the last one's top is the predicted line),
 // from the replay's states after each op at memory_times' time.
-std::vector<std::pair<Category, std::vector<QPointF>>> category_stack(const Planned& planned,
-                                                                      Device device);
+// `show` keeps the components the rank view's Show mode keeps (the walkthrough's model states and
+// their copies: its CUDA context and workspaces, 805 MB of 806, would leave the states a line).
+std::vector<std::pair<Category, std::vector<QPointF>>> category_stack(
+    const Planned& planned, Device device, ShowMemory show = ShowMemory::All);
 // What a device holds at the plan's peak, the largest first: up to `count` components with bytes
 // (same scope as the plan's peak: GPU per rank, CPU and NVMe per node).
 std::vector<std::pair<Component, Bytes>> top_allocations(const Plan& plan, Device device,
@@ -42,6 +44,10 @@ class MemoryPage : public QWidget {
  public:
   explicit MemoryPage(Session& session, QWidget* parent = nullptr);
   void set_scale(ScaleMode scale);
+  // What the stack holds, as the rank view's Show: all memory (with the predicted line, the peak
+  // levels and a loaded trace's line) or only the model states (and their copies).
+  void set_show(ShowMemory show);
+  ShowMemory show() const;
   // The chart of each device in use (GPU, then CPU and NVMe when they hold anything).
   std::vector<QChartView*> charts();
   const QLabel& peak_allocations() const { return *peak_; }
@@ -58,6 +64,7 @@ class MemoryPage : public QWidget {
   void show_peak_allocations(const Planned& planned);
   Session& session_;
   QComboBox* scale_;
+  QComboBox* show_;
   QLabel* peak_;                                   // the largest allocations at the GPU's peak
   std::array<QChartView*, kDeviceCount> views_{};  // one per device, hidden when unused
   std::vector<QLineSeries*> cursors_;

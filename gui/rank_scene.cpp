@@ -87,7 +87,9 @@ void fill_scale(RankLayout& layout, const Planned& planned, const RankViewOption
     layout.devices[i] = d == int(Device::Gpu) || peak[i] > 0;
     const Bytes range =
         options.scale == ScaleMode::Capacity ? std::max(layout.capacity[i], peak[i]) : peak[i];
-    layout.pixels_per_byte[i] = range > 0 ? options.bar_height / double(range) : 0;
+    const bool capacity_off_bar = options.scale == ScaleMode::Peak && layout.capacity[i] > peak[i];
+    const double height = options.bar_height - (capacity_off_bar ? kCapacityNoteStrip : 0);
+    layout.pixels_per_byte[i] = range > 0 ? height / double(range) : 0;
   }
   layout.bar_height = options.bar_height;
 }
@@ -242,11 +244,13 @@ void add_capacity(Drawing& dr, const ColumnGeometry& column, Device d) {
   QGraphicsItem* item = nullptr;
   if (y >= bar.top() - 0.5) {
     item = dr.scene.addLine(bar.left() - 3, y, bar.right() + 3, y, pen);
-  } else {  // zoomed to the peak: the capacity is above the bar
+  } else {  // zoomed to the peak: the capacity is above the bar, noted in the strip over the peak
     const std::string text =
-        bar.width() >= kGpuWidth ? "capacity\n" + human_bytes(capacity) + " \u2191" : "cap\n\u2191";
-    item = add_text(dr.scene, QString::fromStdString(text), QPointF(bar.left() + 6, bar.top() + 1),
-                    6, QColor(0xd62728));
+        bar.width() >= kGpuWidth ? "cap " + human_bytes(capacity) + " \u2191" : "cap \u2191";
+    auto* note =
+        add_text(dr.scene, QString::fromStdString(text), bar.topLeft(), 6, QColor(0xd62728));
+    note->setPos(bar.center().x() - note->boundingRect().width() / 2, bar.top() + 1);
+    item = note;
   }
   tag(item, ItemRole::Capacity, column.rank, d, -1, kNoOwner, capacity);
   item->setToolTip(QString::fromStdString("capacity " + human_bytes(capacity)));
@@ -342,14 +346,22 @@ void set_subgroup(RankLayout& layout, const Op& op, int selected_dp, int expert_
 
 std::string run_title(const Plan& plan) {
   const ScheduleContext& c = plan.schedule.context;
+  // Every GPU of the job: data x tensor x pipeline parallel.
+  const std::int64_t gpus =
+      std::int64_t(c.dp_size) * std::max(1, c.tensor_parallel) * std::max(1, c.pipeline_parallel);
   std::string title =
       plan.request.model.name + " (" + format_count(double(plan.request.model.parameter_count())) +
-      " parameters) on " + std::to_string(std::int64_t(c.dp_size) * c.tensor_parallel) + " x " +
-      plan.request.cluster.gpu.name;
-  if (c.tensor_parallel > 1) {
+      " parameters) on " + std::to_string(gpus) + " x " + plan.request.cluster.gpu.name;
+  if (c.tensor_parallel > 1 || c.pipeline_parallel > 1) {
     // Short: the legend spells the groups out.
-    title += " (TP " + std::to_string(c.tensor_parallel) + (c.sequence_parallel ? " with SP" : "") +
-             " x DP " + std::to_string(c.dp_size) + ")";
+    title += " (";
+    if (c.tensor_parallel > 1)
+      title += "TP " + std::to_string(c.tensor_parallel) + (c.sequence_parallel ? " with SP" : "") +
+               " x ";
+    if (c.pipeline_parallel > 1)
+      title += "PP " + std::to_string(c.pipeline_parallel) + " (stage " +
+               std::to_string(c.pipeline_stage) + " shown) x ";
+    title += "DP " + std::to_string(c.dp_size) + ")";
   }
   if (c.expert_parallel > 1) title += " (EP " + std::to_string(c.expert_parallel) + ")";
   title += ", " + c.zero_stage().description();

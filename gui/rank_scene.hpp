@@ -23,6 +23,11 @@ namespace zerolens::gui {
 enum class ShowMemory { All, StatesAndCopies, ModelStates };
 enum class ScaleMode { Capacity, Peak };
 
+// Zoomed to the peak with the capacity above it, a bar keeps this strip (scene units) above the
+// step's peak for the capacity's note (its first line) and a "freed" label over what the op freed
+// (the second), so the note never lies on the blocks.
+inline constexpr double kCapacityNoteStrip = 26;
+
 struct RankViewOptions {
   ShowMemory show = ShowMemory::All;
   ScaleMode scale = ScaleMode::Capacity;

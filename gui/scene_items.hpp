@@ -10,6 +10,7 @@ enum : int { Role = 0, Rank, Device, Component, Owner, Bytes, Op, Ops, Seconds }
 // Exposed: an interval of the exposed lane (Seconds: its length).
 // GroupFrame: the dashed frame around the columns a collective runs over (a TP group, an hpZ
 // group).
+// RowLabel: a timeline row's name, on the label column that stays in view as the chart scrolls.
 enum class ItemRole : int {
   Block = 1,
   Freed,
@@ -19,7 +20,8 @@ enum class ItemRole : int {
   Op,
   RankLabel,
   Exposed,
-  GroupFrame
+  GroupFrame,
+  RowLabel
 };
 
 }  // namespace zerolens::gui

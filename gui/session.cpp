@@ -35,6 +35,11 @@ int Session::world_size() const {
   return c.dp_size * std::max(1, c.tensor_parallel);
 }
 
+int Session::job_gpus() const {
+  if (!planned_) return 1;
+  return world_size() * std::max(1, planned_->plan.schedule.context.pipeline_parallel);
+}
+
 bool Session::apply(Settings settings) {
   settings_ = std::move(settings);
   QElapsedTimer clock;

@@ -55,7 +55,8 @@ class Session : public QObject {
   bool apply(Settings settings);
   void set_step(std::int64_t step);  // clamped to [-1, ops - 1]
   void select_rank(int rank);        // clamped to [0, dp x tp - 1]
-  int world_size() const;            // every rank: dp x tp (1 before a plan)
+  int world_size() const;            // the ranks the views draw: dp x tp (1 before a plan)
+  int job_gpus() const;              // every GPU of the job: dp x tp x pp (1 before a plan)
   // Re-plans the run the trace records and shows the trace beside the prediction. Throws
   // InputError when the trace cannot be shown (the current plan stays).
   void load_trace(Trace trace, const std::string& path);

@@ -1,10 +1,12 @@
 #include "gui/step_bar.hpp"
 
+#include <QAbstractItemView>
 #include <QHBoxLayout>
 #include <QMenu>
 #include <QShortcut>
 #include <QSignalBlocker>
 #include <QVBoxLayout>
+#include <algorithm>
 
 #include "gui/op_words.hpp"
 
@@ -45,10 +47,47 @@ StepBar::StepBar(Session& session, QWidget* parent) : QWidget(parent), session_(
   layout->addWidget(caption_);
   connect(slider_, &QSlider::valueChanged, this, [this](int value) { session_.set_step(value); });
   connect(&session_, &Session::stepChanged, this, &StepBar::sync);
-  connect(&session_, &Session::planChanged, this, &StepBar::sync);
+  connect(&session_, &Session::planChanged, this, &StepBar::sync_seed_steps);
   connect(&session_, &Session::rankChanged, this, &StepBar::sync);
   connect(&timer_, &QTimer::timeout, this, &StepBar::advance);
+  sync_seed_steps();
+}
+
+void StepBar::sync_seed_steps() {
+  seed_steps_ = session_.planned() ? zerolens::gui::seed_steps(session_.planned()->plan)
+                                   : std::vector<SeedStep>{};
+  seed_step_ = 0;
+  seed_mode_ = false;
+  {
+    const QSignalBlocker block(seed_);
+    seed_->clear();
+    seed_->addItem("Seed step");
+    for (const SeedStep& step : seed_steps_) {
+      seed_->addItem(
+          QString("Seed step %1: %2").arg(step.number).arg(QString::fromStdString(step.title)));
+      seed_->setItemData(seed_->count() - 1, QString::fromStdString(seed_step_caption(step)),
+                         Qt::ToolTipRole);
+    }
+  }
+  seed_->setEnabled(!seed_steps_.empty());
+  seed_->setToolTip(seed_steps_.empty()
+                        ? "The seed walkthrough's 27 steps need a ZeRO-3 schedule that gathers "
+                          "and releases each layer in forward and reduce-scatters gradients in "
+                          "backward (the 4-GPU walkthrough): this plan's has no such moments"
+                        : "The seed walkthrough's 27 steps (\"Visualize ZeRO-DP\"), each an op of "
+                          "this step or the state before its first op, with the seed's caption "
+                          "(Shift+\u2192 / Shift+\u2190: the next / previous one)");
+  seed_->view()->setMinimumWidth(seed_->view()->sizeHintForColumn(0) + 24);
   sync();
+}
+
+bool StepBar::show_seed_step(int number) {
+  if (number < 1 || number > int(seed_steps_.size())) return false;
+  seed_step_ = number;
+  seed_mode_ = true;
+  session_.set_step(seed_steps_[std::size_t(number - 1)].op);
+  sync();
+  return true;
 }
 
 QWidget* StepBar::make_buttons() {
@@ -74,8 +113,16 @@ QWidget* StepBar::make_buttons() {
     menu->addAction(to_string(m), this, [this, m] { jump_to(m); });
   }
   jump_->setMenu(menu);
+  seed_ = new QComboBox(box);
+  seed_->setFocusPolicy(Qt::NoFocus);
+  // The menu is wide enough for its titles; the box itself stays narrow (the slider keeps room).
+  seed_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+  seed_->setMinimumContentsLength(13);
+  connect(seed_, &QComboBox::activated, this, [this](int index) {
+    if (index > 0) show_seed_step(index);
+  });
   for (QWidget* w :
-       std::initializer_list<QWidget*>{start, back, play_, forward, end, speed_, jump_})
+       std::initializer_list<QWidget*>{start, back, play_, forward, end, speed_, jump_, seed_})
     row->addWidget(w);
   connect(start, &QToolButton::clicked, this, [this] { session_.set_step(-1); });
   connect(back, &QToolButton::clicked, this, [this] { step_by(-1); });
@@ -96,11 +143,32 @@ void StepBar::install_shortcuts(QWidget& window) {
       {Qt::Key_PageUp, [this] { step_by(-10); }},
       {Qt::Key_Home, [this] { session_.set_step(-1); }},
       {Qt::Key_End, [this] { session_.set_step(session_.op_count() - 1); }},
-      {Qt::Key_Space, [this] { toggle_play(); }}};
+      {Qt::Key_Space, [this] { toggle_play(); }},
+      {QKeySequence(Qt::SHIFT | Qt::Key_Right), [this] { step_seed(1); }},
+      {QKeySequence(Qt::SHIFT | Qt::Key_Left), [this] { step_seed(-1); }}};
   for (const auto& [sequence, action] : keys) {
     auto* shortcut = new QShortcut(sequence, &window);
     connect(shortcut, &QShortcut::activated, this, action);
   }
+}
+
+void StepBar::step_seed(int direction) {
+  if (seed_steps_.empty()) return;
+  const std::int64_t at = session_.step();
+  int target = 0;
+  if (seed_step_ > 0) {
+    target = seed_step_ + direction;
+  } else if (direction > 0) {  // the first step at or after the cursor (from the start: step 1)
+    for (const SeedStep& step : seed_steps_)
+      if (step.op >= at) {
+        target = step.number;
+        break;
+      }
+  } else {  // the last step at or before it
+    for (const SeedStep& step : seed_steps_)
+      if (step.op <= at) target = step.number;
+  }
+  show_seed_step(std::clamp(target, 1, kSeedStepCount));
 }
 
 void StepBar::step_by(std::int64_t delta) {
@@ -143,7 +211,22 @@ void StepBar::sync() {
     caption_->setText({});
     return;
   }
+  // A seed step's caption stays while the cursor is on its op; once one was chosen, the cursor on
+  // another step's op shows that one's (the first of those on the op).
+  if (seed_step_ > 0 && seed_steps_[std::size_t(seed_step_ - 1)].op != session_.step())
+    seed_step_ = 0;
+  if (seed_mode_ && seed_step_ == 0) {
+    for (const SeedStep& step : seed_steps_)
+      if (step.op == session_.step()) {
+        seed_step_ = step.number;
+        break;
+      }
+  }
+  const QSignalBlocker block_seed(seed_);
+  seed_->setCurrentIndex(seed_step_);
   std::string caption = op_caption(*planned, session_.step(), session_.selected_rank());
+  if (seed_step_ > 0)
+    caption = seed_step_caption(seed_steps_[std::size_t(seed_step_ - 1)]) + "\n" + caption;
   if (session_.step() >= 0) {
     const std::string reason =
         op_reason(planned->plan.schedule, std::size_t(session_.step()), planned->plan.rank_model);

@@ -1,6 +1,7 @@
 #pragma once
 // The step cursor: a slider over the schedule's ops, play/pause with a speed, step back/forward,
-// jumps to the walkthrough's key moments, and the current op in words.
+// jumps to the walkthrough's key moments, the seed document's 27 steps (gui/seed_steps.hpp) with
+// their captions, and the current op in words.
 #include <QComboBox>
 #include <QLabel>
 #include <QSlider>
@@ -9,6 +10,7 @@
 #include <QWidget>
 
 #include "gui/moments.hpp"
+#include "gui/seed_steps.hpp"
 #include "gui/session.hpp"
 
 namespace zerolens::gui {
@@ -23,6 +25,15 @@ class StepBar : public QWidget {
   void step_by(std::int64_t delta);
   void jump_to(Moment moment);
   void toggle_play();
+  // Puts the cursor on the seed's step `number` (1-27) and shows its caption; false when the plan
+  // has no such steps (it is not ZeRO-3). From then on, until the plan changes, the cursor on an
+  // op of a seed step shows that step's caption.
+  bool show_seed_step(int number);
+  // The next or previous seed step from the cursor (Shift+Right, Shift+Left).
+  void step_seed(int direction);
+  int seed_step() const { return seed_step_; }  // 0: none shown
+  const std::vector<SeedStep>& seed_steps() const { return seed_steps_; }
+  QComboBox& seed_selector() { return *seed_; }
   bool playing() const { return timer_.isActive(); }
   QSlider& slider() { return *slider_; }
   QToolButton& play_button() { return *play_; }
@@ -30,6 +41,7 @@ class StepBar : public QWidget {
 
  private:
   void sync();
+  void sync_seed_steps();
   void advance();
   QWidget* make_buttons();
   Session& session_;
@@ -39,6 +51,10 @@ class StepBar : public QWidget {
   QToolButton* play_;
   QComboBox* speed_;
   QToolButton* jump_;
+  QComboBox* seed_;
+  std::vector<SeedStep> seed_steps_;  // of the current plan
+  int seed_step_ = 0;
+  bool seed_mode_ = false;  // a seed step was chosen for this plan
   QTimer timer_;
 };
 

@@ -42,6 +42,7 @@ std::vector<int> shown_ranks(const Trace& trace, int max_ranks) {
 std::map<std::pair<int, std::string>, int> make_rows(const Trace& trace,
                                                      const std::vector<int>& ranks,
                                                      const std::map<int, ExposedIntervals>& exposed,
+                                                     const TimelineGeometry& g,
                                                      std::vector<QString>& names) {
   std::vector<std::pair<int, std::string>> keys;
   for (const auto& op : trace.ops) {
@@ -61,7 +62,7 @@ std::map<std::pair<int, std::string>, int> make_rows(const Trace& trace,
   std::map<std::pair<int, std::string>, int> rows;
   for (const auto& key : keys) {
     rows[key] = int(names.size());
-    names.push_back(QString("rank %1 %2").arg(key.first).arg(QString::fromStdString(key.second)));
+    names.push_back(timeline_rank_name(key.first, g) + " " + QString::fromStdString(key.second));
   }
   return rows;
 }
@@ -75,22 +76,45 @@ double nice_tick(double span) {
   return 10 * power;
 }
 
-void add_axis(QGraphicsScene& scene, const TimelineGeometry& g, double end_time, double height) {
-  if (!(end_time > 0)) return;
-  const TimeUnit unit = time_unit_for(end_time);
-  const double tick = nice_tick(end_time);
-  for (int i = 0; double(i) * tick <= end_time * 1.0001 && i <= 1000; ++i) {
-    const double x = g.label_width + double(i) * tick * g.pixels_per_second;
-    scene.addLine(x, kAxisHeight - 4, x, kAxisHeight + height, QPen(QColor(0xe0e0e0), 0));
+// Pixels between ticks, about: ticks follow the zoom (a tick every 2 s of a 19 s step at full
+// width, every 2 ms zoomed in a thousandfold).
+constexpr double kTickPixels = 100;
+
+}  // namespace
+
+void draw_time_axis(QGraphicsScene& scene, TimelineItems& items, double left, double right) {
+  for (QGraphicsItem* item : items.axis) delete item;
+  items.axis.clear();
+  const double pps = items.pixels_per_second;
+  if (!(items.end_time > 0) || !(pps > 0)) return;
+  const TimeUnit unit = time_unit_for(items.end_time);
+  const double tick = nice_tick(kTickPixels * 10 / pps);
+  // As many decimals as the tick needs in the axis's unit ("9.502 s").
+  const int decimals = std::clamp(int(std::ceil(-std::log10(tick * unit.per_second) - 1e-9)), 0, 9);
+  const double tick_pixels = tick * pps;
+  const auto first =
+      std::int64_t(std::max(0.0, std::floor((left - items.label_width) / tick_pixels)));
+  for (std::int64_t i = first;; ++i) {
+    const double seconds = double(i) * tick;
+    const double x = items.label_width + double(i) * tick_pixels;
+    if (x > right || seconds > items.end_time * 1.0001) break;
+    auto* line = scene.addLine(x, kAxisHeight - 4, x, kAxisHeight + items.rows_height,
+                               QPen(QColor(0xe0e0e0), 0));
+    line->setZValue(-1);  // under the ops
     auto* label = scene.addSimpleText(
-        QString("%1 %2").arg(double(i) * tick * unit.per_second, 0, 'g', 4).arg(unit.name));
+        QString("%1 %2").arg(seconds * unit.per_second, 0, 'f', decimals).arg(unit.name));
     label->setPos(x + 2, 4);
+    items.axis.push_back(line);
+    items.axis.push_back(label);
   }
 }
 
-QString op_tooltip(const TraceOp& op) {
+namespace {
+
+QString op_tooltip(const TraceOp& op, const TimelineGeometry& g) {
   std::string text = op.kind + (op.layer_name.empty() ? "" : " " + op.layer_name) + " (op " +
-                     std::to_string(op.index + 1) + ", rank " + std::to_string(op.rank) + ")\n";
+                     std::to_string(op.index + 1) + ", " +
+                     timeline_rank_name(op.rank, g).toStdString() + ")\n";
   const TimeUnit unit = time_unit_for(op.duration > 0 ? op.duration : 1e-6);
   text += "start " + std::to_string(op.start * 1e3) + " ms, " +
           std::to_string(op.duration * unit.per_second) + " " + unit.name;
@@ -123,7 +147,7 @@ QGraphicsRectItem* add_op(QGraphicsScene& scene, const TraceOp& op, double y,
   item->setData(item_key::Rank, op.rank);
   item->setData(item_key::Op, qlonglong(op.index));
   item->setData(item_key::Ops, 1);
-  item->setToolTip(op_tooltip(op));
+  item->setToolTip(op_tooltip(op, g));
   add_label(item, QString::fromStdString(op.layer_name.empty() ? op.kind : op.layer_name), x, y,
             width);
   return item;
@@ -220,23 +244,48 @@ void add_exposed(QGraphicsScene& scene, const Intervals& intervals, bool offload
   }
 }
 
+// A row's background: alternate rows shaded, the tensor-parallel group's stream tinted in its
+// colour (transparent: none).
+QColor band_colour(const QString& name, std::size_t r) {
+  if (name.endsWith(" tp")) {
+    QColor tint = tensor_parallel_colour();
+    tint.setAlpha(r % 2 == 0 ? 30 : 20);
+    return tint;
+  }
+  return r % 2 == 0 ? QColor(0xf4f6f8) : QColor(Qt::transparent);
+}
+
 void add_row_band(QGraphicsScene& scene, const QString& name, std::size_t r,
                   const TimelineGeometry& g, double end_time) {
   const double y = kAxisHeight + double(r) * g.row_height;
   const QRectF band(0, y, g.label_width + end_time * g.pixels_per_second + 20, g.row_height);
-  // The tensor-parallel group's stream is tinted in its colour.
-  const bool tensor = name.endsWith(" tp");
-  if (tensor) {
-    QColor tint = tensor_parallel_colour();
-    tint.setAlpha(r % 2 == 0 ? 30 : 20);
-    scene.addRect(band, Qt::NoPen, QBrush(tint));
-  } else if (r % 2 == 0) {
-    scene.addRect(band, Qt::NoPen, QBrush(QColor(0xf4f6f8)));
+  const QColor colour = band_colour(name, r);
+  if (colour.alpha() > 0) scene.addRect(band, Qt::NoPen, QBrush(colour));
+}
+
+// The rows' names on an opaque column over the ops (each row's band colour on white), a child of
+// one item the view moves with its scrolling.
+QGraphicsItem* add_row_labels(QGraphicsScene& scene, const std::vector<QString>& rows,
+                              const TimelineGeometry& g) {
+  const double height = double(rows.size()) * g.row_height;
+  auto* column = scene.addRect(QRectF(0, kAxisHeight, g.label_width - 4, height),
+                               QPen(QColor(0xd0d0d0), 0), QBrush(Qt::white));
+  column->setZValue(4);  // over the ops and the cursor
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    const double y = kAxisHeight + double(r) * g.row_height;
+    const QColor colour = band_colour(rows[r], r);
+    if (colour.alpha() > 0) {
+      auto* band = new QGraphicsRectItem(QRectF(0, y, g.label_width - 4, g.row_height), column);
+      band->setPen(Qt::NoPen);
+      band->setBrush(colour);
+    }
+    auto* label = new QGraphicsSimpleTextItem(rows[r], column);
+    label->setPos(6, y + 3);
+    label->setData(item_key::Role, int(ItemRole::RowLabel));
+    if (rows[r].endsWith(" tp")) label->setBrush(tensor_parallel_colour().darker(170));
+    if (rows[r].endsWith(QString(" ") + kExposedRow)) label->setBrush(QColor(0xd62728).darker(130));
   }
-  auto* label = scene.addSimpleText(name);
-  label->setPos(6, y + 3);
-  if (tensor) label->setBrush(tensor_parallel_colour().darker(170));
-  if (name.endsWith(QString(" ") + kExposedRow)) label->setBrush(QColor(0xd62728).darker(130));
+  return column;
 }
 
 }  // namespace
@@ -244,6 +293,18 @@ void add_row_band(QGraphicsScene& scene, const QString& name, std::size_t r,
 QPen op_pen(const QRectF& rect) {
   // A white gap between ops wide enough to show one; a narrower op would be all border.
   return rect.width() >= 3 ? QPen(QColor(255, 255, 255), 0) : QPen(Qt::NoPen);
+}
+
+QString timeline_rank_name(int trace_rank, const TimelineGeometry& geometry) {
+  if (geometry.tp_size <= 1) return QString("rank %1").arg(trace_rank);
+  return QString("rank %1 (tp %2, dp %3)")
+      .arg(trace_rank * geometry.tp_size + geometry.tp_index)
+      .arg(geometry.tp_index)
+      .arg(trace_rank);
+}
+
+void pin_row_labels(const TimelineItems& items, double left) {
+  if (items.row_labels) items.row_labels->setX(std::max(0.0, left));
 }
 
 double trace_end_time(const Trace& trace) {
@@ -265,10 +326,15 @@ TimelineItems build_timeline_scene(QGraphicsScene& scene, const Trace& trace,
   const std::vector<int> ranks = shown_ranks(trace, g.max_ranks);
   std::map<int, ExposedIntervals> exposed;
   for (const int rank : ranks) exposed[rank] = trace_exposed_intervals(trace, rank);
-  const auto rows = make_rows(trace, ranks, exposed, items.rows);
+  const auto rows = make_rows(trace, ranks, exposed, g, items.rows);
   items.end_time = trace_end_time(trace);
+  items.label_width = g.label_width;
   const double height = double(items.rows.size()) * g.row_height;
-  add_axis(scene, g, items.end_time, height);
+  items.pixels_per_second = g.pixels_per_second;
+  items.rows_height = height;
+  // The view redraws the ticks it shows as it scrolls (draw_time_axis); a scene on its own gets
+  // the first screens' worth.
+  draw_time_axis(scene, items, 0, g.label_width + 4000);
   for (std::size_t r = 0; r < items.rows.size(); ++r)
     add_row_band(scene, items.rows[r], r, g, items.end_time);
   std::map<int, std::vector<const TraceOp*>> row_ops;
@@ -285,6 +351,7 @@ TimelineItems build_timeline_scene(QGraphicsScene& scene, const Trace& trace,
     add_exposed(scene, intervals.communication, false, rank, y, g);
     add_exposed(scene, intervals.offload, true, rank, y, g);
   }
+  items.row_labels = add_row_labels(scene, items.rows, g);
   items.cursor = scene.addLine(g.label_width, kAxisHeight, g.label_width, kAxisHeight + height,
                                QPen(QColor(0xd62728), 1.5));
   items.cursor->setZValue(3);
@@ -306,11 +373,21 @@ QString timeline_legend(const Trace& trace) {
             "<span style=\"background-color:%1\">&nbsp;&nbsp;&nbsp;</span>&nbsp;%2&nbsp;&nbsp; ")
             .arg(colour.name(), name.toHtmlEscaped());
   };
+  // Kinds that share a colour share a swatch ("overflow_check / grad_norm").
+  std::vector<std::pair<QColor, QString>> swatches;
   for (const auto& [kind, stream] : kinds) {
     const std::string name =
         kind == "recv" ? "recv (pipeline bubble: waiting for the neighbouring stage)" : kind;
-    swatch(op_colour(kind, stream), QString::fromStdString(stream.empty() ? name : name + " (tp)"));
+    const QString label = QString::fromStdString(stream.empty() ? name : name + " (tp)");
+    const QColor colour = op_colour(kind, stream);
+    const auto same = std::find_if(swatches.begin(), swatches.end(),
+                                   [&](const auto& entry) { return entry.first == colour; });
+    if (same == swatches.end())
+      swatches.emplace_back(colour, label);
+    else
+      same->second += " / " + label;
   }
+  for (const auto& [colour, label] : swatches) swatch(colour, label);
   swatch(QColor(0xd62728), "exposed communication");
   swatch(QColor(0x9467bd), "exposed offload");
   return html + "<i>dotted: ops merged at this zoom</i>";

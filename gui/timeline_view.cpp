@@ -28,6 +28,17 @@ TimelineView::TimelineView(Session& session, QWidget* parent)
   setAlignment(Qt::AlignLeft | Qt::AlignTop);
   setBackgroundBrush(Qt::white);
   connect(&session_, &Session::stepChanged, this, &TimelineView::show_step);
+  connect(horizontalScrollBar(), &QScrollBar::valueChanged, this, &TimelineView::pin_labels);
+  connect(&session_, &Session::rankChanged, this, [this] {
+    const Planned* planned = session_.planned();
+    if (planned && planned->plan.schedule.context.tensor_parallel > 1) request_rebuild();
+  });
+}
+
+void TimelineView::pin_labels() {
+  const QRectF visible = mapToScene(viewport()->rect()).boundingRect();
+  pin_row_labels(items_, visible.left());
+  draw_time_axis(scene_, items_, visible.left(), visible.right());
 }
 
 void TimelineView::request_rebuild() {
@@ -56,21 +67,30 @@ void TimelineView::set_use_loaded(bool use_loaded) {
 void TimelineView::rebuild() {
   dirty_ = false;
   highlighted_.clear();
+  items_ = {};  // the scene is cleared next: no stale item is moved while the scroll range changes
   const Trace* trace = shown_trace();
   if (!trace) {
     scene_.clear();
-    items_ = {};
     return;
   }
   const double end = std::max(trace_end_time(*trace), 1e-9);
   TimelineGeometry geometry;
   geometry.max_ranks = max_ranks_;
+  if (const Planned* planned = session_.planned();
+      planned && planned->plan.schedule.context.tensor_parallel > 1) {
+    // The selected rank's data-parallel group, as the rank view draws it; longer row names.
+    geometry.tp_size = planned->plan.schedule.context.tensor_parallel;
+    geometry.tp_index = session_.selected_rank() % geometry.tp_size;
+    geometry.label_width = 215;
+  }
   built_width_ = viewport()->width();
-  const double width = std::max(200.0, double(built_width_) - geometry.label_width - 30);
+  // At zoom 1 the scene (the label column, the step and 40 pixels after it) fits the view.
+  const double width = std::max(200.0, double(built_width_) - geometry.label_width - 42);
   geometry.pixels_per_second = std::min(width * zoom_, kMaxSceneWidth) / end;
   items_ = build_timeline_scene(scene_, *trace, geometry);
   apply_filter();
   show_step();
+  pin_labels();
 }
 
 void TimelineView::set_filter(const QString& text) {
@@ -79,6 +99,7 @@ void TimelineView::set_filter(const QString& text) {
 }
 
 void TimelineView::apply_filter() {
+  matches_.clear();
   const Trace* trace = shown_trace();
   if (!trace) return;
   std::unordered_map<std::int64_t, bool> matches;  // by schedule index
@@ -88,12 +109,24 @@ void TimelineView::apply_filter() {
                        QString::fromStdString(op.layer_name).contains(filter_, Qt::CaseInsensitive);
     matches[op.index] = matches[op.index] || match;
   }
+  if (!filter_.isEmpty()) {
+    for (const auto& [index, match] : matches)
+      if (match) matches_.push_back(index);
+    std::sort(matches_.begin(), matches_.end());
+  }
+  emit matchesChanged();
   for (const auto& [index, drawn] : items_.by_index)
     for (auto* item : drawn) item->setOpacity(matches[index] ? 1.0 : 0.15);
   // A merged item stays bright when any of its ops matches.
   for (const auto& [index, drawn] : items_.by_index)
     for (auto* item : drawn)
       if (matches[index]) item->setOpacity(1.0);
+}
+
+std::int64_t TimelineView::next_match(std::int64_t after) const {
+  if (matches_.empty()) return -1;
+  const auto next = std::upper_bound(matches_.begin(), matches_.end(), after);
+  return next == matches_.end() ? matches_.front() : *next;
 }
 
 void TimelineView::keyPressEvent(QKeyEvent* event) {
@@ -135,9 +168,11 @@ void TimelineView::show_step() {
   line.setP1({first.left(), line.y1()});
   line.setP2({first.left(), line.y2()});
   items_.cursor->setLine(line);
-  // Scroll sideways only: the rows and the time axis stay where the user put them.
+  // Scroll sideways only: the rows and the time axis stay where the user put them; the op clear
+  // of the row labels' column.
   const QRectF visible = mapToScene(viewport()->rect()).boundingRect();
-  ensureVisible(QRectF(first.left(), visible.top() + 1, first.width(), 1), 80, 0);
+  ensureVisible(QRectF(first.left(), visible.top() + 1, first.width(), 1),
+                int(items_.label_width) + 40, 0);
 }
 
 void TimelineView::set_max_ranks(int ranks) {
@@ -161,6 +196,8 @@ void TimelineView::fit() {
 
 void TimelineView::mousePressEvent(QMouseEvent* event) {
   for (QGraphicsItem* item : items(event->position().toPoint())) {
+    // The row labels' column hides the ops under it.
+    if (item == items_.row_labels || item->parentItem() == items_.row_labels) break;
     QGraphicsItem* op =
         item->data(item_key::Role).toInt() == int(ItemRole::Op) ? item : item->parentItem();
     if (op && op->data(item_key::Role).toInt() == int(ItemRole::Op)) {
@@ -225,9 +262,18 @@ TimelinePage::TimelinePage(Session& session, QWidget* parent) : QWidget(parent),
   filter_->setPlaceholderText("filter: op kind or layer");
   filter_->setClearButtonEnabled(true);
   filter_->setToolTip(
-      "Ops whose kind or layer contains this stay, the others fade (all_gather, h.3, nvme, ...)");
+      "Ops whose kind or layer contains this stay, the others fade (all_gather, h.3, nvme, ...); "
+      "Enter moves the step cursor to the next one");
+  matches_ = new QLabel(this);
   connect(filter_, &QLineEdit::textChanged, view_, &TimelineView::set_filter);
+  connect(view_, &TimelineView::matchesChanged, this, &TimelinePage::show_matches);
+  // Enter: the step cursor (and the chart) to the next op the filter keeps.
+  connect(filter_, &QLineEdit::returnPressed, this, [this] {
+    const std::int64_t next = view_->next_match(session_.step());
+    if (next >= 0) session_.set_step(next);
+  });
   controls->addWidget(filter_);
+  controls->addWidget(matches_);
   controls->addWidget(source_);
   controls->addStretch();
   auto* layout = new QVBoxLayout(this);
@@ -241,6 +287,14 @@ TimelinePage::TimelinePage(Session& session, QWidget* parent) : QWidget(parent),
   connect(&session_, &Session::traceChanged, this, &TimelinePage::sync_source);
   connect(&session_, &Session::planChanged, this, &TimelinePage::sync_source);
   sync_source();
+}
+
+void TimelinePage::show_matches() {
+  const auto count = view_->matches().size();
+  matches_->setText(view_->filter().isEmpty() ? QString()
+                    : count == 0
+                        ? QString("no op matches")
+                        : QString("%1 op%2 (Enter: next)").arg(count).arg(count == 1 ? "" : "s"));
 }
 
 void TimelinePage::sync_source() {

@@ -32,8 +32,15 @@ class TimelineView : public QGraphicsView {
   // all).
   void set_filter(const QString& text);
   const QString& filter() const { return filter_; }
+  // The schedule indices of the ops the filter keeps, in order (none while it is empty).
+  const std::vector<std::int64_t>& matches() const { return matches_; }
+  // The first match after op `after` (wrapping around), or -1.
+  std::int64_t next_match(std::int64_t after) const;
   // Rebuilds now when shown, else when next shown.
   void request_rebuild();
+
+ signals:
+  void matchesChanged();  // the filter's matches were worked out again
 
  protected:
   void mousePressEvent(QMouseEvent* event) override;
@@ -47,6 +54,7 @@ class TimelineView : public QGraphicsView {
   void rebuild();
   void show_step();
   void apply_filter();
+  void pin_labels();  // the row labels at the left edge of what is shown
   Session& session_;
   QGraphicsScene scene_;
   TimelineItems items_;
@@ -54,6 +62,7 @@ class TimelineView : public QGraphicsView {
   bool use_loaded_ = true;
   int max_ranks_ = 1;  // a predicted trace's ranks are identical: one stands for all
   QString filter_;
+  std::vector<std::int64_t> matches_;
   bool dirty_ = true;
   int built_width_ = 0;  // viewport width of the last rebuild
   std::vector<QGraphicsRectItem*> highlighted_;
@@ -68,14 +77,17 @@ class TimelinePage : public QWidget {
   QSpinBox& ranks() { return *ranks_; }
   QLineEdit& filter() { return *filter_; }
   const QLabel& legend() const { return *legend_; }
+  const QLabel& filter_matches() const { return *matches_; }
 
  private:
   void sync_source();
+  void show_matches();
   Session& session_;
   TimelineView* view_;
   QComboBox* source_;
   QSpinBox* ranks_;
   QLineEdit* filter_;
+  QLabel* matches_;  // how many ops the filter keeps
   QLabel* summary_;
   QLabel* legend_;
 };

@@ -47,7 +47,7 @@ QChart* bar_chart(const QString& title, const QString& axis, const QStringList& 
 }
 
 QString collective_label(OpKind kind, std::int64_t calls) {
-  return QString("%1 (%2 calls)").arg(to_string(kind)).arg(calls);
+  return QString("%1 (%2 call%3)").arg(to_string(kind)).arg(calls).arg(calls == 1 ? "" : "s");
 }
 
 QChart* collectives_chart(const Plan& plan) {

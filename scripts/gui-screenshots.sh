@@ -11,13 +11,28 @@ shot() {  # name, then zerolens-gui options
   shift
   "$gui" --size "$size" --screenshot "$out/$name.png" "$@"
 }
-# The 4-GPU ZeRO-3 walkthrough: a layer's parameters gathered from their owners, gradients
-# reduce-scattered to their owners, then each view.
-shot walkthrough-ranks-gather --walkthrough --view ranks --step 4
-shot walkthrough-ranks-reduce --walkthrough --view ranks --step 31
+# The 4-GPU ZeRO-3 walkthrough: a layer's parameters gathered from their owners (the seed's step
+# 11), the full gradients of every rank reduce-scattered to their owners (step 20), then each view
+# at the reduce-scatter.
+shot walkthrough-ranks-gather --walkthrough --view ranks --seed-step 11
+shot walkthrough-ranks-reduce --walkthrough --view ranks --seed-step 20
 for view in timeline memory traffic compare; do
-  shot "walkthrough-$view" --walkthrough --view "$view" --step 4
+  shot "walkthrough-$view" --walkthrough --view "$view" --seed-step 20
 done
+# LLaMA-2 7B on 64 x A100-80GB (8 nodes), ZeRO-3, bf16, micro-batch 4, checkpointing: the step's
+# timeline at the GPU's peak (the last layer's backward) and its memory stacked by category.
+llama=(--model llama2-7b --cluster dgx-a100-80gb --gpus 64 --stage 3 --precision bf16 --micro-batch 4
+       --activation-checkpointing true)
+shot llama2-7b-64-timeline "${llama[@]}" --view timeline --step 108
+shot llama2-7b-64-memory "${llama[@]}" --view memory --step 108
+shot llama2-7b-64-ranks "${llama[@]}" --view ranks --step 106
+# Llama 2 7B on 8 x A100-80GB, tensor parallel 2 with sequence parallelism x data parallel 4,
+# ZeRO-1, bf16: rank 5's tensor-parallel group (ranks 4 and 5) reduce-scatters layer h.21's
+# activation gradients in backward; the timeline's rows are rank 5's data-parallel group.
+tp=(--model llama2-7b --cluster dgx-a100-80gb --gpus 8 --tp 2 --sp true --stage 1 --precision bf16
+    --seq-len 4096 --rank 5)
+shot llama2-7b-tp2-ranks "${tp[@]}" --view ranks --step 246
+shot llama2-7b-tp2-timeline "${tp[@]}" --view timeline --step 246
 # GPT-2 1.5B on 8 x A100-40GB, ZeRO-3 with the optimizer on the CPU.
 real=(--model gpt2-1.5b --cluster dgx-a100-40gb --gpus 8 --stage 3 --offload-optimizer cpu --precision fp16
       --micro-batch 4 --activation-checkpointing true)

@@ -18,7 +18,9 @@ PlanRequest walkthrough_request() {
        {{"stage", setup.stage},
         {"stage3_param_persistence_threshold", setup.param_persistence_threshold},
         {"stage3_max_reuse_distance", setup.max_reuse_distance},
-        {"stage3_prefetch_bucket_size", setup.prefetch_bucket_size}}}};
+        {"stage3_prefetch_bucket_size", setup.prefetch_bucket_size},
+        {"reduce_bucket_size", setup.reduce_bucket_size},
+        {"contiguous_gradients", setup.contiguous_gradients}}}};
   PlanRequest request;
   request.model = model_from_preset(setup.model);
   Diagnostics diagnostics;

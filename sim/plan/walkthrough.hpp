@@ -23,6 +23,16 @@ struct WalkthroughSetup {
   Elements param_persistence_threshold = 0;
   Elements max_reuse_distance = 0;
   Elements prefetch_bucket_size = 0;
+  // Chosen for the picture (both are DeepSpeed settings): the reduce bucket holds about one
+  // transformer block's gradients (gpt2-tiny's h.N: 49,984 elements), so a reduce-scatter follows
+  // each layer's backward instead of one after the whole backward (DeepSpeed's 5e8-element default
+  // holds the whole toy model, and its buffer, 1 GB in fp16, dwarfs it); without
+  // contiguous_gradients the hook leaves each gradient where autograd put it until its bucket is
+  // reduced (stage3.py __add_grad_to_ipg_bucket copies it into the bucket's flat buffer only with
+  // contiguous_gradients), so the full unreduced gradients show on every rank from their backward
+  // to their reduce-scatter, which frees them.
+  Elements reduce_bucket_size = 50'000;
+  bool contiguous_gradients = false;
 };
 
 // The walkthrough's plan request (built from WalkthroughSetup{}).

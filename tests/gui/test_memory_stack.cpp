@@ -39,6 +39,40 @@ TEST(MemoryStack, TopIsThePredictedLine) {
   }
 }
 
+// The walkthrough's chart stacks what its rank view shows, the model states and their transient
+// copies (its CUDA context and workspaces, 805 MB of 806, left the states a line on the floor): the
+// stack's top is the shown components' bytes of each state (summed here from the states
+// themselves), and the y axis spans them, rounded up.
+TEST(MemoryStack, WalkthroughStacksTheModelStatesItsRankViewShows) {
+  MainWindow window(walkthrough_settings(), false);
+  window.resize(1400, 900);
+  window.show_view(View::Memory);
+  window.show();
+  ASSERT_TRUE(QTest::qWaitForWindowExposed(&window));
+  EXPECT_EQ(window.memory().show(), ShowMemory::StatesAndCopies);
+  const Planned& planned = *window.session().planned();
+  const auto stack = category_stack(planned, Device::Gpu, ShowMemory::StatesAndCopies);
+  ASSERT_FALSE(stack.empty());
+  const auto& top = stack.back().second;
+  ASSERT_EQ(top.size(), 2 * planned.states.size() - 1);
+  double highest = 0;
+  for (std::size_t k = 0; k < planned.states.size(); ++k) {
+    Bytes shown = 0;
+    for (int c = 0; c < kComponentCount; ++c)
+      if (shows(ShowMemory::StatesAndCopies, Component(c)))
+        shown += planned.states[k][std::size_t(Device::Gpu)][std::size_t(c)];
+    EXPECT_DOUBLE_EQ(top[2 * k].y(), double(shown)) << k;
+    highest = std::max(highest, double(shown));
+  }
+  for (const auto& [category, points] : stack)
+    EXPECT_NE(category, Category::Overhead) << "the CUDA context is not a model state";
+  auto* y = static_cast<QValueAxis*>(
+      window.memory().charts().front()->chart()->axes(Qt::Vertical).front());
+  const double unit = y->titleText() == "kB" ? 1e3 : y->titleText() == "MB" ? 1e6 : 1;
+  EXPECT_GE(y->max() * unit, highest);
+  EXPECT_LT(y->max() * unit, 2 * highest) << "rounded up, not to the 806 MB of all memory";
+}
+
 TEST(MemoryStack, OpAtTimeWorkedByHand) {
   Timeline timeline;
   timeline.ops = {{0, 1}, {0.5, 2}, {1, 0.5}};  // ends 1, 2.5, 1.5

@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "gui/main_window.hpp"
 #include "gui/moments.hpp"
 #include "gui/ownership.hpp"
 #include "gui/rank_scene.hpp"
@@ -175,13 +176,56 @@ TEST(RankScene, GatherDrawsEveryOwnersShareAndReleaseDrawsItFreed) {
   EXPECT_EQ(freed, 4);
 }
 
+// The key idea of ZeRO-2/3 in the walkthrough's own Show mode: every rank holds the full,
+// unreduced gradients of the layers it has run backward through (each owner's share in its
+// colour), and a reduce-scatter frees them (drawn dashed) once each owner has its summed slice.
+// The bytes are the schedule's (tests/sim/test_walkthrough.cpp works them out by hand).
+TEST(RankScene, WalkthroughShowsGradientsUntilTheirReduceScatterFreesThem) {
+  MainWindow window(walkthrough_settings(), false);
+  const Planned& planned = *window.session().planned();
+  const RankViewOptions options = window.ranks().view().options();
+  ASSERT_EQ(options.show, ShowMemory::StatesAndCopies);
+  const std::int64_t reduce = next_moment(planned.plan, -1, Moment::Reduce);
+  ASSERT_GT(reduce, 0);
+  const Op& op = planned.plan.schedule.ops[std::size_t(reduce)];
+  ASSERT_EQ(op.kind, OpKind::ReduceScatter);
+  const auto unreduced = [&](std::int64_t step) {
+    return planned.state_at(step)[std::size_t(Device::Gpu)][std::size_t(Component::UnreducedGrads)];
+  };
+  ASSERT_GT(unreduced(reduce - 1), unreduced(reduce));
+  QGraphicsScene scene;
+  build_rank_scene(scene, planned, reduce - 1, 0, options);
+  std::map<int, std::set<int>> owners;
+  std::map<int, Bytes> drawn;
+  for (QGraphicsItem* item : items_with_role(scene, ItemRole::Block)) {
+    if (Component(data_int(item, item_key::Component)) != Component::UnreducedGrads) continue;
+    owners[data_int(item, item_key::Rank)].insert(data_int(item, item_key::Owner));
+    drawn[data_int(item, item_key::Rank)] += data_bytes(item);
+  }
+  ASSERT_EQ(owners.size(), 4u);
+  for (const auto& [rank, set] : owners) {
+    EXPECT_EQ(set, (std::set<int>{0, 1, 2, 3})) << rank;
+    EXPECT_EQ(drawn[rank], unreduced(reduce - 1)) << rank;
+  }
+  build_rank_scene(scene, planned, reduce, 0, options);
+  std::map<int, Bytes> freed;
+  for (QGraphicsItem* item : items_with_role(scene, ItemRole::Freed))
+    if (Component(data_int(item, item_key::Component)) == Component::UnreducedGrads)
+      freed[data_int(item, item_key::Rank)] += data_bytes(item);
+  ASSERT_EQ(freed.size(), 4u);
+  for (const auto& [rank, bytes] : freed) EXPECT_EQ(bytes, op.bytes) << rank;
+}
+
 TEST(RankScene, MoreThanSixteenRanksDrawRepresentativeOnes) {
   Settings settings = walkthrough_settings();
   settings.gpus = 64;
   const auto planned = plan_settings(settings);
   EXPECT_EQ(representative_ranks(16, 16).size(), 16u);
+  // The first op after which a rank holds unreduced gradients (a full copy of a layer's).
+  std::int64_t step = 0;
+  while (planned->state_at(step)[0][std::size_t(Component::UnreducedGrads)] == 0) ++step;
   QGraphicsScene scene;
-  const RankLayout layout = build_rank_scene(scene, *planned, -1, 63, RankViewOptions{});
+  const RankLayout layout = build_rank_scene(scene, *planned, step, 63, RankViewOptions{});
   std::vector<int> ranks;
   for (const auto& column : layout.columns) ranks.push_back(column.rank);
   EXPECT_EQ(ranks, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 63}));
@@ -192,17 +236,17 @@ TEST(RankScene, MoreThanSixteenRanksDrawRepresentativeOnes) {
   }
   EXPECT_TRUE(note);
   // A replicated block is the rank's own 1/64 share and one slice for the 63 others.
-  const Bytes reduce_bucket = planned->state_at(-1)[0][std::size_t(Component::ReduceBucket)];
+  const Bytes unreduced = planned->state_at(step)[0][std::size_t(Component::UnreducedGrads)];
   std::map<int, Bytes> by_owner;
   for (QGraphicsItem* item : items_with_role(scene, ItemRole::Block)) {
-    if (Component(data_int(item, item_key::Component)) != Component::ReduceBucket ||
+    if (Component(data_int(item, item_key::Component)) != Component::UnreducedGrads ||
         data_int(item, item_key::Rank) != 63)
       continue;
     by_owner[data_int(item, item_key::Owner)] += data_bytes(item);
   }
   EXPECT_EQ(by_owner.size(), 2u);
-  EXPECT_EQ(by_owner[63], reduce_bucket / 64);
-  EXPECT_EQ(by_owner[kOtherRanks], reduce_bucket - reduce_bucket / 64);
+  EXPECT_EQ(by_owner[63], unreduced / 64);
+  EXPECT_EQ(by_owner[kOtherRanks], unreduced - unreduced / 64);
 }
 
 TEST(RankScene, OffloadCopiesAreDrawnBetweenTheRanksDevices) {
@@ -244,8 +288,8 @@ TEST(RankScene, ModelStatesViewLeavesOutActivationsAndOverhead) {
                        gpu[std::size_t(Component::OptimizerStatePartition)];
   EXPECT_NEAR(height, double(states) * layout.pixels_per_byte[0], 1e-6);
   // Zoomed to the peak of what is shown: the model states fill the bar (they do not change in
-  // forward).
-  EXPECT_NEAR(height, layout.bar_height, 1e-6);
+  // forward) up to the strip kept for the capacity's note.
+  EXPECT_NEAR(height, layout.bar_height - kCapacityNoteStrip, 1e-6);
 }
 
 }  // namespace

@@ -70,6 +70,49 @@ TEST(SceneText, RankViewNeverDrawsTextOverText) {
   }
 }
 
+// Zoomed to the step's peak, the note saying the capacity is above the bar stays off the blocks
+// and off what the op freed (it lay on the walkthrough's red-hatched gradients at the peak), and no
+// text lies over text in that scale either.
+TEST(SceneText, CapacityNoteStaysOffTheBlocks) {
+  std::vector<Settings> runs;
+  for (const Variant& variant : standard_variants())
+    runs.push_back(testing::variant_settings(variant));
+  runs.push_back(testing::llama_on_64(OffloadDevice::Nvme, OffloadDevice::Nvme));
+  for (const Settings& settings : runs) {
+    const auto planned = plan_settings(settings);
+    const auto ops = std::int64_t(planned->plan.schedule.ops.size());
+    const std::int64_t stride = ops > 100 ? 13 : 1;  // every op of the walkthrough's variants
+    for (const ShowMemory show :
+         {ShowMemory::All, ShowMemory::StatesAndCopies, ShowMemory::ModelStates})
+      for (std::int64_t step = -1; step < ops; step += stride) {
+        QGraphicsScene scene;
+        RankViewOptions options;
+        options.show = show;
+        options.scale = ScaleMode::Peak;
+        build_rank_scene(scene, *planned, step, 0, options);
+        const auto found = overlaps(scene);
+        ASSERT_TRUE(found.empty())
+            << "show " << int(show) << " step " << step << ": " << found.front();
+        int notes = 0;
+        for (QGraphicsItem* note : testing::items_with_role(scene, ItemRole::Capacity)) {
+          if (!dynamic_cast<QGraphicsSimpleTextItem*>(note)) continue;  // a line on the bar
+          ++notes;
+          const QRectF box = note->sceneBoundingRect();
+          for (const ItemRole role : {ItemRole::Block, ItemRole::Freed})
+            for (QGraphicsItem* block : testing::items_with_role(scene, role)) {
+              const QRectF shared = box.intersected(block->sceneBoundingRect());
+              ASSERT_FALSE(shared.width() > 0.5 && shared.height() > 0.5)
+                  << planned->plan.request.model.name << " stage "
+                  << planned->plan.schedule.context.stage << " show " << int(show) << " step "
+                  << step << ": the note on a block of "
+                  << to_string(Component(testing::data_int(block, item_key::Component)));
+            }
+        }
+        ASSERT_GT(notes, 0) << "every run has a device whose capacity is above its peak";
+      }
+  }
+}
+
 TEST(SceneText, LargerJobsAndTheTimelineNeither) {
   Settings settings = testing::llama_on_64(OffloadDevice::Nvme, OffloadDevice::Nvme);
   set_precision(settings, Precision::Bf16);

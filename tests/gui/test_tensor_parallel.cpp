@@ -9,6 +9,7 @@
 #include <QImage>
 #include <QProcess>
 #include <QRegularExpression>
+#include <QTest>
 
 #include <map>
 #include <set>
@@ -41,6 +42,16 @@ Settings tp_settings(bool sequence_parallel = false) {
   set_tensor_parallel(settings, 2);
   set_sequence_parallel(settings, sequence_parallel);
   return settings;
+}
+
+// The rank view's title line (the run: model, GPUs, groups, stage).
+QString rank_view_title(const Planned& planned) {
+  QGraphicsScene scene;
+  build_rank_scene(scene, planned, -1, 0, RankViewOptions{});
+  for (QGraphicsItem* item : scene.items())
+    if (auto* text = dynamic_cast<QGraphicsSimpleTextItem*>(item))
+      if (text->text().contains(" parameters) on ")) return text->text();
+  return {};
 }
 
 std::int64_t first_collective(const Plan& plan, ProcessGroup group) {
@@ -172,6 +183,37 @@ TEST(TensorParallel, ARankOfAnyGroupCanBeSelected) {
   EXPECT_EQ(session.selected_rank(), 7);
 }
 
+// A TP trace's ranks are a data-parallel group: the timeline's rows name the global ranks of the
+// selected rank's TP index (rank 5 of TP 2 x DP 4 is tp 1 of dp 2: its group is ranks 1, 3, 5, 7)
+// with their coordinates, as the rank view does; the tooltips too.
+TEST(TensorParallel, TimelineRowsNameGlobalRanksAndTheirCoordinates) {
+  MainWindow window(tp_settings(), false);
+  window.resize(1400, 900);
+  window.show_view(View::Timeline);
+  window.show();
+  ASSERT_TRUE(QTest::qWaitForWindowExposed(&window));
+  window.session().select_rank(5);
+  window.timeline().ranks().setValue(4);
+  TimelineView& view = window.timeline().view();
+  std::vector<QString> compute_rows;
+  for (const QString& row : view.timeline_items().rows)
+    if (row.endsWith(" compute")) compute_rows.push_back(row);
+  EXPECT_EQ(compute_rows,
+            (std::vector<QString>{"rank 1 (tp 1, dp 0) compute", "rank 3 (tp 1, dp 1) compute",
+                                  "rank 5 (tp 1, dp 2) compute", "rank 7 (tp 1, dp 3) compute"}));
+  for (const auto& [index, items] : view.timeline_items().by_index)
+    for (auto* item : items)
+      if (item->data(item_key::Ops).toInt() == 1 && item->data(item_key::Rank).toInt() == 2) {
+        EXPECT_TRUE(item->toolTip().contains("rank 5 (tp 1, dp 2)"))
+            << item->toolTip().toStdString();
+      }
+  // Labels fit their column.
+  for (QGraphicsItem* label : items_with_role(*view.scene(), ItemRole::RowLabel))
+    EXPECT_LT(label->sceneBoundingRect().right(), view.timeline_items().label_width - 4);
+  window.session().select_rank(0);
+  EXPECT_EQ(view.timeline_items().rows.front(), "rank 0 (tp 0, dp 0) compute");
+}
+
 TEST(TensorParallel, TimelineGivesTheTpStreamItsOwnRowInItsColour) {
   const auto planned = plan_settings(tp_settings(true));
   QGraphicsScene scene;
@@ -247,10 +289,32 @@ TEST(TensorParallel, PipelineStagesFromTheFlagsAndThePanel) {
       << status.toStdString();
   EXPECT_TRUE(window.timeline().legend().text().contains("pipeline bubble"));
   EXPECT_EQ(window.config_panel().pipeline_parallel().value(), 4);
+  // The titles count every GPU of the job (they counted the data-parallel ranks: "on 2 x").
+  EXPECT_TRUE(window.windowTitle().contains("on 8 x")) << window.windowTitle().toStdString();
+  EXPECT_TRUE(window.windowTitle().contains("pipeline 4")) << window.windowTitle().toStdString();
+  EXPECT_TRUE(rank_view_title(*window.session().planned())
+                  .contains(QString("on 8 x A100-SXM4-80GB (PP 4 (stage %1 shown) x DP 2)")
+                                .arg(plan.pipeline_stage)))
+      << rank_view_title(*window.session().planned()).toStdString();
   window.config_panel().pipeline_parallel().setValue(2);
   EXPECT_EQ(window.session().planned()->plan.schedule.context.dp_size, 4);
   window.config_panel().pipeline_parallel().setValue(1);
   EXPECT_FALSE(window.config_panel().status().text().contains("Pipeline"));
+}
+
+// Pipeline stages from a DeepSpeed config count in the titles too.
+TEST(TensorParallel, PipelineStagesFromADeepSpeedConfigCountInTheTitles) {
+  const std::string path =
+      temp_file("pipeline_ds.json",
+                R"({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 4,
+          "pipeline": {"stages": 2}, "zero_optimization": {"stage": 1}})");
+  const CommandLine line =
+      parse_command_line(args({"--deepspeed-config", path.c_str(), "--gpus", "8"}));
+  MainWindow window(line.settings, false);
+  ASSERT_EQ(window.session().planned()->plan.schedule.context.pipeline_parallel, 2);
+  EXPECT_TRUE(window.windowTitle().contains("on 8 x")) << window.windowTitle().toStdString();
+  EXPECT_TRUE(rank_view_title(*window.session().planned()).contains(" on 8 x "))
+      << rank_view_title(*window.session().planned()).toStdString();
 }
 
 TEST(TensorParallel, PanelControlsReplan) {

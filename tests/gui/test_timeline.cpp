@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <QGraphicsScene>
+#include <QGraphicsSimpleTextItem>
 #include <QScrollBar>
 #include <QTest>
 #include <map>
@@ -122,11 +123,25 @@ TEST(Timeline, FilterKeysAndRanksShown) {
   }
   EXPECT_GT(bright, 0);
   EXPECT_GT(faded, 0);
+  // It counts what it keeps, and Enter takes the cursor to the next of them.
+  std::vector<std::int64_t> gathers;
+  const auto& ops = window.session().planned()->plan.schedule.ops;
+  for (std::size_t i = 0; i < ops.size(); ++i)
+    if (ops[i].kind == OpKind::AllGather) gathers.push_back(std::int64_t(i));
+  EXPECT_EQ(window.timeline().filter_matches().text(),
+            QString("%1 ops (Enter: next)").arg(gathers.size()));
+  QTest::keyClick(&window.timeline().filter(), Qt::Key_Return);
+  EXPECT_EQ(window.session().step(), gathers[0]);
+  QTest::keyClick(&window.timeline().filter(), Qt::Key_Return);
+  EXPECT_EQ(window.session().step(), gathers[1]);
+  window.timeline().filter().setText("no such layer");
+  EXPECT_EQ(window.timeline().filter_matches().text(), "no op matches");
   window.timeline().filter().clear();
   view.setFocus();
   const double zoom = view.zoom_factor();
   QTest::keyClick(&view, Qt::Key_W);
   EXPECT_DOUBLE_EQ(view.zoom_factor(), zoom * 1.5);
+  view.horizontalScrollBar()->setValue(0);  // from the left edge: D pans right, A back
   const int before = view.horizontalScrollBar()->value();
   QTest::keyClick(&view, Qt::Key_D);
   EXPECT_GT(view.horizontalScrollBar()->value(), before);
@@ -141,6 +156,40 @@ TEST(Timeline, FilterKeysAndRanksShown) {
       << window.last_error().toStdString();
   EXPECT_EQ(view.max_ranks(), int(window.session().loaded()->trace.ranks.size()));
   EXPECT_GT(view.max_ranks(), 1);
+}
+
+// The rows' names stay at the left edge when the chart scrolls sideways (Perfetto's track names),
+// on an opaque column drawn over the ops.
+TEST(Timeline, RowLabelsStayInViewWhenTheChartScrolls) {
+  MainWindow window(testing::llama_on_64(OffloadDevice::Cpu, OffloadDevice::None), false);
+  window.resize(1400, 900);
+  window.show_view(View::Timeline);
+  window.show();
+  ASSERT_TRUE(QTest::qWaitForWindowExposed(&window));
+  TimelineView& view = window.timeline().view();
+  view.zoom(8);
+  QScrollBar& bar = *view.horizontalScrollBar();
+  for (const int value : {bar.maximum(), bar.maximum() / 2, 0}) {
+    bar.setValue(value);
+    const QRectF visible = view.mapToScene(view.viewport()->rect()).boundingRect();
+    const auto labels = items_with_role(*view.scene(), ItemRole::RowLabel);
+    ASSERT_EQ(labels.size(), view.timeline_items().rows.size());
+    for (QGraphicsItem* label : labels) {
+      const QRectF box = label->sceneBoundingRect();
+      EXPECT_TRUE(visible.contains(box)) << "scrolled to " << value << ": label at " << box.left()
+                                         << ", view from " << visible.left();
+      EXPECT_LT(box.left() - visible.left(), 20);
+      EXPECT_GT(label->topLevelItem()->zValue(), 2) << "over the ops (the cursor's op: 2)";
+    }
+    // The time axis ticks what is shown, a tick about every 100 pixels at this zoom too, each
+    // labelled apart.
+    std::set<QString> ticks;
+    for (QGraphicsItem* item : view.timeline_items().axis)
+      if (auto* text = dynamic_cast<QGraphicsSimpleTextItem*>(item))
+        if (visible.contains(text->sceneBoundingRect())) ticks.insert(text->text());
+    EXPECT_GE(ticks.size(), std::size_t(visible.width() / 200)) << "scrolled to " << value;
+  }
+  EXPECT_GT(bar.maximum(), 1000) << "zoomed in: the chart is wider than the view";
 }
 
 // The step bar says why the op at the cursor happens (sim's op_reason), under what it does.

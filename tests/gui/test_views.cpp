@@ -2,11 +2,15 @@
 // holds: blocks per device in use, every op of the trace on the timeline, one memory chart per
 // device in use, the collectives, and one bar per variant with the current one marked.
 #include <gtest/gtest.h>
+
+#include <QApplication>
 #include <QBarCategoryAxis>
 #include <QChart>
+#include <QGraphicsTextItem>
 #include <QLineSeries>
 #include <QSet>
 #include <QTest>
+#include <algorithm>
 
 #include "gui/main_window.hpp"
 #include "gui/memory_chart.hpp"
@@ -73,6 +77,44 @@ void expect_compare(MainWindow& window, const Plan& plan) {
   ASSERT_EQ(axes.size(), 1);
   const QStringList labels = static_cast<QBarCategoryAxis*>(axes.front())->categories();
   EXPECT_EQ(labels.filter(QString::fromUtf8("\u25b6")).size(), 1);
+}
+
+// The Compare tab's charts name each variant in a 1400 x 880 window (Qt Charts drew every label
+// of a column as "..." when its rows were too short for them: the two smaller charts' at 17 pixels
+// a row, the main chart's under the walkthrough's four-line seed caption); they get a small font,
+// the smaller charts short labels and the room of even rows.
+TEST(Views, CompareChartsNameEveryVariant) {
+  EXPECT_EQ(short_variant_label("ZeRO-3 + opt:nvme + param:nvme"), "Z3 o:nvme p:nvme");
+  for (const bool walkthrough : {false, true}) {
+    MainWindow window(walkthrough ? walkthrough_settings()
+                                  : testing::llama_on_64(OffloadDevice::None, OffloadDevice::None),
+                      false);
+    if (walkthrough) window.step_bar().show_seed_step(20);
+    window.resize(1400, 880);
+    window.show_view(View::Compare);
+    window.show();
+    ASSERT_TRUE(QTest::qWaitForWindowExposed(&window));
+    QApplication::processEvents();
+    for (QChartView* view :
+         {&window.compare().memory(), &window.compare().host(), &window.compare().traffic()}) {
+      QStringList drawn;
+      for (QGraphicsItem* item : view->scene()->items())
+        if (auto* text = dynamic_cast<QGraphicsTextItem*>(item)) drawn << text->toPlainText();
+      const QString all = drawn.join(" | ");
+      for (const Variant& variant : standard_variants()) {
+        const QString label = view == &window.compare().memory()
+                                  ? QString::fromStdString(variant.label)
+                                  : short_variant_label(variant.label);
+        EXPECT_TRUE(std::any_of(drawn.begin(), drawn.end(),
+                                [&](const QString& text) {
+                                  return text == label || text.startsWith(label + " (") ||
+                                         text.endsWith(QString::fromUtf8("\u25b6 ") + label) ||
+                                         text.contains(QString::fromUtf8("\u25b6 ") + label + " (");
+                                }))
+            << label.toStdString() << " in " << all.toStdString();
+      }
+    }
+  }
 }
 
 TEST(Views, EveryViewRendersForEveryVariant) {

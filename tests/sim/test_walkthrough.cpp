@@ -1,6 +1,8 @@
 // The walkthrough's plan request shared by `zerolens trace --walkthrough` and the GUI, the memory
 // state per op that the GUI's rank view draws, and op descriptions naming a rank.
 #include <map>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -36,6 +38,44 @@ TEST(Walkthrough, EveryLayerIsGatheredAndReleasedInForwardAndBackward) {
     EXPECT_EQ(gathers[std::int32_t(l)], uses) << layers[l].name;
     EXPECT_EQ(releases[std::int32_t(l)], uses) << layers[l].name;
   }
+}
+
+// The walkthrough's reduce bucket (50,000 elements, WalkthroughSetup) and gradients left where
+// autograd put them (contiguous_gradients off): the full gradients of every rank appear at their
+// backward and the reduce-scatter of their bucket frees them. By hand, gpt2-tiny's tensors: the
+// embedding 256 x 64 + 128 x 64 = 24,576; a block ln_1 128, c_attn 64 x 192 + 192 = 12,480,
+// attention c_proj 4,160, ln_2 128, c_fc 64 x 256 + 256 = 16,640, MLP c_proj 16,448 = 49,984; ln_f
+// 128. Backward adds each layer's tensors last to first and reduces the bucket when the next one
+// would overflow it: ln_f 128 + h.1 without ln_1 (49,856) = 49,984, ln_1's bias would make 50,048
+// -> bucket 0 of 49,984 elements (99,968 bytes in fp16) in h.1's backward; h.1's ln_1 128 + h.0
+// without ln_1 = 49,984 -> bucket 1 (99,968 bytes) in h.0's; h.0's ln_1 128 + the embedding 24,576
+// (its gradients, made by the tied LM head's backward, complete at the embedding's) = 24,704 ->
+// bucket 2 (49,408 bytes) at the end of backward. 99,968 + 99,968 + 49,408 = 249,344 = 2 x
+// 124,672, every gradient once. (Each tensor divides by 4: no padding in the messages.)
+TEST(Walkthrough, ReduceScatterFollowsEachLayersBackwardAndFreesItsGradients) {
+  const Plan plan = make_plan(walkthrough_request());
+  const auto states = replay_memory_components(plan.schedule);
+  const auto unreduced = [&](std::size_t state) {
+    return states[state][std::size_t(Device::Gpu)][std::size_t(Component::UnreducedGrads)];
+  };
+  const auto& ops = plan.schedule.ops;
+  const auto& layers = plan.request.model.layers;
+  std::vector<Bytes> messages, freed;
+  std::vector<std::string> after_backward_of;
+  std::string last_backward;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    EXPECT_EQ(states[i + 1][std::size_t(Device::Gpu)][std::size_t(Component::ReduceBucket)], 0)
+        << "no bucket buffer without contiguous_gradients, op " << i + 1;
+    if (ops[i].kind == OpKind::Backward) last_backward = layers[std::size_t(ops[i].layer)].name;
+    if (ops[i].kind != OpKind::ReduceScatter) continue;
+    messages.push_back(ops[i].bytes);
+    freed.push_back(unreduced(i) - unreduced(i + 1));  // state i: before op i
+    after_backward_of.push_back(last_backward);
+  }
+  EXPECT_EQ(messages, (std::vector<Bytes>{99'968, 99'968, 49'408}));
+  EXPECT_EQ(freed, messages);
+  EXPECT_EQ(after_backward_of, (std::vector<std::string>{"h.1", "h.0", "embedding"}));
+  EXPECT_EQ(unreduced(states.size() - 1), 0);
 }
 
 TEST(ReplayMemoryComponents, StatesAddUpToTheReplayedTotals) {
