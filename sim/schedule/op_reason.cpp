@@ -139,6 +139,9 @@ std::string op_reason(const Schedule& schedule, std::size_t index, const Model& 
              "backward needs";
     case OpKind::GradNorm:
     case OpKind::OverflowCheck:
+      if (op.group == ProcessGroup::Tensor)
+        return "tensor parallelism: the ranks of the TP group hold different parts of the model, "
+               "so the scalar is all-reduced over the group too";
       return "the gradient norm and the overflow check need every rank's partition: one scalar "
              "all-reduce";
     case OpKind::Send:

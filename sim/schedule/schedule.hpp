@@ -84,6 +84,21 @@ inline constexpr int kStreamCount = 8;
 // Secondary: ZeRO++ hpZ's groups of zero_hpz_partition_size consecutive data-parallel ranks.
 // NodeLocal, CrossNode: qgZ's all-to-all hops, among a node's ranks, then among the ranks of the
 // same local index on every node.
+// Where a rank sits in the job. Ranks are numbered tensor-parallel innermost, then data-parallel,
+// then pipeline stages (Megatron's default order; DeepSpeed's PipeModelDataParallelTopology): rank
+// = tensor + tp x (data + dp x stage). The one place that numbering is written down: the plan's
+// links (which ranks share a node) and the executor's process groups both read it.
+struct ParallelShape {
+  int tensor = 1, data = 1, pipeline = 1;
+  int world() const { return tensor * data * pipeline; }
+};
+struct RankPlace {
+  int tensor = 0, data = 0, stage = 0;
+  bool operator==(const RankPlace&) const = default;
+};
+RankPlace place_of_rank(int rank, const ParallelShape& shape);
+int rank_at(const RankPlace& place, const ParallelShape& shape);
+
 enum class ProcessGroup : std::uint8_t {
   Data,
   Tensor,
@@ -229,6 +244,7 @@ struct ScheduleContext {
   bool quantized_gradients = false;  // ZeRO++ qgZ
 
   ZeroStage zero_stage() const { return {stage}; }
+  ParallelShape parallel_shape() const { return {tensor_parallel, dp_size, pipeline_parallel}; }
   // Ranks of the job on one node (they share its CPU memory and NVMe).
   int ranks_per_node() const;
   // Ranks of one data-parallel group on one node (TP innermost: gpus_per_node / tensor_parallel).
