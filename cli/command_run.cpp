@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -21,9 +22,15 @@ namespace {
 void print_header(std::ostream& out, const Plan& plan, const std::string& backend) {
   const ScheduleContext& c = plan.schedule.context;
   out << "zerolens run: " << plan.request.model.name << " (" << plan.request.model.parameter_count()
-      << " parameters), ZeRO stage " << c.stage << ", " << to_string(c.precision) << ", " << c.dp_size
-      << " rank(s), micro-batch " << c.micro_batch << " x sequence " << c.seq_len << ", gradient accumulation "
-      << c.grad_accumulation << "; " << backend << '\n';
+      << " parameters), ZeRO stage " << c.stage << ", " << to_string(c.precision) << ", "
+      << c.dp_size << " rank(s)";
+  if (c.tensor_parallel > 1 || c.pipeline_parallel > 1) {
+    out << " data-parallel x " << c.tensor_parallel << " tensor-parallel"
+        << (c.sequence_parallel ? " (sequence-parallel)" : "") << " x " << c.pipeline_parallel
+        << " pipeline stage(s)";
+  }
+  out << ", micro-batch " << c.micro_batch << " x sequence " << c.seq_len
+      << ", gradient accumulation " << c.grad_accumulation << "; " << backend << '\n';
   for (const auto& note : plan.notes) out << "note: " << note << '\n';
 }
 
@@ -54,10 +61,18 @@ void print_measured(std::ostream& out, const exec::TrainingResult& result,
   }
   memory.print(out);
   out << "\ncollectives of one step (bytes as nccl-tests counts them):\n";
-  Table traffic({"collective", "calls", "bytes"});
-  for (int k = 0; k < kOpKindCount; ++k) {
-    const auto& count = result.collectives[std::size_t(k)];
-    if (count.calls > 0) traffic.add_row({to_string(OpKind(k)), std::to_string(count.calls), std::to_string(count.bytes)});
+  Table traffic({"group", "collective", "calls", "bytes"});
+  const std::pair<const char*, const std::array<exec::CollectiveCount, kOpKindCount>*> groups[] = {
+      {"dp", &result.collectives},
+      {"tp", &result.tensor_parallel_collectives},
+      {"pp", &result.pipeline_collectives}};
+  for (const auto& [group, counts] : groups) {
+    for (int k = 0; k < kOpKindCount; ++k) {
+      const auto& count = (*counts)[std::size_t(k)];
+      if (count.calls > 0)
+        traffic.add_row({group, to_string(OpKind(k)), std::to_string(count.calls),
+                         std::to_string(count.bytes)});
+    }
   }
   traffic.print(out);
 }

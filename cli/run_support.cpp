@@ -27,14 +27,15 @@ void add_run_options(CLI::App& command, RunFlags& flags) {
   add_plan_options(command, flags.plan);
   // What the executor does not run stays parsed, for the refusal that names it, but out of --help.
   for (const char* name :
-       {"--tp", "--sp", "--pp", "--virtual-stages", "--pipeline-schedule", "--shard-group", "--hpz",
+       {"--pp", "--virtual-stages", "--pipeline-schedule", "--shard-group", "--hpz",
         "--quantized-weights", "--quantized-gradients", "--framework", "--reshard-after-forward",
         "--reduce-dtype", "--cpu-checkpointing", "--dropout"})
     command.get_option(name)->group("");
   command.footer(
-      "Flags of parallelism and frameworks the executor does not run (--tp, --pp, --sp, ZeRO++, "
-      "hybrid sharding, FSDP, CPU checkpointing, dropout) are refused by name and not listed here; "
-      "`zerolens plan --help` lists every planning flag.");
+      "Flags of parallelism and frameworks the executor does not run (--pp, ZeRO++, hybrid "
+      "sharding, FSDP, CPU checkpointing, dropout) are refused by name and not listed here; "
+      "`zerolens plan --help` lists every planning flag. --tp and --sp run on --device cpu: "
+      "mpirun -np (DP x TP) ranks.");
   const char* group = "Training run";
   command.add_option("--steps", flags.training.steps, "Optimizer steps to run")
       ->capture_default_str()
@@ -83,8 +84,9 @@ void add_run_options(CLI::App& command, RunFlags& flags) {
 
 Plan make_run_plan(const RunFlags& flags, const exec::Backend& backend, Diagnostics& diagnostics) {
   PlanOptions options = flags.plan;
-  // The ranks mpirun started are the data-parallel group (tensor parallelism is refused below).
-  if (!options.gpus && !options.dp) options.dp = backend.communicator().size();
+  // The ranks mpirun started are the job's: DP x TP x PP of them.
+  const bool ranks_given = options.gpus || options.dp;
+  if (!ranks_given) options.gpus = backend.communicator().size();
   if (!options.cuda_context_gib) options.cuda_context_gib = 0;
   if (!options.workspace_gib)
     options.workspace_gib = double(backend.library_workspace_bytes()) / double(kBytesPerGiB);
@@ -92,7 +94,17 @@ Plan make_run_plan(const RunFlags& flags, const exec::Backend& backend, Diagnost
   // DeepSpeed allocates whole reduce buckets (5e8 elements by default: 2 GB in fp32) however small
   // the model; without a config file, run-sized buckets keep a laptop run small.
   if (!options.deepspeed_config && !options.reduce_bucket_size) options.reduce_bucket_size = kRunReduceBucket;
-  PlanRequest request = make_plan_request(options, diagnostics);
+  PlanRequest request = [&] {
+    try {
+      return make_plan_request(options, diagnostics);
+    } catch (const InputError& error) {
+      if (ranks_given || error.where() != "--gpus") throw;
+      throw InputError("--tp", std::to_string(*options.gpus) +
+                                   " processes are running; start a multiple of --tp x --pp "
+                                   "of them (mpirun -np; each data-parallel rank is a TP group "
+                                   "on every pipeline stage)");
+    }
+  }();
   if (request.config.is_fsdp()) {
     throw InputError("--framework", std::string("the executor runs DeepSpeed's ZeRO, not ") +
                                         to_string(request.config.framework) +
@@ -117,10 +129,9 @@ Plan make_run_plan(const RunFlags& flags, const exec::Backend& backend, Diagnost
                      "the executor runs data parallelism only (pipeline parallelism is planned, "
                      "not yet run: docs/parallelism.md); plan it with `zerolens plan --pp`");
   }
-  if (request.config.tensor_parallel.active()) {
-    throw InputError("--tp",
-                     "the executor runs data parallelism only (tensor parallelism is planned, "
-                     "not yet run: docs/parallelism.md); plan it with `zerolens plan --tp`");
+  if (request.config.tensor_parallel.active() && flags.device != "cpu") {
+    throw InputError("--tp", "tensor parallelism runs on --device cpu (the " + flags.device +
+                                 " backend's GPT-2 has no tensor-parallel layer steps yet)");
   }
   // The executor's Adam is one fused kernel (kernels/optimizer): it builds none of torch.optim's
   // temporaries, so the plan it is held to leaves them out.
@@ -135,8 +146,8 @@ Plan make_run_plan(const RunFlags& flags, const exec::Backend& backend, Diagnost
   // A calibrated cluster's gpus_per_node is the ranks calibrate ran; a run's node holds the ranks
   // started on this host (which share its cores: sim/timeline/cpu_ranks.hpp).
   if (request.cluster.calibration && !options.gpus_per_node) {
-    request.cluster =
-        with_ranks(request.cluster, request.dp_size, backend.communicator().ranks_on_node());
+    request.cluster = with_ranks(request.cluster, backend.communicator().size(),
+                                 backend.communicator().ranks_on_node());
   }
   if (request.model.shape && request.model.shape->dropout > 0) {
     TransformerShape shape = *request.model.shape;

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "exec/comm/communicator.hpp"
+#include "exec/comm/process_groups.hpp"
 #include "exec/engine/optimizer.hpp"
 #include "exec/io/checkpoint.hpp"
 #include "exec/memory/memory_ledger.hpp"
@@ -87,6 +88,11 @@ class ZeroEngine {
   // The engine keeps a reference to `plan`, which must outlive it (hence no temporaries).
   ZeroEngine(const Plan& plan, Communicator& comm, LayerModel& model, MemoryLedger& ledger,
              const EngineOptions& options = {});
+  // With tensor (and pipeline) parallelism: this rank's groups, split off the world by sim's
+  // placement (ProcessGroups); `model` is this rank's shard of its stage, its TP collectives run
+  // through the engine (LayerModel::connect_tensor_parallel).
+  ZeroEngine(const Plan& plan, std::shared_ptr<const ProcessGroups> groups, LayerModel& model,
+             MemoryLedger& ledger, const EngineOptions& options = {});
   ZeroEngine(Plan&& plan, Communicator& comm, LayerModel& model, MemoryLedger& ledger,
              const EngineOptions& options = {}) = delete;
   ~ZeroEngine();

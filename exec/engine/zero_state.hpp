@@ -4,23 +4,26 @@
 #include <cstdint>
 
 #include "exec/engine/components.hpp"
+#include "exec/engine/tensor_parallel_ops.hpp"
 #include "exec/engine/zero_engine.hpp"
 
 namespace zerolens::exec {
 
 struct ZeroEngine::State : EngineComponents {
-  State(const Plan& plan, Communicator& comm, LayerModel& net, MemoryLedger& ledger,
-        const EngineOptions& options);
+  State(const Plan& plan, std::shared_ptr<const ProcessGroups> groups, LayerModel& net,
+        MemoryLedger& ledger, const EngineOptions& options);
 
   void begin_step(std::int64_t step_index);
-  void run(const Op& op);
+  void run(const Op& op, std::size_t index);
   StepReport finish_step();
 
   LayerModel& net;
   EngineOptions options;
+  TensorParallelOps tensor_parallel;  // the TP collectives the model's layers issue
 
  private:
   void run_op(const Op& op);
+  void require_data_group(const Op& op) const;
   void gather_parameters(const Op& op);
   void copy_to_device(const Op& op);
   void nvme_read(const Op& op);

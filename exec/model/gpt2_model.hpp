@@ -39,6 +39,7 @@ class Gpt2Model final : public LayerModel {
   void recompute(std::size_t layer, ParamViews params) override;
   void backward(std::size_t layer, ParamViews params, GradViews grads, float scale) override;
   double loss() const override;
+  void connect_tensor_parallel(TensorParallelChannel& channel) override;
 
   struct State;
 

@@ -5,6 +5,9 @@
 // activations belong to the model, which allocates them through the same memory ledger.
 #include <cstdint>
 #include <span>
+#include <stdexcept>
+
+#include "exec/model/tensor_parallel_channel.hpp"
 
 namespace zerolens::exec {
 
@@ -25,6 +28,11 @@ class LayerModel {
   virtual void backward(std::size_t layer, ParamViews params, GradViews grads, float scale) = 0;
   // Mean loss of the current micro-batch (valid after the last layer's forward).
   virtual double loss() const = 0;
+  // Tensor parallelism: the channel this shard's layers issue their TP collectives through
+  // (the engine's; it outlives the model's use of it). A model without TP refuses.
+  virtual void connect_tensor_parallel(TensorParallelChannel& /*channel*/) {
+    throw std::logic_error("this model does not run tensor parallelism");
+  }
 };
 
 }  // namespace zerolens::exec

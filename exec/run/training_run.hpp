@@ -67,7 +67,11 @@ struct TrainingResult {
   std::array<Bytes, kDeviceCount> peak{};                // highest over all steps, per device
   std::array<CategoryBytes, kDeviceCount> at_peak{};     // categories when that peak was reached
   std::array<CategoryBytes, kDeviceCount> category_high{};  // the highest each category reached
-  std::array<CollectiveCount, kOpKindCount> collectives{};  // of one step (the last)
+  // Of one step (the last), per group: data-parallel, tensor-parallel, and between pipeline
+  // stages (their sends and receives and the tied embedding's all-reduce).
+  std::array<CollectiveCount, kOpKindCount> collectives{};
+  std::array<CollectiveCount, kOpKindCount> tensor_parallel_collectives{};
+  std::array<CollectiveCount, kOpKindCount> pipeline_collectives{};
   LinkBytes links;  // host-device copies and NVMe transfers of one step (the last)
 };
 
