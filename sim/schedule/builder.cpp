@@ -611,7 +611,9 @@ class ScheduleBuilder {
   // One stage's step (ZeRO stage 0-1: gradients reduced once, after the last micro-batch): its
   // chunks' forwards and backwards in the schedule's order (sim/schedule/pipeline_order.hpp), with
   // the activations received before and sent after each; then the tied embedding's gradients
-  // summed between the first and last stage, the data-parallel reduction and the update.
+  // summed between the first and last stage, the data-parallel reduction and the update, in
+  // DeepSpeed's order (pipe/schedule.py TrainSchedule: ReduceTiedGrads, ReduceGrads,
+  // OptimizerStep): the tied copies are summed whole, before ZeRO-1 keeps a partition of them.
   Schedule build_pipeline_stage() {
     const auto& c = schedule_.context;
     for (const PipelineUnit& unit :
@@ -624,8 +626,8 @@ class ScheduleBuilder {
         backward_chunk(chunk);
       }
     }
+    tied_embedding_gradients(kNoOp);
     reduce_at_boundary();
-    last_reduce_ = tied_embedding_gradients(last_reduce_);
     optimizer_step();
     return std::move(schedule_);
   }
@@ -1084,17 +1086,33 @@ class ScheduleBuilder {
   // over the group too, after the data-parallel group: DeepSpeed's _model_parallel_all_reduce in
   // has_overflow and get_grad_norm_direct (stage_1_and_2.py, stage3.py), its FP16/BF16 optimizers'
   // global norm at stage 0.
+  // With pipeline stages the model-parallel group spans them too (DeepSpeed's pipeline grid: its
+  // model-parallel group is the pipe x model slice): the TP group's sum is summed again over the
+  // stages of this rank's TP and DP coordinates (peer_stage -1: every stage).
   std::uint32_t model_parallel_scalar(OpKind kind, Bytes bytes, std::uint32_t before) {
     const auto& c = schedule_.context;
-    if (c.tensor_parallel <= 1) return before;
-    return emit(Op{.kind = kind,
-                   .stream = Stream::TensorParallel,
-                   .phase = Phase::Optimizer,
-                   .group_size = c.tensor_parallel,
-                   .group = ProcessGroup::Tensor,
-                   .link = Link::Network,
-                   .bytes = bytes},
-                effects(), {before});
+    if (c.tensor_parallel > 1) {
+      before = emit(Op{.kind = kind,
+                       .stream = Stream::TensorParallel,
+                       .phase = Phase::Optimizer,
+                       .group_size = c.tensor_parallel,
+                       .group = ProcessGroup::Tensor,
+                       .link = Link::Network,
+                       .bytes = bytes},
+                    effects(), {before});
+    }
+    if (c.pipeline_parallel > 1) {
+      before = emit(Op{.kind = kind,
+                       .stream = Stream::Pipeline,
+                       .phase = Phase::Optimizer,
+                       .group_size = c.pipeline_parallel,
+                       .group = ProcessGroup::Pipeline,
+                       .peer_stage = -1,
+                       .link = Link::Network,
+                       .bytes = bytes},
+                    effects(), {before});
+    }
+    return before;
   }
 
   // Frees what the step no longer needs after the update: full gradients (stage 0, set_to_none),

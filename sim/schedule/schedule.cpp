@@ -291,6 +291,17 @@ std::string collective_subject(const Schedule& schedule, const Op& op, const Mod
 
 }  // namespace
 
+namespace {
+
+// Which group a scalar all-reduce (overflow flag, norm) runs over, when not the data-parallel one.
+std::string scalar_group(const Op& op) {
+  if (op.group == ProcessGroup::Tensor) return " over its TP group";
+  if (op.group == ProcessGroup::Pipeline) return " over the pipeline stages";
+  return "";
+}
+
+}  // namespace
+
 std::string Schedule::describe(std::size_t op_index, const Model& model, int rank) const {
   const Op& op = ops.at(op_index);
   const std::string micro = context.grad_accumulation > 1
@@ -336,11 +347,9 @@ std::string Schedule::describe(std::size_t op_index, const Model& model, int ran
              (op.sub_group >= 0 ? " (sub-group " + std::to_string(op.sub_group) + ")"
                                 : std::string());
     case OpKind::OverflowCheck:
-      return who + "all-reduces the fp16 overflow flag" +
-             (op.group == ProcessGroup::Tensor ? " over its TP group" : "");
+      return who + "all-reduces the fp16 overflow flag" + scalar_group(op);
     case OpKind::GradNorm:
-      return who + "all-reduces the gradient norm" +
-             (op.group == ProcessGroup::Tensor ? " over its TP group" : "");
+      return who + "all-reduces the gradient norm" + scalar_group(op);
     case OpKind::LossScaleUpdate:
       return who + "updates the dynamic loss scale";
     case OpKind::Send:
