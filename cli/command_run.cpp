@@ -48,8 +48,10 @@ std::string megabytes(Bytes bytes) {
 }
 
 void print_measured(std::ostream& out, const exec::TrainingResult& result,
-                    const std::string& backend) {
-  out << "\nmeasured on rank 0 (peak over all steps; ranks are symmetric), MB = 1e6 bytes:\n";
+                    const std::string& backend, int rank) {
+  out << "\nmeasured on rank " << rank;
+  if (rank > 0) out << " (pipeline stage " << result.pipeline_stage << ", the plan's)";
+  out << " (peak over all steps; ranks are symmetric), MB = 1e6 bytes:\n";
   Table memory({"device", "peak", "params", "grads", "master", "optimizer", "activations", "buffers"});
   for (int d = 0; d < kDeviceCount; ++d) {
     if (result.peak[std::size_t(d)] == 0) continue;
@@ -98,22 +100,24 @@ int run_run(const RunFlags& flags) {
   Diagnostics diagnostics;
   const Plan plan = make_run_plan(flags, *backend, diagnostics);
   exec::check_trainable(plan);  // a model it cannot train is refused before the header
-  const bool leader = backend->communicator().rank() == 0;
-  if (leader) {
+  const int rank = backend->communicator().rank();
+  // One rank prints and records the run: the first of the stage the plan reports (rank 0 without
+  // pipeline stages), so that its lines come in order.
+  const bool recorder = rank == exec::recording_rank(plan);
+  if (recorder) {
     print_warnings(diagnostics);
     print_header(std::cout, plan, backend->description());
   }
   const exec::TrainingResult result = run_steps(plan, *backend, flags, std::cout);
-  const int rank = backend->communicator().rank();
-  if (!flags.measured_trace.empty() && (leader || every_rank_traced(flags.measured_trace))) {
+  if (!flags.measured_trace.empty() && (recorder || every_rank_traced(flags.measured_trace))) {
     Trace trace = exec::measured_trace(plan, result);
     for (TraceOp& op : trace.ops) op.rank = rank;
     const std::string path = rank_trace_path(flags.measured_trace, rank);
     Output(path).stream() << trace_to_json(trace).dump(1) << '\n';
-    if (leader) std::cout << "measured trace: " << path << '\n';
+    if (recorder) std::cout << "measured trace: " << path << '\n';
   }
-  if (!leader) return kExitOk;
-  print_measured(std::cout, result, flags.device);
+  if (!recorder) return kExitOk;
+  print_measured(std::cout, result, flags.device, rank);
   return kExitOk;
 }
 

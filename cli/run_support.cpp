@@ -26,16 +26,15 @@ void add_run_options(CLI::App& command, RunFlags& flags) {
   flags.plan.micro_batch = 4;
   add_plan_options(command, flags.plan);
   // What the executor does not run stays parsed, for the refusal that names it, but out of --help.
-  for (const char* name :
-       {"--pp", "--virtual-stages", "--pipeline-schedule", "--shard-group", "--hpz",
-        "--quantized-weights", "--quantized-gradients", "--framework", "--reshard-after-forward",
-        "--reduce-dtype", "--cpu-checkpointing", "--dropout"})
+  for (const char* name : {"--virtual-stages", "--shard-group", "--hpz", "--quantized-weights",
+                           "--quantized-gradients", "--framework", "--reshard-after-forward",
+                           "--reduce-dtype", "--cpu-checkpointing", "--dropout"})
     command.get_option(name)->group("");
   command.footer(
-      "Flags of parallelism and frameworks the executor does not run (--pp, ZeRO++, hybrid "
-      "sharding, FSDP, CPU checkpointing, dropout) are refused by name and not listed here; "
-      "`zerolens plan --help` lists every planning flag. --tp and --sp run on --device cpu: "
-      "mpirun -np (DP x TP) ranks.");
+      "Flags of parallelism and frameworks the executor does not run (interleaved pipeline "
+      "stages, ZeRO++, hybrid sharding, FSDP, CPU checkpointing, dropout) are refused by name "
+      "and not listed here; `zerolens plan --help` lists every planning flag. --tp, --sp and --pp "
+      "run on --device cpu: mpirun -np (DP x TP x PP) ranks.");
   const char* group = "Training run";
   command.add_option("--steps", flags.training.steps, "Optimizer steps to run")
       ->capture_default_str()
@@ -124,14 +123,20 @@ Plan make_run_plan(const RunFlags& flags, const exec::Backend& backend, Diagnost
                      "the executor gathers and reduces in the training dtype over every "
                      "data-parallel rank (ZeRO++ is planned, not yet run: docs/parallelism.md)");
   }
-  if (request.config.pipeline.active()) {
-    throw InputError("--pp",
-                     "the executor runs data parallelism only (pipeline parallelism is planned, "
-                     "not yet run: docs/parallelism.md); plan it with `zerolens plan --pp`");
+  const bool tp = request.config.tensor_parallel.active(), pp = request.config.pipeline.active();
+  if (pp && request.config.pipeline.virtual_stages > 1) {
+    throw InputError("--virtual-stages",
+                     "the interleaved pipeline schedule is planned, not yet run (the executor "
+                     "runs 1f1b and gpipe: docs/executor.md)");
   }
-  if (request.config.tensor_parallel.active() && flags.device != "cpu") {
-    throw InputError("--tp", "tensor parallelism runs on --device cpu (the " + flags.device +
-                                 " backend's GPT-2 has no tensor-parallel layer steps yet)");
+  if ((tp || pp) && flags.device != "cpu") {
+    throw InputError(tp ? "--tp" : "--pp",
+                     std::string(tp ? "tensor" : "pipeline") +
+                         " parallelism runs on --device cpu "
+                         "(the " +
+                         flags.device + " backend's GPT-2 has no " +
+                         (tp ? "tensor-parallel layer steps" : "pipeline sends and receives") +
+                         " yet)");
   }
   // The executor's Adam is one fused kernel (kernels/optimizer): it builds none of torch.optim's
   // temporaries, so the plan it is held to leaves them out.
@@ -202,7 +207,8 @@ exec::TrainingResult run_steps(const Plan& plan, exec::Backend& backend, const R
   exec::Communicator& comm = backend.communicator();
   exec::TrainingOptions training = flags.training;
   training.make_model = backend.model_factory();
-  const bool speak = comm.rank() == 0 && flags.log_every > 0;
+  // One rank prints the run, the one whose measurement is reported (exec::recording_rank).
+  const bool speak = comm.rank() == exec::recording_rank(plan) && flags.log_every > 0;
   const Fault fault = parse_fault(flags.inject_fault);
   const bool fp16 = plan.request.config.precision.precision == Precision::Fp16;
   if (speak) out << "  step        loss   grad norm    time (ms)" << (fp16 ? "   loss scale" : "") << '\n';

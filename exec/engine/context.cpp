@@ -96,8 +96,11 @@ EngineContext::EngineContext(const Plan& plan_, std::shared_ptr<const ProcessGro
   const bool first_of_group = groups->place().tensor == 0;
   for (const Layer& layer : model.layers) {
     if (layer.shares_params_of >= 0) continue;
+    // The last stage's copy of the tied word embeddings is the first stage's, counted there.
+    const bool copy = layer.kind == LayerKind::LmHead && model.tied_embedding_end;
     for (const TensorSpec& tensor : layer.params) {
-      counted_in_norm.push_back(tensor.split != TensorSplit::Replicated || first_of_group);
+      counted_in_norm.push_back(!copy &&
+                                (tensor.split != TensorSplit::Replicated || first_of_group));
       sequence_parallel_grad.push_back(tensor.sequence_parallel_grad);
     }
   }

@@ -291,6 +291,29 @@ void GradientReducer::all_reduce_sequence_parallel(const Op& op) {
   }
 }
 
+void GradientReducer::all_reduce_tied_embedding(const Op& op) {
+  Communicator* ends = ctx_.groups->embedding();
+  if (ends == nullptr) throw std::logic_error("schedule error: a tied embedding on a middle stage");
+  if (!ctx_.stage.reduces_at_boundary())
+    throw std::logic_error("schedule error: tied embedding gradients after their reduction");
+  // The word embeddings: the embedding layer's first tensor, or the LM head's copy.
+  std::int32_t tensor = -1;
+  for (std::size_t layer = 0; layer < ctx_.model.layers.size(); ++layer) {
+    const Layer& spec = ctx_.model.layers[layer];
+    if ((spec.kind == LayerKind::Embedding || spec.kind == LayerKind::LmHead) &&
+        !spec.params.empty())
+      tensor = ctx_.layout.layer_first_tensor[layer];
+  }
+  if (tensor < 0) throw std::logic_error("schedule error: no word embeddings on this stage");
+  NumberBuffer& grad = grads_[std::size_t(tensor)];
+  if (grad.bytes() != op.bytes) {
+    throw std::logic_error("schedule error: the tied embedding's gradient is " +
+                           std::to_string(grad.bytes()) + " bytes, the schedule all-reduces " +
+                           std::to_string(op.bytes));
+  }
+  all_reduce_sum(*ends, grad.view());
+}
+
 // Averaged over ranks and added to the fp32 host partition (accumulating over micro-steps).
 void GradientReducer::copy_to_host(const Op& op) {
   if (op.bucket < 0) throw std::logic_error("the CPU executor copies only gradients to the host");

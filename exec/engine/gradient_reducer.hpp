@@ -42,6 +42,10 @@ class GradientReducer {
   // row-parallel biases), summed over the TP group once per step, after the data-parallel
   // reduction (Megatron's finalize_model_grads -> _allreduce_layernorm_grads).
   void all_reduce_sequence_parallel(const Op& op);
+  // PP: the first stage's word embeddings and the last stage's copy of them (the tied LM head)
+  // sum their whole gradients over the two, before the data-parallel reduction (DeepSpeed's
+  // ReduceTiedGrads).
+  void all_reduce_tied_embedding(const Op& op);
   void copy_to_host(const Op& op);   // CopyD2H of a reduced bucket (optimizer offload)
 
   // The reduced gradients of an owned segment, wherever this stage and device keep them.

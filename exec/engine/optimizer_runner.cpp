@@ -65,12 +65,14 @@ double OptimizerRunner::local_squares() {
   return squares;
 }
 
-// The group the op reduces over: the data-parallel group, or the TP group (DeepSpeed's
-// _model_parallel_all_reduce after the DP one).
+// The group the op reduces over: the data-parallel group, or the TP group and then every
+// pipeline stage (DeepSpeed's _model_parallel_all_reduce after the DP one).
 static Communicator& group_of(const Op& op, EngineContext& ctx) {
   if (op.group == ProcessGroup::Data) return ctx.comm;
   if (op.group == ProcessGroup::Tensor && ctx.groups->tensor() != nullptr)
     return *ctx.groups->tensor();
+  if (op.group == ProcessGroup::Pipeline && op.peer_stage < 0 && ctx.groups->pipeline() != nullptr)
+    return *ctx.groups->pipeline();
   throw std::logic_error(std::string("schedule error: a ") + to_string(op.kind) + " over the " +
                          to_string(op.group) + " group");
 }

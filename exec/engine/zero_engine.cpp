@@ -48,6 +48,11 @@ void require_parallelism(const Plan& plan, const ProcessGroups& groups) {
                                    " processes are running (start with mpirun -np " +
                                    std::to_string(world) + ")");
   }
+  if (config.pipeline.active() && config.pipeline.virtual_stages > 1) {
+    throw InputError("--virtual-stages",
+                     "the interleaved pipeline schedule is not run by the CPU "
+                     "executor yet (1f1b and gpipe are)");
+  }
   if (config.tensor_parallel.active() && config.activation_checkpointing.partition_activations) {
     throw InputError("activation_checkpointing.partition_activations",
                      "not run by the CPU executor yet (planned: docs/parallelism.md)");
@@ -140,13 +145,14 @@ ZeroEngine::State::State(const Plan& plan, std::shared_ptr<const ProcessGroups> 
     : EngineComponents(plan, std::move(groups), net_, ledger),
       net(net_),
       options(options_),
-      tensor_parallel(context) {
+      tensor_parallel(context),
+      pipeline(context, net_) {
   if (context.groups->tensor() != nullptr) net.connect_tensor_parallel(tensor_parallel);
 }
 
 void ZeroEngine::State::begin_step(std::int64_t step_index) {
   step_index_ = step_index;
-  loaded_micro_ = -1;
+  loaded_.clear();
   loss_sum_ = 0;
   losses_ = 0;
   optimizer.begin_step();
@@ -161,7 +167,10 @@ void ZeroEngine::State::run(const Op& op, std::size_t index) {
   if (!allocates_after) grads.follow_reduce_buffer(op, /*allocations=*/true);
   const bool compute =
       op.kind == OpKind::Forward || op.kind == OpKind::Backward || op.kind == OpKind::Recompute;
-  if (compute) tensor_parallel.begin_layer(index);
+  if (compute) {
+    net.select_micro_batch(op.micro_step);
+    tensor_parallel.begin_layer(index);
+  }
   run_op(op);
   if (compute) tensor_parallel.end_layer();
   if (allocates_after) grads.follow_reduce_buffer(op, /*allocations=*/true);
@@ -186,6 +195,7 @@ void ZeroEngine::State::run_op(const Op& op) {
     case OpKind::AllReduce:
       if (op.group == ProcessGroup::Tensor && op.layer < 0)
         return grads.all_reduce_sequence_parallel(op);
+      if (op.group == ProcessGroup::Pipeline) return grads.all_reduce_tied_embedding(op);
       require_data_group(op);
       return grads.reduce_bucket(op);
     case OpKind::CopyH2D:
@@ -204,6 +214,12 @@ void ZeroEngine::State::run_op(const Op& op) {
       return optimizer_step(op);
     case OpKind::LossScaleUpdate:
       return optimizer.update_loss_scale();
+    case OpKind::Send:
+      net.select_micro_batch(op.micro_step);
+      return pipeline.send(op);
+    case OpKind::Recv:
+      net.select_micro_batch(op.micro_step);
+      return pipeline.recv(op);
     default:
       throw std::logic_error(std::string("the CPU executor cannot run a ") + to_string(op.kind) +
                              " op yet");
@@ -262,20 +278,20 @@ void ZeroEngine::State::optimizer_step(const Op& op) {
 // Global sample ids: micro-step m of rank r takes samples (m x dp + r) x micro_batch onwards, so
 // any split of the same global batch over ranks and micro-steps sees the same samples.
 void ZeroEngine::State::ensure_batch(std::int32_t micro_step) {
-  if (micro_step == loaded_micro_) return;
+  if (!loaded_.insert(micro_step).second) return;
   const ScheduleContext& c = context.schedule.context;
   const std::int64_t global_batch = c.micro_batch * c.grad_accumulation * c.dp_size;
   const std::int64_t first = step_index_ * global_batch +
                              (std::int64_t(micro_step) * context.dp + context.rank) * c.micro_batch;
   net.load_batch(first, c.micro_batch);
-  loaded_micro_ = micro_step;
 }
 
 void ZeroEngine::State::forward(const Op& op) {
   ensure_batch(op.micro_step);
   const auto layer = std::size_t(op.layer);
   net.forward(layer, params.layer_params(context.owner_of(layer)).views);
-  if (layer + 1 == context.model.layers.size()) {
+  if (context.model.layers[layer].kind ==
+      LayerKind::LmHead) {  // the loss (a pipeline's last stage)
     loss_sum_ += net.loss();
     ++losses_;
   }
@@ -307,6 +323,7 @@ void ZeroEngine::State::inject_faults(const Op& op) {
 
 StepReport ZeroEngine::State::finish_step() {
   nvme.finish_io();
+  pipeline.finish_step();
   StepReport report;
   // The ranks that compute the loss (the last stage's) hold it alike across their TP group: one
   // of each TP group counts, averaged over the DP ranks.

@@ -22,8 +22,10 @@
 // with kTensorParallel false (CUDA's) compiles none of it.
 // Templates, instantiated in the two models' .cpp files only: nothing here costs a call on the GPU
 // path.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -89,7 +91,12 @@ struct Gpt2Layers {
         corpus(options_.seed, std::int64_t(dims.vocab)),
         backend(ledger) {
     outputs.resize(model.layers.size());
+    chunk_inputs.resize(model.layers.size());
     blocks.resize(model.layers.size());
+    chunk_first.assign(model.layers.size(), false);
+    for (const PipelineChunk& chunk : model.pipeline_chunks) {
+      if (chunk.global_index > 0 && chunk.first < chunk.end) chunk_first[chunk.first] = true;
+    }
   }
 
   void load_batch(std::int64_t first_sample, std::int64_t count) {
@@ -99,10 +106,18 @@ struct Gpt2Layers {
     }
     std::vector<std::int32_t> host_tokens(dims.rows()), host_targets(dims.rows());
     corpus.fill_batch(first_sample, dims.batch, dims.seq_len, host_tokens, host_targets);
-    tokens = backend.tokens(dims.rows());
-    targets = backend.tokens(dims.rows());
-    backend.upload(tokens, host_tokens);
-    backend.upload(targets, host_targets);
+    // A pipeline stage keeps what its layers read: the embedding's tokens, the head's targets.
+    const auto has = [&](Gpt2Role role) {
+      return std::find(roles.begin(), roles.end(), role) != roles.end();
+    };
+    if (has(Gpt2Role::Embedding)) {
+      tokens = backend.tokens(dims.rows());
+      backend.upload(tokens, host_tokens);
+    }
+    if (has(Gpt2Role::Head)) {
+      targets = backend.tokens(dims.rows());
+      backend.upload(targets, host_targets);
+    }
   }
 
   void forward(std::size_t layer, ParamViews params) {
@@ -260,7 +275,7 @@ struct Gpt2Layers {
     const Gpt2Dims& d = dims;
     const std::size_t rows = d.rows(), here = d.stream_rows(), C = d.channels, W = d.width_here(),
                       F = d.ffn_here();
-    const float* x = outputs[layer - 1].data();
+    const float* x = input_of(layer).data();
     Gpt2BlockBuffers<Buffer>& a = blocks[layer];
     const bool checkpointing = options.checkpointing;
     const Component component =
@@ -313,7 +328,7 @@ struct Gpt2Layers {
     lnf_mean = fp32(Component::ActivationsStored, here);
     lnf_rstd = fp32(Component::ActivationsStored, here);
     backend.layernorm_forward(outputs[layer].data(), lnf_mean.data(), lnf_rstd.data(),
-                              outputs[layer - 1].data(), p[0].data(), p[1].data(), here, C);
+                              input_of(layer).data(), p[0].data(), p[1].data(), here, C);
   }
 
   // The LM head multiplies by the token embedding (tied): logits = x · wteᵀ, then the mean
@@ -327,8 +342,8 @@ struct Gpt2Layers {
     probs = fp32(Component::ActivationsStored, rows * V);
     losses = fp32(Component::ActivationsStored, rows);
     {
-      const Buffer gathered = gather_stream(outputs[layer - 1]);
-      backend.matmul_forward(logits.data(), whole_or(gathered, outputs[layer - 1]), p[0].data(),
+      const Buffer gathered = gather_stream(input_of(layer));
+      backend.matmul_forward(logits.data(), whole_or(gathered, input_of(layer)), p[0].data(),
                              nullptr, rows, C, V);
     }
     Buffer upcast;
@@ -394,28 +409,28 @@ struct Gpt2Layers {
         backend.copy(downcast.data(), dlogits.data(), rows * V);
         dlogits.reset();
       }
-      const Buffer gathered = gather_stream(outputs[layer - 1]);
+      const Buffer gathered = gather_stream(input_of(layer));
       backend.matmul_backward(dinput.data(), g[0].data(), nullptr,
                               sixteen_bit() ? downcast.data() : dlogits.data(),
-                              whole_or(gathered, outputs[layer - 1]), p[0].data(), rows, C, V);
+                              whole_or(gathered, input_of(layer)), p[0].data(), rows, C, V);
     }
     for (Buffer* buffer : {&logits, &probs, &losses}) buffer->reset();
     targets.reset();
     reduce_input_grad(dinput);
     dresidual = std::move(dinput);
-    outputs[layer - 1].reset();
+    input_of(layer).reset();
   }
 
   void final_norm_backward(std::size_t layer, ParamViews p, GradViews g) {
     const std::size_t here = dims.stream_rows(), C = dims.channels;
     Buffer dinput = zeroed_working(here * C);
     backend.layernorm_backward(dinput.data(), g[0].data(), g[1].data(), dresidual.data(),
-                               outputs[layer - 1].data(), p[0].data(), lnf_mean.data(),
+                               input_of(layer).data(), p[0].data(), lnf_mean.data(),
                                lnf_rstd.data(), here, C);
     dresidual = std::move(dinput);
     lnf_mean.reset();
     lnf_rstd.reset();
-    outputs[layer - 1].reset();
+    input_of(layer).reset();
   }
 
   // out = mid + fc_out(gelu(fc_in(ln_2(mid)))), mid = x + o_proj(attention(qkv(ln_1(x)))): the
@@ -467,10 +482,10 @@ struct Gpt2Layers {
     }
     reduce_input_grad(dln1);
     backend.layernorm_backward(dresidual.data(), g[kLn1Weight].data(), g[kLn1Bias].data(),
-                               dln1.data(), outputs[layer - 1].data(), p[kLn1Weight].data(),
+                               dln1.data(), input_of(layer).data(), p[kLn1Weight].data(),
                                a.ln1_mean.data(), a.ln1_rstd.data(), here, C);
     a.release();
-    outputs[layer - 1].reset();
+    input_of(layer).reset();
   }
 
   void embedding_backward(GradViews g) {
@@ -492,6 +507,67 @@ struct Gpt2Layers {
     tokens.reset();
   }
 
+  // The input of `layer`: the output of the layer before, or for the first layer of a pipeline
+  // chunk (other than the model's first) the activation received from the stage before.
+  Buffer& input_of(std::size_t layer) {
+    return chunk_first[layer] ? chunk_inputs[layer] : outputs[layer - 1];
+  }
+
+  // Pipeline parallelism (the engine's Send and Recv ops, exec/engine/pipeline_transfers.hpp).
+  std::span<float> receive_input(std::size_t layer) {
+    if (!chunk_first[layer])
+      throw std::logic_error("GPT-2: a receive into a layer that is not a chunk's first");
+    chunk_inputs[layer] = activation(
+        options.checkpointing ? Component::ActivationCheckpoints : Component::ActivationsStored,
+        dims.stream_rows() * dims.channels);
+    return all_of(chunk_inputs[layer]);
+  }
+  std::span<const float> output(std::size_t layer) const { return all_of(outputs[layer]); }
+  void release_output(std::size_t layer) { outputs[layer].reset(); }
+  std::span<float> receive_output_grad() {
+    dresidual = zeroed_working(dims.stream_rows() * dims.channels);
+    return all_of(dresidual);
+  }
+  std::span<const float> input_grad() const { return all_of(dresidual); }
+  void release_input_grad() { dresidual.reset(); }
+
+  // What one micro-batch keeps from its forward to its backward. A pipeline stage runs other
+  // micro-batches in between (1F1B): each has its own, swapped in by select_micro_batch.
+  struct MicroBatch {
+    typename Backend::Tokens tokens, targets;
+    std::vector<Buffer> outputs, chunk_inputs;
+    std::vector<Gpt2BlockBuffers<Buffer>> blocks;
+    Buffer lnf_mean, lnf_rstd, logits, probs, losses;
+    double loss = 0;
+  };
+  void swap_micro_batch(MicroBatch& other) {
+    std::swap(tokens, other.tokens);
+    std::swap(targets, other.targets);
+    std::swap(outputs, other.outputs);
+    std::swap(chunk_inputs, other.chunk_inputs);
+    std::swap(blocks, other.blocks);
+    std::swap(lnf_mean, other.lnf_mean);
+    std::swap(lnf_rstd, other.lnf_rstd);
+    std::swap(logits, other.logits);
+    std::swap(probs, other.probs);
+    std::swap(losses, other.losses);
+    std::swap(loss, other.loss);
+  }
+  void select_micro_batch(std::int32_t micro) {
+    if (micro == current_micro) return;
+    MicroBatch& parked = parked_micro[current_micro];
+    swap_micro_batch(parked);
+    MicroBatch& next = parked_micro[micro];
+    if (next.outputs.empty()) {  // a micro-batch not seen yet: its buffers start empty
+      next.outputs.resize(model.layers.size());
+      next.chunk_inputs.resize(model.layers.size());
+      next.blocks.resize(model.layers.size());
+    }
+    swap_micro_batch(next);
+    parked_micro.erase(micro);
+    current_micro = micro;
+  }
+
   const Model& model;
   Gpt2Options options;
   Gpt2Dims dims;
@@ -501,11 +577,15 @@ struct Gpt2Layers {
       backend;  // before the buffers, so it outlives them (the CUDA one owns the cuBLAS handles)
   typename Backend::Tokens tokens, targets;      // kept by the embedding and the head
   std::vector<Buffer> outputs;                   // per layer: its output [rows, C] (not the head's)
+  std::vector<Buffer> chunk_inputs;              // per chunk's first layer: its received input
   std::vector<Gpt2BlockBuffers<Buffer>> blocks;  // per layer (used by blocks only)
   Buffer lnf_mean, lnf_rstd;
   Buffer logits, probs, losses;  // the head's
   Buffer dresidual;              // gradient of the residual stream during backward
   double loss = 0;
+  std::vector<bool> chunk_first;  // per layer: the first of a chunk whose input is received
+  std::int32_t current_micro = 0;
+  std::map<std::int32_t, MicroBatch> parked_micro;  // the other micro-batches in flight
   TensorParallelChannel* tp = nullptr;  // the TP group's collectives (set by the engine under TP)
 };
 

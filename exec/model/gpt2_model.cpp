@@ -198,6 +198,28 @@ void Gpt2Model::backward(std::size_t layer, ParamViews params, GradViews grads, 
   state_->backward(layer, params, grads, scale);
 }
 
+void Gpt2Model::select_micro_batch(std::int32_t micro) {
+  state_->select_micro_batch(micro);
+}
+std::span<float> Gpt2Model::receive_input(std::size_t layer) {
+  return state_->receive_input(layer);
+}
+std::span<const float> Gpt2Model::output(std::size_t layer) {
+  return state_->output(layer);
+}
+void Gpt2Model::release_output(std::size_t layer) {
+  state_->release_output(layer);
+}
+std::span<float> Gpt2Model::receive_output_grad() {
+  return state_->receive_output_grad();
+}
+std::span<const float> Gpt2Model::input_grad() {
+  return state_->input_grad();
+}
+void Gpt2Model::release_input_grad() {
+  state_->release_input_grad();
+}
+
 double Gpt2Model::loss() const {
   return state_->loss;
 }

@@ -90,20 +90,34 @@ void check_block_params(const Layer& layer, std::size_t i) {
   }
 }
 
+// GPT-2's layers where it has them: the embedding first, the blocks, the final norm and the LM
+// head last (tied to the embedding, or a pipeline stage's copy of it); a pipeline stage holds a
+// run of them (sim's pipeline_stage_model).
 std::vector<Gpt2Role> roles_of(const Model& model) {
   std::vector<Gpt2Role> roles;
   const std::size_t count = model.layers.size();
   for (std::size_t i = 0; i < count; ++i) {
     const Layer& layer = model.layers[i];
+    const bool tied_head =
+        layer.shares_params_of == 0 ||
+        (layer.shares_params_of < 0 && layer.params.size() == 1 && model.tied_embedding_end);
     Gpt2Role role = Gpt2Role::Block;
     if (layer.kind == LayerKind::Embedding && i == 0 && layer.params.size() == 2) role = Gpt2Role::Embedding;
     else if (layer.kind == LayerKind::FinalNorm && i + 2 == count) role = Gpt2Role::FinalNorm;
-    else if (layer.kind == LayerKind::LmHead && i + 1 == count && layer.shares_params_of == 0) role = Gpt2Role::Head;
-    else require(layer.kind == LayerKind::TransformerBlock && layer.params.size() == kBlockParams && i > 0 && i + 2 < count,
-                 "model.layers[" + std::to_string(i) + "]", "'" + layer.name + "' is not where GPT-2 has it");
+    else if (layer.kind == LayerKind::LmHead && i + 1 == count && tied_head)
+      role = Gpt2Role::Head;
+    else
+      require(layer.kind == LayerKind::TransformerBlock && layer.params.size() == kBlockParams,
+              "model.layers[" + std::to_string(i) + "]",
+              "'" + layer.name + "' is not where GPT-2 has it");
     if (role == Gpt2Role::Block) check_block_params(layer, i);
     roles.push_back(role);
   }
+  const bool whole = !model.pipeline.active();
+  require(
+      !whole ||
+          (count >= 3 && roles.front() == Gpt2Role::Embedding && roles.back() == Gpt2Role::Head),
+      "model.layers", "GPT-2 starts with its embedding and ends with its final norm and LM head");
   return roles;
 }
 
@@ -116,6 +130,27 @@ const TensorSpec* find_tensor(const Model& model, std::int32_t tensor) {
     }
   }
   throw std::out_of_range("GPT-2 init_tensor: no tensor " + std::to_string(tensor));
+}
+
+// A pipeline stage's tensor `tensor` as the whole model numbers it (its initial values are the
+// whole model's): found by name in the model its shape builds, a tied head's copy by the name of
+// what it copies ("lm_head.weight (copy of wte.weight)").
+std::int32_t whole_model_tensor(const Model& model, std::int32_t tensor, const TensorSpec& spec) {
+  if (!model.pipeline.active()) return tensor;
+  std::string name = spec.name;
+  const std::string copy = " (copy of ";
+  if (const auto at = name.find(copy); at != std::string::npos)
+    name = name.substr(at + copy.size(), name.size() - at - copy.size() - 1);
+  const Model whole = build_transformer(model.name, *model.shape, model.tensor_parallel);
+  std::int32_t id = 0;
+  for (const Layer& layer : whole.layers) {
+    if (layer.shares_params_of >= 0) continue;
+    for (const TensorSpec& t : layer.params) {
+      if (t.name == name) return id;
+      ++id;
+    }
+  }
+  throw std::out_of_range("GPT-2 init_tensor: no tensor '" + name + "' in the whole model");
 }
 
 // Under TP each rank holds heads / t heads and the rows of its vocabulary part; under SP the
@@ -194,7 +229,8 @@ void gpt2_init_tensor(const Model& model, std::uint64_t seed, std::int32_t tenso
   if (ends_with(spec.name, "o_proj.weight") || ends_with(spec.name, "fc_out.weight"))
     std_dev = 0.02 / std::sqrt(2.0 * double(model.shape->layers));
   if (ends_with(spec.name, "wpe.weight")) std_dev = 0.01;
-  const std::uint64_t key = mix(seed ^ (std::uint64_t(tensor + 1) << 40));
+  const std::uint64_t key =
+      mix(seed ^ (std::uint64_t(whole_model_tensor(model, tensor, spec) + 1) << 40));
   const int tp = model.tensor_parallel.size;
   for (std::size_t i = 0; i < values.size(); ++i) {
     const auto whole =

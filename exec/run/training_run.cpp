@@ -170,6 +170,7 @@ TrainingResult train_gpt2(const Plan& plan, Communicator& comm, const TrainingOp
                                                 : std::make_unique<Gpt2Model>(shard, gpt2, ledger);
   ZeroEngine engine(plan, groups, *model, ledger);
   TrainingResult result;
+  result.pipeline_stage = place.stage;
   if (!options.resume_from.empty()) {
     const FullState state = load_checkpoint(resolve_checkpoint(options.resume_from));
     engine.restore(state);
@@ -217,7 +218,19 @@ TrainingResult train_gpt2(const Plan& plan, Communicator& comm, const TrainingOp
   return result;
 }
 
+int recording_rank(const Plan& plan) {
+  return rank_at({.stage = plan.pipeline_stage}, plan.schedule.context.parallel_shape());
+}
+
 Trace measured_trace(const Plan& plan, const TrainingResult& result) {
+  if (result.pipeline_stage != plan.pipeline_stage) {
+    Plan stage = plan;
+    stage.pipeline_stage = result.pipeline_stage;
+    stage.schedule = rank_schedule(plan, result.pipeline_stage);
+    stage.rank_model = rank_model(plan, result.pipeline_stage);
+    stage.comm = summarize_comm(stage.schedule);
+    return measured_trace(stage, result);
+  }
   Timeline timeline;
   for (const OpRecord& op : result.recorded_ops)
     timeline.ops.push_back({.start = op.start, .duration = op.duration});
