@@ -12,131 +12,12 @@
 #include <tuple>
 #include <vector>
 
-#include "exec/comm/process_groups.hpp"
-#include "exec/engine/context.hpp"
-#include "exec/engine/zero_engine.hpp"
-#include "exec/model/gpt2_model.hpp"
-#include "gpt2_setup.hpp"
+#include "parallel_support.hpp"
 
 namespace zerolens::exec {
 namespace {
 
-using testing::gpt2_plan;
-using testing::Gpt2Setup;
-using testing::name_of;
-using testing::tiny_gpt2;
-
-Communicator& world() {
-  static const std::unique_ptr<Communicator> communicator = make_mpi_communicator();
-  return *communicator;
-}
-
-bool four_ranks() {
-  return world().size() == 4;
-}
-
-// Each unshared tensor of `model` (the layout's numbering) with its spec.
-std::vector<const TensorSpec*> tensors_of(const Model& model) {
-  std::vector<const TensorSpec*> specs;
-  for (const Layer& layer : model.layers) {
-    if (layer.shares_params_of >= 0) continue;
-    for (const TensorSpec& spec : layer.params) specs.push_back(&spec);
-  }
-  return specs;
-}
-
-// Rank `rank`'s slice of a whole tensor `whole` as the shard `shard` holds it: a column or
-// vocabulary split keeps rows [rank x R, (rank + 1) x R) of the whole [R t, C]; a row split the
-// columns [rank x W, (rank + 1) x W) of every row of the whole [R, W t]; a replicated tensor all.
-std::vector<float> slice(const TensorSpec& shard, const std::vector<float>& whole, int tp,
-                         int rank) {
-  const std::int64_t rows = shard.shape.front();
-  const std::int64_t width = shard.shape.size() > 1 ? shard.shape.back() : 1;
-  std::vector<float> part;
-  switch (shard.split) {
-    case TensorSplit::Replicated:
-      return whole;
-    case TensorSplit::Column:
-    case TensorSplit::Vocab:
-      for (std::int64_t r = 0; r < rows; ++r)
-        for (std::int64_t c = 0; c < width; ++c)
-          part.push_back(whole[std::size_t((rank * rows + r) * width + c)]);
-      return part;
-    case TensorSplit::Row:
-      for (std::int64_t r = 0; r < rows; ++r)
-        for (std::int64_t c = 0; c < width; ++c)
-          part.push_back(whole[std::size_t(r * width * tp + rank * width + c)]);
-      return part;
-  }
-  return part;
-}
-
-// Whole tensors concatenated in tensor order (full_parameters()) cut into tensors.
-std::vector<std::vector<float>> split_tensors(const Model& model, const std::vector<float>& flat) {
-  std::vector<std::vector<float>> tensors;
-  std::size_t at = 0;
-  for (const TensorSpec* spec : tensors_of(model)) {
-    const auto numel = std::size_t(spec->numel());
-    tensors.emplace_back(flat.begin() + std::ptrdiff_t(at),
-                         flat.begin() + std::ptrdiff_t(at + numel));
-    at += numel;
-  }
-  return tensors;
-}
-
-// The largest |a - b| over the largest |b| of a tensor.
-double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  double difference = 0, scale = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    difference = std::max(difference, std::abs(double(a[i]) - double(b[i])));
-    scale = std::max(scale, std::abs(double(b[i])));
-  }
-  return scale > 0 ? difference / scale : difference;
-}
-
-double largest_magnitude(const std::vector<float>& values) {
-  double largest = 0;
-  for (const float v : values) largest = std::max(largest, std::abs(double(v)));
-  return largest;
-}
-
-// The key projection's bias has no gradient: q . (k + b) adds q . b to every key's score of a
-// query, which the softmax cancels. Its computed gradient is rounding noise on both sides (held
-// below `noise` instead of relatively), so it takes no part in the relative comparisons.
-bool analytically_zero(const TensorSpec& spec) {
-  return spec.name.find("k_proj.bias") != std::string::npos;
-}
-
-struct Trained {
-  std::vector<double> losses;
-  std::vector<float> parameters;  // this rank's (its TP shard's), whole, in tensor order
-  Bytes measured_peak = 0;
-  CategoryBytes highs{};
-};
-
-Trained train(const Plan& plan, const Gpt2Setup& s, int steps) {
-  const auto groups =
-      std::make_shared<const ProcessGroups>(world(), plan.schedule.context.parallel_shape());
-  MemoryLedger ledger;
-  Gpt2Model model(rank_model(plan, groups->place().stage),
-                  {.micro_batch = s.micro_batch,
-                   .seq_len = s.seq_len,
-                   .checkpointing = s.checkpointing,
-                   .activation_element_bytes = plan.request.config.precision.param_bytes(),
-                   .tensor_parallel_rank = groups->place().tensor},
-                  ledger);
-  ZeroEngine engine(plan, groups, model, ledger);
-  Trained run;
-  for (int step = 0; step < steps; ++step) {
-    ledger.reset_peaks();
-    run.losses.push_back(engine.step(step).loss);
-    run.measured_peak = std::max(run.measured_peak, ledger.peak(Device::Gpu));
-    const CategoryBytes highs = ledger.category_highs(Device::Gpu);
-    for (std::size_t c = 0; c < highs.size(); ++c) run.highs[c] = std::max(run.highs[c], highs[c]);
-  }
-  run.parameters = engine.full_parameters();
-  return run;
-}
+using namespace testing;  // parallel_support.hpp
 
 constexpr int kSteps = 5;
 
@@ -201,16 +82,7 @@ TEST(TensorParallel, TensorParallelTrainsAsDataParallelism) {
     }
     if (world().rank() == 0)
       std::printf("[ parity   ] %s: largest loss difference %.3g\n", name_of(setup).c_str(), worst);
-    const auto predicted = category_highs(plan.schedule);
-    for (const Category state :
-         {Category::Params, Category::Grads, Category::MasterParams, Category::OptimizerStates}) {
-      EXPECT_EQ(run.highs[std::size_t(state)],
-                predicted[std::size_t(Device::Gpu)][std::size_t(state)])
-          << to_string(state);
-    }
-    const Bytes peak = plan.device(Device::Gpu).peak_per_rank;
-    EXPECT_LT(std::abs(double(run.measured_peak) - double(peak)) / double(peak), 0.03)
-        << "measured " << run.measured_peak << " predicted " << peak;
+    expect_memory_of(plan.schedule, run);
   }
 }
 

@@ -62,6 +62,18 @@ TEST(TensorParallel, ShardHoldsTheSplitsWorkedByHand) {
   EXPECT_DOUBLE_EQ(shard.layers[1].attention_flops_per_token_position, 4.0 * 8 / 2);
 }
 
+// The LM head's backward under SP gathers its sequence-split input again for the weight gradient
+// (Megatron's column-parallel backward), beside the whole input gradient before its
+// reduce-scatter: h = 8 more elements per token than without SP.
+TEST(TensorParallel, SequenceParallelHeadGathersItsInputAgainInBackward) {
+  const auto head_backward = [](bool sp) {
+    return tiny(2, sp).layers.back().activation_bytes(2, 16, 2).backward_working;
+  };
+  // 32 tokens x (input gradient 8 x 2 + fp32 logit gradient 128 x 4 + its bf16 cast 128 x 2).
+  EXPECT_EQ(head_backward(false), 32 * (8 * 2 + 128 * 4 + 128 * 2));
+  EXPECT_EQ(head_backward(true), 32 * (2 * 8 * 2 + 128 * 4 + 128 * 2));
+}
+
 // Korthikanti et al. 2022, Sec. 4.2 (16-bit activations, 1-byte dropout masks, eager attention):
 // per block, s b h (10 + 24/t + 5 a s / (h t)) bytes with tensor parallelism,
 // s b h (34/t + 5 a s / (h t)) with sequence parallelism as well.
