@@ -1,5 +1,6 @@
 #include "exec/engine/tensor_parallel_ops.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 

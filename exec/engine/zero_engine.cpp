@@ -290,8 +290,8 @@ void ZeroEngine::State::forward(const Op& op) {
   ensure_batch(op.micro_step);
   const auto layer = std::size_t(op.layer);
   net.forward(layer, params.layer_params(context.owner_of(layer)).views);
-  if (context.model.layers[layer].kind ==
-      LayerKind::LmHead) {  // the loss (a pipeline's last stage)
+  // The model's last layer computes the loss (on a pipeline's last stage).
+  if (layer + 1 == context.model.layers.size() && context.groups->last_stage()) {
     loss_sum_ += net.loss();
     ++losses_;
   }

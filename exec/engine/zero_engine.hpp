@@ -31,6 +31,12 @@
 // tensor partition, read before a layer's CopyH2D and written back as the update produces them.
 // In fp32 with only the optimizer offloaded the host optimizer updates its own fp32 master (the
 // plan's), with the parameters offloaded too it updates them in place.
+// Tensor and pipeline parallelism (docs/executor.md): ZeRO runs over the rank's data-parallel
+// group (ProcessGroups); the model is the rank's TP shard of its pipeline stage, whose layers run
+// the TP collectives as the schedule's TP ops (TensorParallelOps); the schedule's Send and Recv
+// ops move activations and gradients between stages (PipelineTransfers); the SP gradients, the
+// tied embedding's copies, the norm and the overflow flag are reduced over the groups the
+// schedule names.
 // Refused with InputError: fp32 with offloaded parameters and NVMe, cpu_checkpointing, parameter
 // offload with the optimizer on the device (the plan has no copy of updated parameters back to
 // the host), swap buffers too small for a sub-group or a layer.
