@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -140,6 +141,19 @@ inline Trained train(const Plan& plan, const Gpt2Setup& s, int steps) {
   }
   run.parameters = engine.full_parameters();
   return run;
+}
+
+// "+1.2e-07 -3.4e-08 ...": the run's loss minus the reference's, step by step (the parity
+// tests print them).
+inline std::string loss_differences(const Trained& run, const Trained& reference) {
+  std::string text;
+  for (std::size_t step = 0; step < run.losses.size(); ++step) {
+    char item[32];
+    std::snprintf(item, sizeof item, "%s%+.2e", step > 0 ? " " : "",
+                  run.losses[step] - reference.losses[step]);
+    text += item;
+  }
+  return text;
 }
 
 // The whole model's tensor a shard's or stage's tensor is part of: the same name, or for a tied

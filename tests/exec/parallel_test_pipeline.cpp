@@ -100,8 +100,9 @@ TEST(PipelineParallel, PipelineTrainsAsDataParallelism) {
       const double worst = worst_loss_difference(run, references[fp32 ? 0 : 1]);
       EXPECT_LE(worst, fp32 ? 2e-4 : 2e-3);
       if (world().rank() == 0)
-        std::printf("[ parity   ] %s: largest loss difference %.3g\n", name_of(setup).c_str(),
-                    worst);
+        std::printf("[ parity   ] %s: largest loss difference %.3g (per step: %s)\n",
+                    name_of(setup).c_str(), worst,
+                    loss_differences(run, references[fp32 ? 0 : 1]).c_str());
       const int stage = place_of_rank(world().rank(), plan.schedule.context.parallel_shape()).stage;
       expect_memory_of(rank_schedule(plan, stage), run);
     }

@@ -81,7 +81,8 @@ TEST(TensorParallel, TensorParallelTrainsAsDataParallelism) {
       EXPECT_LE(difference, fp32 ? 2e-4 : 2e-3) << "step " << step;
     }
     if (world().rank() == 0)
-      std::printf("[ parity   ] %s: largest loss difference %.3g\n", name_of(setup).c_str(), worst);
+      std::printf("[ parity   ] %s: largest loss difference %.3g (per step: %s)\n",
+                  name_of(setup).c_str(), worst, loss_differences(run, reference).c_str());
     expect_memory_of(plan.schedule, run);
   }
 }
