@@ -98,9 +98,20 @@ std::string describe(const TraceRun& run) {
 }
 
 nlohmann::json run_json(const TraceRun& run) {
-  return {{"model", run.model}, {"stage", run.stage}, {"precision", run.precision}, {"dp_size", run.dp_size},
-          {"optimizer_device", run.optimizer_device}, {"param_device", run.param_device},
-          {"micro_batch", run.micro_batch}, {"seq_len", run.seq_len}, {"grad_accumulation", run.grad_accumulation}};
+  nlohmann::json json = {{"model", run.model},
+                         {"stage", run.stage},
+                         {"precision", run.precision},
+                         {"dp_size", run.dp_size},
+                         {"optimizer_device", run.optimizer_device},
+                         {"param_device", run.param_device},
+                         {"micro_batch", run.micro_batch},
+                         {"seq_len", run.seq_len},
+                         {"grad_accumulation", run.grad_accumulation}};
+  // The model-parallel sizes the run was planned with (1 when the trace has no inputs).
+  const TrainingConfig* config = run.inputs ? &run.inputs->config : nullptr;
+  json["tensor_parallel"] = config ? config->tensor_parallel.size : 1;
+  json["pipeline_parallel"] = config ? config->pipeline.size : 1;
+  return json;
 }
 
 StepTimeSummary step_time_of(const std::vector<CheckedTrace>& checked) {

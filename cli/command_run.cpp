@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -21,9 +22,15 @@ namespace {
 void print_header(std::ostream& out, const Plan& plan, const std::string& backend) {
   const ScheduleContext& c = plan.schedule.context;
   out << "zerolens run: " << plan.request.model.name << " (" << plan.request.model.parameter_count()
-      << " parameters), ZeRO stage " << c.stage << ", " << to_string(c.precision) << ", " << c.dp_size
-      << " rank(s), micro-batch " << c.micro_batch << " x sequence " << c.seq_len << ", gradient accumulation "
-      << c.grad_accumulation << "; " << backend << '\n';
+      << " parameters), ZeRO stage " << c.stage << ", " << to_string(c.precision) << ", "
+      << c.dp_size << " rank(s)";
+  if (c.tensor_parallel > 1 || c.pipeline_parallel > 1) {
+    out << " data-parallel x " << c.tensor_parallel << " tensor-parallel"
+        << (c.sequence_parallel ? " (sequence-parallel)" : "") << " x " << c.pipeline_parallel
+        << " pipeline stage(s)";
+  }
+  out << ", micro-batch " << c.micro_batch << " x sequence " << c.seq_len
+      << ", gradient accumulation " << c.grad_accumulation << "; " << backend << '\n';
   for (const auto& note : plan.notes) out << "note: " << note << '\n';
 }
 
@@ -41,8 +48,10 @@ std::string megabytes(Bytes bytes) {
 }
 
 void print_measured(std::ostream& out, const exec::TrainingResult& result,
-                    const std::string& backend) {
-  out << "\nmeasured on rank 0 (peak over all steps; ranks are symmetric), MB = 1e6 bytes:\n";
+                    const std::string& backend, int rank) {
+  out << "\nmeasured on rank " << rank;
+  if (rank > 0) out << " (pipeline stage " << result.pipeline_stage << ", the plan's)";
+  out << " (peak over all steps; ranks are symmetric), MB = 1e6 bytes:\n";
   Table memory({"device", "peak", "params", "grads", "master", "optimizer", "activations", "buffers"});
   for (int d = 0; d < kDeviceCount; ++d) {
     if (result.peak[std::size_t(d)] == 0) continue;
@@ -54,10 +63,18 @@ void print_measured(std::ostream& out, const exec::TrainingResult& result,
   }
   memory.print(out);
   out << "\ncollectives of one step (bytes as nccl-tests counts them):\n";
-  Table traffic({"collective", "calls", "bytes"});
-  for (int k = 0; k < kOpKindCount; ++k) {
-    const auto& count = result.collectives[std::size_t(k)];
-    if (count.calls > 0) traffic.add_row({to_string(OpKind(k)), std::to_string(count.calls), std::to_string(count.bytes)});
+  Table traffic({"group", "collective", "calls", "bytes"});
+  const std::pair<const char*, const std::array<exec::CollectiveCount, kOpKindCount>*> groups[] = {
+      {"dp", &result.collectives},
+      {"tp", &result.tensor_parallel_collectives},
+      {"pp", &result.pipeline_collectives}};
+  for (const auto& [group, counts] : groups) {
+    for (int k = 0; k < kOpKindCount; ++k) {
+      const auto& count = (*counts)[std::size_t(k)];
+      if (count.calls > 0)
+        traffic.add_row({group, to_string(OpKind(k)), std::to_string(count.calls),
+                         std::to_string(count.bytes)});
+    }
   }
   traffic.print(out);
 }
@@ -83,22 +100,24 @@ int run_run(const RunFlags& flags) {
   Diagnostics diagnostics;
   const Plan plan = make_run_plan(flags, *backend, diagnostics);
   exec::check_trainable(plan);  // a model it cannot train is refused before the header
-  const bool leader = backend->communicator().rank() == 0;
-  if (leader) {
+  const int rank = backend->communicator().rank();
+  // One rank prints and records the run: the first of the stage the plan reports (rank 0 without
+  // pipeline stages), so that its lines come in order.
+  const bool recorder = rank == exec::recording_rank(plan);
+  if (recorder) {
     print_warnings(diagnostics);
     print_header(std::cout, plan, backend->description());
   }
   const exec::TrainingResult result = run_steps(plan, *backend, flags, std::cout);
-  const int rank = backend->communicator().rank();
-  if (!flags.measured_trace.empty() && (leader || every_rank_traced(flags.measured_trace))) {
+  if (!flags.measured_trace.empty() && (recorder || every_rank_traced(flags.measured_trace))) {
     Trace trace = exec::measured_trace(plan, result);
     for (TraceOp& op : trace.ops) op.rank = rank;
     const std::string path = rank_trace_path(flags.measured_trace, rank);
     Output(path).stream() << trace_to_json(trace).dump(1) << '\n';
-    if (leader) std::cout << "measured trace: " << path << '\n';
+    if (recorder) std::cout << "measured trace: " << path << '\n';
   }
-  if (!leader) return kExitOk;
-  print_measured(std::cout, result, flags.device);
+  if (!recorder) return kExitOk;
+  print_measured(std::cout, result, flags.device, rank);
   return kExitOk;
 }
 

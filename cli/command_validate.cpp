@@ -33,14 +33,20 @@ int run_validate(ValidateCommand& command) {
                                         .trace_ranks = command.predicted_trace.empty() ? 0 : 1,
                                         .memory_states = true});
   const Plan& plan = predicted.plan;
-  const bool leader = comm.rank() == 0;
-  if (leader) print_warnings(diagnostics);
+  // The stage the plan reports (the one with the most GPU memory) is the one compared, by its
+  // first rank, which prints the run.
+  const bool recorder = comm.rank() == exec::recording_rank(plan);
+  if (recorder) print_warnings(diagnostics);
   const exec::TrainingResult result = run_steps(plan, *backend, command.run, std::cout);
-  if (!leader) return kExitOk;
+  if (!recorder) return kExitOk;
   // Compared through the measured trace, as `check-measured` compares a recorded one: the trace
   // holds every figure the check needs.
   const Trace measured_trace = exec::measured_trace(plan, result);
   const Measurement measured = measurement_of(measured_trace);  // the recorded stretch's step time
+  if (comm.rank() > 0)
+    std::cout << "\nmeasured on rank " << comm.rank() << ", the first of pipeline stage "
+              << plan.pipeline_stage
+              << " (the stage with the most GPU memory, which the plan reports)";
   std::cout << "\npredicted vs measured (bytes per rank; the step time is the lowest mean of "
             << result.recorded.count << " consecutive step(s), predicted on --cluster "
             << plan.request.cluster.name << "):\n";

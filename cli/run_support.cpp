@@ -26,17 +26,16 @@ void add_run_options(CLI::App& command, RunFlags& flags) {
   flags.plan.micro_batch = 4;
   add_plan_options(command, flags.plan);
   // What the executor does not run stays parsed, for the refusal that names it, but out of --help.
-  for (const char* name :
-       {"--tp", "--sp", "--pp", "--virtual-stages", "--pipeline-schedule", "--shard-group", "--hpz",
-        "--quantized-weights", "--quantized-gradients", "--framework", "--reshard-after-forward",
-        "--reduce-dtype", "--cpu-checkpointing", "--dropout", "--ep", "--capacity-factor",
-        "--min-capacity"})
+  for (const char* name : {"--virtual-stages", "--shard-group", "--hpz", "--quantized-weights",
+                           "--quantized-gradients", "--framework", "--reshard-after-forward",
+                           "--reduce-dtype", "--cpu-checkpointing", "--dropout", "--ep",
+                           "--capacity-factor", "--min-capacity"})
     command.get_option(name)->group("");
   command.footer(
-      "Flags of parallelism and frameworks the executor does not run (--tp, --pp, --sp, --ep, "
-      "ZeRO++, "
-      "hybrid sharding, FSDP, CPU checkpointing, dropout) are refused by name and not listed here; "
-      "`zerolens plan --help` lists every planning flag.");
+      "Flags of parallelism and frameworks the executor does not run (interleaved pipeline "
+      "stages, expert parallelism, ZeRO++, hybrid sharding, FSDP, CPU checkpointing, dropout) are "
+      "refused by name and not listed here; `zerolens plan --help` lists every planning flag. "
+      "--tp, --sp and --pp run on --device cpu: mpirun -np (DP x TP x PP) ranks.");
   const char* group = "Training run";
   command.add_option("--steps", flags.training.steps, "Optimizer steps to run")
       ->capture_default_str()
@@ -85,8 +84,9 @@ void add_run_options(CLI::App& command, RunFlags& flags) {
 
 Plan make_run_plan(const RunFlags& flags, const exec::Backend& backend, Diagnostics& diagnostics) {
   PlanOptions options = flags.plan;
-  // The ranks mpirun started are the data-parallel group (tensor parallelism is refused below).
-  if (!options.gpus && !options.dp) options.dp = backend.communicator().size();
+  // The ranks mpirun started are the job's: DP x TP x PP of them.
+  const bool ranks_given = options.gpus || options.dp;
+  if (!ranks_given) options.gpus = backend.communicator().size();
   if (!options.cuda_context_gib) options.cuda_context_gib = 0;
   if (!options.workspace_gib)
     options.workspace_gib = double(backend.library_workspace_bytes()) / double(kBytesPerGiB);
@@ -94,7 +94,17 @@ Plan make_run_plan(const RunFlags& flags, const exec::Backend& backend, Diagnost
   // DeepSpeed allocates whole reduce buckets (5e8 elements by default: 2 GB in fp32) however small
   // the model; without a config file, run-sized buckets keep a laptop run small.
   if (!options.deepspeed_config && !options.reduce_bucket_size) options.reduce_bucket_size = kRunReduceBucket;
-  PlanRequest request = make_plan_request(options, diagnostics);
+  PlanRequest request = [&] {
+    try {
+      return make_plan_request(options, diagnostics);
+    } catch (const InputError& error) {
+      if (ranks_given || error.where() != "--gpus") throw;
+      throw InputError("--tp", std::to_string(*options.gpus) +
+                                   " processes are running; start a multiple of --tp x --pp "
+                                   "of them (mpirun -np; each data-parallel rank is a TP group "
+                                   "on every pipeline stage)");
+    }
+  }();
   if (request.config.is_fsdp()) {
     throw InputError("--framework", std::string("the executor runs DeepSpeed's ZeRO, not ") +
                                         to_string(request.config.framework) +
@@ -114,20 +124,25 @@ Plan make_run_plan(const RunFlags& flags, const exec::Backend& backend, Diagnost
                      "the executor gathers and reduces in the training dtype over every "
                      "data-parallel rank (ZeRO++ is planned, not yet run: docs/parallelism.md)");
   }
-  if (request.config.pipeline.active()) {
-    throw InputError("--pp",
-                     "the executor runs data parallelism only (pipeline parallelism is planned, "
-                     "not yet run: docs/parallelism.md); plan it with `zerolens plan --pp`");
+  const bool tp = request.config.tensor_parallel.active(), pp = request.config.pipeline.active();
+  if (pp && request.config.pipeline.virtual_stages > 1) {
+    throw InputError("--virtual-stages",
+                     "the interleaved pipeline schedule is planned, not yet run (the executor "
+                     "runs 1f1b and gpipe: docs/executor.md)");
   }
   if (request.config.expert_parallel.active()) {
     throw InputError("--ep",
-                     "the executor runs data parallelism only (expert parallelism is planned, "
-                     "not yet run: docs/parallelism.md); plan it with `zerolens plan --ep`");
+                     "the executor does not run expert parallelism yet (it is planned: "
+                     "docs/parallelism.md); plan it with `zerolens plan --ep`");
   }
-  if (request.config.tensor_parallel.active()) {
-    throw InputError("--tp",
-                     "the executor runs data parallelism only (tensor parallelism is planned, "
-                     "not yet run: docs/parallelism.md); plan it with `zerolens plan --tp`");
+  if ((tp || pp) && flags.device != "cpu") {
+    throw InputError(tp ? "--tp" : "--pp",
+                     std::string(tp ? "tensor" : "pipeline") +
+                         " parallelism runs on --device cpu "
+                         "(the " +
+                         flags.device + " backend's GPT-2 has no " +
+                         (tp ? "tensor-parallel layer steps" : "pipeline sends and receives") +
+                         " yet)");
   }
   // The executor's Adam is one fused kernel (kernels/optimizer): it builds none of torch.optim's
   // temporaries, so the plan it is held to leaves them out.
@@ -142,8 +157,8 @@ Plan make_run_plan(const RunFlags& flags, const exec::Backend& backend, Diagnost
   // A calibrated cluster's gpus_per_node is the ranks calibrate ran; a run's node holds the ranks
   // started on this host (which share its cores: sim/timeline/cpu_ranks.hpp).
   if (request.cluster.calibration && !options.gpus_per_node) {
-    request.cluster =
-        with_ranks(request.cluster, request.dp_size, backend.communicator().ranks_on_node());
+    request.cluster = with_ranks(request.cluster, backend.communicator().size(),
+                                 backend.communicator().ranks_on_node());
   }
   if (request.model.shape && request.model.shape->dropout > 0) {
     TransformerShape shape = *request.model.shape;
@@ -198,7 +213,8 @@ exec::TrainingResult run_steps(const Plan& plan, exec::Backend& backend, const R
   exec::Communicator& comm = backend.communicator();
   exec::TrainingOptions training = flags.training;
   training.make_model = backend.model_factory();
-  const bool speak = comm.rank() == 0 && flags.log_every > 0;
+  // One rank prints the run, the one whose measurement is reported (exec::recording_rank).
+  const bool speak = comm.rank() == exec::recording_rank(plan) && flags.log_every > 0;
   const Fault fault = parse_fault(flags.inject_fault);
   const bool fp16 = plan.request.config.precision.precision == Precision::Fp16;
   if (speak) out << "  step        loss   grad norm    time (ms)" << (fp16 ? "   loss scale" : "") << '\n';

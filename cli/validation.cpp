@@ -65,19 +65,52 @@ void memory_checks(const MemoryTimeline& predicted, const Measurement& measured,
   }
 }
 
-void collective_checks(const Plan& plan, const Measurement& measured, const Tolerances& tolerances,
-                       std::vector<Check>& checks) {
+// One group's collectives: bytes per kind held, calls shown. `prefix` names the group ("" for
+// the data-parallel group, as traces before other groups named it; "tp ", "pp ").
+void group_checks(const std::string& prefix,
+                  const std::array<CollectiveTotals, kOpKindCount>& predicted,
+                  const std::array<TraceCollective, kOpKindCount>& measured,
+                  const Tolerances& tolerances, std::vector<Check>& checks) {
   for (int k = 0; k < kOpKindCount; ++k) {
     const OpKind kind = OpKind(k);
-    const CollectiveTotals& p = plan.comm.of(kind);
-    const TraceCollective& m = measured.collectives[std::size_t(k)];
+    const CollectiveTotals& p = predicted[std::size_t(k)];
+    const TraceCollective& m = measured[std::size_t(k)];
     if (p.calls == 0 && m.calls == 0) continue;
-    const std::string name = to_string(kind);
+    const std::string name = prefix + to_string(kind);
     checks.push_back({name + " bytes", Figure::Collective, Unit::Bytes, double(p.bytes), double(m.bytes),
                       tolerances.collective_bytes});
     // Calls are shown, not held: one schedule op may be several library calls (a layer's tensors
     // gathered one by one), as frameworks coalesce or not.
     checks.push_back({name + " calls", Figure::Calls, Unit::Calls, double(p.calls), double(m.calls), std::nullopt});
+  }
+}
+
+bool any_calls(const std::array<CollectiveTotals, kOpKindCount>& totals) {
+  for (const CollectiveTotals& t : totals) {
+    if (t.calls > 0) return true;
+  }
+  return false;
+}
+
+// Every group the plan has, each against what was counted on that group's communicator.
+void collective_checks(const Plan& plan, const Measurement& measured, const Tolerances& tolerances,
+                       std::vector<Check>& checks) {
+  group_checks("", plan.comm.collectives, measured.collectives, tolerances, checks);
+  const std::pair<const std::array<CollectiveTotals, kOpKindCount>*,
+                  const std::optional<std::array<TraceCollective, kOpKindCount>>*>
+      groups[] = {{&plan.comm.tensor_parallel, &measured.tensor_parallel_collectives},
+                  {&plan.comm.pipeline, &measured.pipeline_collectives}};
+  const char* prefixes[] = {"tp ", "pp "};
+  const char* keys[] = {"summary.tensor_parallel_collectives", "summary.pipeline_collectives"};
+  for (std::size_t g = 0; g < 2; ++g) {
+    const auto& [predicted, counted] = groups[g];
+    if (!counted->has_value()) {
+      if (!any_calls(*predicted)) continue;
+      throw InputError(keys[g],
+                       "missing: the plan has this group's collectives, the measured "
+                       "trace does not count them (record the run again)");
+    }
+    group_checks(prefixes[g], *predicted, **counted, tolerances, checks);
   }
 }
 
@@ -145,6 +178,8 @@ Measurement measurement_of(const Trace& measured) {
   return {.peak = s.peak,
           .category_high = recorded(s.category_highs, "summary.category_highs"),
           .collectives = recorded(s.collectives, "summary.collectives"),
+          .tensor_parallel_collectives = s.tensor_parallel_collectives,
+          .pipeline_collectives = s.pipeline_collectives,
           .links = recorded(s.link_bytes, "summary.link_bytes"),
           .step_seconds = s.step_time};
 }

@@ -51,7 +51,10 @@ const Check* step_time_check(const std::vector<Check>& checks);
 struct Measurement {
   std::array<Bytes, kDeviceCount> peak{};                    // highest over all steps
   std::array<CategoryBytes, kDeviceCount> category_high{};   // highest each category reached
-  std::array<TraceCollective, kOpKindCount> collectives{};   // one step
+  std::array<TraceCollective, kOpKindCount> collectives{};   // one step, data-parallel group
+  // The same over the tensor-parallel group and between pipeline stages (absent: not recorded).
+  std::optional<std::array<TraceCollective, kOpKindCount>> tensor_parallel_collectives;
+  std::optional<std::array<TraceCollective, kOpKindCount>> pipeline_collectives;
   TraceLinkBytes links;                                      // one step
   double step_seconds = 0;
 };

@@ -74,7 +74,7 @@ bool all_passed(const std::vector<Check>& checks) {
 }
 
 bool print_checks(std::ostream& out, const std::vector<Check>& checks) {
-  Table table({"quantity (rank 0)", "predicted", "measured", "error", "tolerance", ""});
+  Table table({"quantity (per rank)", "predicted", "measured", "error", "tolerance", ""});
   for (const Check& check : checks) {
     if (!check.compared()) {
       table.add_row({check.quantity, figure(check.predicted, check.unit),

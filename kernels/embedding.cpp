@@ -50,4 +50,55 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* to
     }
 }
 
+namespace {
+
+// The table row of `token`, or nullptr when another part of the vocabulary holds it.
+template <typename T>
+T* range_row(T* table, int token, std::size_t first_token, std::size_t table_rows,
+             std::size_t channels) {
+  if (token < 0) throw std::out_of_range("embedding: negative token " + std::to_string(token));
+  const auto row = std::size_t(token);
+  if (row < first_token || row - first_token >= table_rows) return nullptr;
+  return table + (row - first_token) * channels;
+}
+
+}  // namespace
+
+void embedding_range_forward(float* out, const int* tokens, std::size_t count, const float* table,
+                             std::size_t first_token, std::size_t table_rows,
+                             std::size_t channels) {
+  for (std::size_t i = 0; i < count; ++i) {
+    const float* row = range_row(table, tokens[i], first_token, table_rows, channels);
+    float* out_row = out + i * channels;
+    for (std::size_t c = 0; c < channels; ++c) out_row[c] = row != nullptr ? row[c] : 0.0f;
+  }
+}
+
+void embedding_range_backward(float* dtable, const float* dout, const int* tokens,
+                              std::size_t count, std::size_t first_token, std::size_t table_rows,
+                              std::size_t channels) {
+  for (std::size_t i = 0; i < count; ++i) {
+    float* row = range_row(dtable, tokens[i], first_token, table_rows, channels);
+    if (row == nullptr) continue;
+    const float* dout_row = dout + i * channels;
+    for (std::size_t c = 0; c < channels; ++c) row[c] += dout_row[c];
+  }
+}
+
+void position_forward(float* out, const float* wpe, std::size_t first_row, std::size_t rows,
+                      std::size_t seq_len, std::size_t channels) {
+  for (std::size_t i = 0; i < rows; ++i) {
+    const float* position = wpe + (first_row + i) % seq_len * channels;
+    for (std::size_t c = 0; c < channels; ++c) out[i * channels + c] += position[c];
+  }
+}
+
+void position_backward(float* dwpe, const float* dout, std::size_t first_row, std::size_t rows,
+                       std::size_t seq_len, std::size_t channels) {
+  for (std::size_t i = 0; i < rows; ++i) {
+    float* position = dwpe + (first_row + i) % seq_len * channels;
+    for (std::size_t c = 0; c < channels; ++c) position[c] += dout[i * channels + c];
+  }
+}
+
 }  // namespace zerolens::kernels

@@ -17,4 +17,22 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* to
                       std::size_t batch, std::size_t seq_len, std::size_t channels,
                       std::size_t vocab_size);
 
+// A vocabulary-parallel embedding's part (Megatron's VocabParallelEmbedding): `table` holds rows
+// first_token .. first_token + table_rows - 1 of the token embedding; out[i, :] is the row of
+// tokens[i] when it is among them and zero otherwise (the tensor-parallel group's sum is the
+// lookup). `out` [count, C] is overwritten.
+void embedding_range_forward(float* out, const int* tokens, std::size_t count, const float* table,
+                             std::size_t first_token, std::size_t table_rows, std::size_t channels);
+// ACCUMULATES dout[i, :] into the row of tokens[i] when it is among the table's rows.
+void embedding_range_backward(float* dtable, const float* dout, const int* tokens,
+                              std::size_t count, std::size_t first_token, std::size_t table_rows,
+                              std::size_t channels);
+// Learned positions of `rows` consecutive token rows starting at row `first_row` of a [B, T]
+// batch (row r is position r mod T): out[i, :] += wpe[(first_row + i) mod T, :].
+void position_forward(float* out, const float* wpe, std::size_t first_row, std::size_t rows,
+                      std::size_t seq_len, std::size_t channels);
+// ACCUMULATES dout[i, :] into dwpe[(first_row + i) mod T, :].
+void position_backward(float* dwpe, const float* dout, std::size_t first_row, std::size_t rows,
+                       std::size_t seq_len, std::size_t channels);
+
 }  // namespace zerolens::kernels

@@ -1,6 +1,8 @@
 #include "kernels/loss.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -53,6 +55,61 @@ void crossentropy_softmax_backward(float* dlogits, const float* dlosses, const f
     for (std::size_t v = 0; v < vocab_size; ++v) {
       const float indicator = v == target ? 1.0f : 0.0f;
       dlogit_row[v] += (prob_row[v] - indicator) * dloss;
+    }
+  }
+}
+
+void crossentropy_shard_max(float* row_max, const float* logits, std::size_t rows,
+                            std::size_t shard, std::size_t valid) {
+  for (std::size_t row = 0; row < rows; ++row) {
+    const float* logit_row = logits + row * shard;
+    float largest = -std::numeric_limits<float>::infinity();
+    for (std::size_t v = 0; v < valid; ++v) largest = std::max(largest, logit_row[v]);
+    row_max[row] = largest;
+  }
+}
+
+void crossentropy_shard_sums(float* exp_sums, float* target_logits, float* exps,
+                             const float* logits, const float* row_max, const int* targets,
+                             std::size_t first_token, std::size_t rows, std::size_t shard,
+                             std::size_t valid) {
+  for (std::size_t row = 0; row < rows; ++row) {
+    if (targets[row] < 0)
+      throw std::out_of_range("cross-entropy: negative target at row " + std::to_string(row));
+    const float* logit_row = logits + row * shard;
+    float* exp_row = exps + row * shard;
+    double sum = 0.0;
+    for (std::size_t v = 0; v < shard; ++v) {
+      exp_row[v] = v < valid ? std::exp(logit_row[v] - row_max[row]) : 0.0f;
+      sum += exp_row[v];
+    }
+    exp_sums[row] = float(sum);
+    const auto target = std::size_t(targets[row]);
+    const bool here = target >= first_token && target - first_token < valid;
+    target_logits[row] = here ? logit_row[target - first_token] : 0.0f;
+  }
+}
+
+void crossentropy_shard_finish(float* losses, float* probs, const float* exp_sums,
+                               const float* row_max, const float* target_logits, std::size_t rows,
+                               std::size_t shard) {
+  for (std::size_t row = 0; row < rows; ++row) {
+    const auto inv_sum = float(1.0 / double(exp_sums[row]));
+    for (std::size_t v = 0; v < shard; ++v) probs[row * shard + v] *= inv_sum;
+    losses[row] = float(std::log(double(exp_sums[row])) -
+                        (double(target_logits[row]) - double(row_max[row])));
+  }
+}
+
+void crossentropy_shard_backward(float* dlogits, const float* dlosses, const float* probs,
+                                 const int* targets, std::size_t first_token, std::size_t rows,
+                                 std::size_t shard) {
+  for (std::size_t row = 0; row < rows; ++row) {
+    const float dloss = dlosses[row];
+    const auto target = std::size_t(targets[row]);
+    for (std::size_t v = 0; v < shard; ++v) {
+      const float indicator = first_token + v == target ? 1.0f : 0.0f;
+      dlogits[row * shard + v] += (probs[row * shard + v] - indicator) * dloss;
     }
   }
 }

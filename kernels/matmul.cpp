@@ -47,13 +47,21 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
   // dweight[out, in] += dout[rows, out]ᵀ · inp[rows, in]
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, k, m, 1.0f, dout, n, inp, k, 1.0f,
               dweight, k);
-  if (dbias == nullptr) return;
-    // Column sums of dout; rows in the inner loop keep each sum in a register (no races across o).
-#pragma omp parallel for schedule(static) if (rows * out_channels > 65536)
-  for (std::size_t o = 0; o < out_channels; ++o) {
+  if (dbias != nullptr) bias_backward(dbias, dout, rows, out_channels);
+}
+
+void bias_forward(float* out, const float* bias, std::size_t rows, std::size_t channels) {
+  for (std::size_t row = 0; row < rows; ++row)
+    for (std::size_t c = 0; c < channels; ++c) out[row * channels + c] += bias[c];
+}
+
+void bias_backward(float* dbias, const float* dout, std::size_t rows, std::size_t channels) {
+  // Column sums of dout; rows in the inner loop keep each sum in a register (no races across c).
+#pragma omp parallel for schedule(static) if (rows * channels > 65536)
+  for (std::size_t c = 0; c < channels; ++c) {
     float sum = 0.0f;
-    for (std::size_t row = 0; row < rows; ++row) sum += dout[row * out_channels + o];
-    dbias[o] += sum;
+    for (std::size_t row = 0; row < rows; ++row) sum += dout[row * channels + c];
+    dbias[c] += sum;
   }
 }
 

@@ -16,4 +16,10 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      const float* weight, std::size_t rows, std::size_t in_channels,
                      std::size_t out_channels);
 
+// A bias added after the product (Megatron's RowParallelLinear adds its bias once the partial
+// products are summed over the tensor-parallel group): out[row, :] += bias for every row.
+void bias_forward(float* out, const float* bias, std::size_t rows, std::size_t channels);
+// ACCUMULATES (+=) the column sums of dout[rows, channels] into dbias[channels].
+void bias_backward(float* dbias, const float* dout, std::size_t rows, std::size_t channels);
+
 }  // namespace zerolens::kernels

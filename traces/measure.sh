@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Records measured traces of a matrix of configs (DP, ZeRO-1/2/3, CPU and NVMe offload, 1/2/4 ranks,
-# bf16 and fp32) with `zerolens validate` under mpirun, and a summary table, under
+# Records measured traces of a matrix of configs (DP, ZeRO-1/2/3, CPU and NVMe offload, TP 2 with
+# SP, PP 2, 1/2/4 ranks, bf16 and fp32) with `zerolens validate` under mpirun, and a summary table, under
 # traces/measured/<device-name>/. Committed, they are re-checked on every CI run against the
 # simulator's current predictions (ctest traces.measured: `zerolens check-measured`).
 # See traces/measured/README.md.
@@ -107,6 +107,8 @@ zero2-bf16-np4 4 --precision bf16 --stage 2
 zero3-ckpt-ga2-bf16-np4 4 --precision bf16 --stage 3 --activation-checkpointing true --grad-accum 2
 zero3-optcpu-paramcpu-ga2-bf16-np4 4 --precision bf16 --stage 3 --offload-optimizer cpu --offload-param cpu --grad-accum 2
 zero3-optnvme-paramnvme-bf16-np4 4 --precision bf16 --stage 3 --offload-optimizer nvme --offload-param nvme $nvme --set zero_optimization.offload_param.buffer_size=20000
+tp2-sp-zero1-ga2-bf16-np4 4 --precision bf16 --stage 1 --tp 2 --sp true --grad-accum 2
+pp2-zero1-ga4-bf16-np4 4 --precision bf16 --stage 1 --pp 2 --grad-accum 4
 EOF
 }
 

@@ -117,6 +117,11 @@ def step_time_line(check):
             f"largest {s['max_absolute_error'] * 100:.2f} % (tolerance {relative(s['tolerance'])}).")
 
 
+def ranks_of(run):
+    """Every rank of the run: data x tensor x pipeline parallel."""
+    return run["dp_size"] * run.get("tensor_parallel", 1) * run.get("pipeline_parallel", 1)
+
+
 def matrix_table(traces):
     lines = ["| config | ranks | stage | precision | offload | GPU peak predicted (MB) | GPU peak measured (MB) | GPU error "
              "| GPU driver-side overhead (MB, not held) | CPU peak pred / meas MB (error) | NVMe peak pred / meas MB (error) | model states exact | "
@@ -127,7 +132,7 @@ def matrix_table(traces):
         run, checks = t["run"], t["checks"]
         gpu = peak(checks, "gpu")
         lines.append(" | ".join([
-            f"| {config_name(t['file'])}", str(run["dp_size"]), str(run["stage"]), run["precision"], offload(run),
+            f"| {config_name(t['file'])}", str(ranks_of(run)), str(run["stage"]), run["precision"], offload(run),
             mb(gpu["predicted"]) if gpu else "-", mb(gpu["measured"]) if gpu else "-",
             percent(gpu["error"]) if gpu else "-", driver_side_mb(checks, gpu), peak_cell(peak(checks, "cpu")), peak_cell(peak(checks, "nvme")),
             all_equal(checks, "model_state"), all_equal(checks, "collective"), all_equal(checks, "link"),

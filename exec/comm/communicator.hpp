@@ -60,6 +60,19 @@ class Communicator {
   virtual void all_to_all(std::span<const float> /*input*/, std::span<float> /*output*/) {
     throw std::logic_error("this communicator has no all-to-all");
   }
+  // Element-wise maximum over ranks of fp32 values, in place (the vocab-parallel loss's row
+  // maxima), counted as an all-reduce. Default: std::logic_error (a communicator without it).
+  virtual void all_reduce_max(std::span<float> buffer);
+  // Point to point between pipeline stages, counted as Send and Recv (bytes: the message). A send
+  // is started and returns: its buffer must stay as it is until wait_sends(); a receive returns
+  // with the message. Messages between two ranks with the same `tag` arrive in the order sent.
+  // Defaults: std::logic_error.
+  virtual void send(std::span<const float> buffer, int peer, int tag);
+  virtual void send(std::span<const std::uint16_t> buffer, int peer, int tag);
+  virtual void recv(std::span<float> buffer, int peer, int tag);
+  virtual void recv(std::span<std::uint16_t> buffer, int peer, int tag);
+  // Waits until every send started has completed (its buffer may then be reused).
+  virtual void wait_sends() {}
   // Scalars for control decisions (overflow flags, gradient norms), counted under `counted_as`.
   virtual double all_reduce_max(double value, OpKind counted_as = OpKind::AllReduce) = 0;
   virtual double all_reduce_sum(double value, OpKind counted_as = OpKind::AllReduce) = 0;
@@ -76,6 +89,10 @@ class Communicator {
   // Ranks 0 .. ranks-1 as a communicator of their own, the same ranks numbered alike; nullptr on
   // the other ranks, and on every rank of a communicator that cannot split. Collective.
   virtual std::unique_ptr<Communicator> first_ranks(int /*ranks*/) { return nullptr; }
+  // The ranks passing the same `color` (>= 0) as a communicator of their own, numbered by `key`
+  // (then by rank here); nullptr on a rank passing a negative color, and on every rank of a
+  // communicator that cannot split. Collective over this communicator's ranks.
+  virtual std::unique_ptr<Communicator> split(int /*color*/, int /*key*/) { return nullptr; }
   // This rank alone, as a one-rank communicator; nullptr on a communicator that cannot split.
   // Collective.
   virtual std::unique_ptr<Communicator> alone() { return nullptr; }

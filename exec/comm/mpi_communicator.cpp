@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "exec/comm/communicator.hpp"
 #include "exec/comm/interrupt.hpp"
@@ -128,6 +129,34 @@ class MpiCommunicator final : public Communicator {
     record(OpKind::AllGather, float_bytes(output.size()));
   }
 
+  void all_reduce_max(std::span<float> buffer) override {
+    collective(MPI_Iallreduce(MPI_IN_PLACE, buffer.data(), mpi_count(buffer.size()), MPI_FLOAT,
+                              MPI_MAX, comm_, &request_),
+               "MPI_Iallreduce", float_bytes(buffer.size()));
+    record(OpKind::AllReduce, float_bytes(buffer.size()));
+  }
+
+  void send(std::span<const float> buffer, int peer, int tag) override {
+    start_send(buffer.data(), buffer.size(), MPI_FLOAT, peer, tag, float_bytes(buffer.size()));
+  }
+  void send(std::span<const std::uint16_t> buffer, int peer, int tag) override {
+    start_send(buffer.data(), buffer.size(), MPI_UINT16_T, peer, tag, half_bytes(buffer.size()));
+  }
+  void recv(std::span<float> buffer, int peer, int tag) override {
+    receive(buffer.data(), buffer.size(), MPI_FLOAT, peer, tag, float_bytes(buffer.size()));
+  }
+  void recv(std::span<std::uint16_t> buffer, int peer, int tag) override {
+    receive(buffer.data(), buffer.size(), MPI_UINT16_T, peer, tag, half_bytes(buffer.size()));
+  }
+  void wait_sends() override {
+    for (MPI_Request& request : sends_) {
+      request_ = request;
+      collective(MPI_SUCCESS, "MPI_Isend", 0);
+      request = MPI_REQUEST_NULL;
+    }
+    sends_.clear();
+  }
+
   void broadcast(std::span<float> buffer, int root) override {
     collective(
         MPI_Ibcast(buffer.data(), mpi_count(buffer.size()), MPI_FLOAT, root, comm_, &request_),
@@ -220,6 +249,12 @@ class MpiCommunicator final : public Communicator {
     if (!member) return nullptr;
     return std::make_unique<MpiCommunicator>(group);
   }
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    MPI_Comm group = MPI_COMM_NULL;
+    check(MPI_Comm_split(comm_, color >= 0 ? color : MPI_UNDEFINED, key, &group), "MPI_Comm_split");
+    if (color < 0) return nullptr;
+    return std::make_unique<MpiCommunicator>(group);
+  }
   std::unique_ptr<Communicator> alone() override {
     MPI_Comm group = MPI_COMM_NULL;
     check(MPI_Comm_split(comm_, rank_, 0, &group), "MPI_Comm_split");
@@ -246,6 +281,21 @@ class MpiCommunicator final : public Communicator {
     if (total != input || output != std::size_t(counts[std::size_t(rank_)])) {
       throw std::invalid_argument("reduce_scatter_sum: counts must sum to the input, this rank's count to the output");
     }
+  }
+
+  // A send runs while the caller goes on (Megatron's pipeline posts its sends and receives
+  // together): two stages sending to each other at once cannot wait on each other.
+  void start_send(const void* data, std::size_t count, MPI_Datatype type, int peer, int tag,
+                  Bytes bytes) {
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Isend(data, mpi_count(count), type, peer, tag, comm_, &request), "MPI_Isend");
+    sends_.push_back(request);
+    record(OpKind::Send, bytes);
+  }
+  void receive(void* data, std::size_t count, MPI_Datatype type, int peer, int tag, Bytes bytes) {
+    collective(MPI_Irecv(data, mpi_count(count), type, peer, tag, comm_, &request_), "MPI_Irecv",
+               bytes);
+    record(OpKind::Recv, bytes);
   }
 
   MPI_Op sum_op(Precision format) const {
@@ -312,6 +362,7 @@ class MpiCommunicator final : public Communicator {
   static constexpr int kStuckExitCode = 3;
 
   MPI_Request request_ = MPI_REQUEST_NULL;
+  std::vector<MPI_Request> sends_;  // started by send(), completed by wait_sends()
   MPI_Comm comm_ = MPI_COMM_WORLD;
   bool owned_ = false;
   int rank_ = 0;

@@ -57,6 +57,8 @@ class CudaGpt2Backend {
   using Buffer = HeldDeviceBuffer;
   using Tokens = DeviceBuffer<std::int32_t>;
   static constexpr const char* kModelName = "CudaGpt2Model";
+  // Tensor parallelism runs on the CPU backend only: the cuda backend refuses --tp and --pp.
+  static constexpr bool kTensorParallel = false;
 
   // Creates the cuBLAS/cuBLASLt handles and their workspace on the current device, charging the
   // driver memory they take (at least the workspace) as LibraryWorkspace for the backend's life.

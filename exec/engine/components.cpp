@@ -10,7 +10,14 @@ namespace zerolens::exec {
 // the master is assembled in memory once, then written to the sub-groups' files.
 EngineComponents::EngineComponents(const Plan& plan, Communicator& comm, LayerModel& net,
                                    MemoryLedger& ledger)
-    : context(plan, comm, ledger),
+    : EngineComponents(plan,
+                       std::make_shared<const ProcessGroups>(
+                           comm, ParallelShape{.tensor = 1, .data = comm.size(), .pipeline = 1}),
+                       net, ledger) {}
+
+EngineComponents::EngineComponents(const Plan& plan, std::shared_ptr<const ProcessGroups> groups,
+                                   LayerModel& net, MemoryLedger& ledger)
+    : context(plan, std::move(groups), ledger),
       nvme(context, Optimizer(plan.request.config.optimizer).state_per_element()),
       params(context, nvme),
       grads(context),

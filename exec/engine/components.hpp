@@ -14,6 +14,8 @@ namespace zerolens::exec {
 struct EngineComponents {
   // `net` gives the initial parameters; the plan, communicator and ledger must outlive these.
   EngineComponents(const Plan& plan, Communicator& comm, LayerModel& net, MemoryLedger& ledger);
+  EngineComponents(const Plan& plan, std::shared_ptr<const ProcessGroups> groups, LayerModel& net,
+                   MemoryLedger& ledger);
 
   // Declared in the order they are built (each uses those above it).
   EngineContext context;

@@ -56,25 +56,55 @@ OwnedSegment clip(const OwnedSegment& segment, Elements begin, Elements end) {
   return {segment.tensor, segment.begin + (first - segment.owned_offset), last - first, first};
 }
 
+const Schedule& rank_schedule(const Plan& plan, int stage) {
+  if (plan.pipeline_stages.empty()) return plan.schedule;
+  return plan.pipeline_stages.at(std::size_t(stage)).schedule;
+}
+
+const Model& rank_model(const Plan& plan, int stage) {
+  if (plan.pipeline_stages.empty()) return plan.rank_model;
+  return plan.pipeline_stages.at(std::size_t(stage)).model;
+}
+
 EngineContext::EngineContext(const Plan& plan_, Communicator& comm_, MemoryLedger& ledger_)
-    : plan(plan_),
-      schedule(plan_.schedule),
-      model(plan_.request.model),
-      layout(plan_.schedule.layout),
-      comm(comm_),
+    : EngineContext(plan_,
+                    std::make_shared<const ProcessGroups>(
+                        comm_, ParallelShape{.tensor = 1, .data = comm_.size(), .pipeline = 1}),
+                    ledger_) {}
+
+EngineContext::EngineContext(const Plan& plan_, std::shared_ptr<const ProcessGroups> groups_,
+                             MemoryLedger& ledger_)
+    : groups(std::move(groups_)),
+      plan(plan_),
+      schedule(rank_schedule(plan_, groups->place().stage)),
+      model(rank_model(plan_, groups->place().stage)),
+      layout(schedule.layout),
+      comm(groups->data()),
       ledger(ledger_),
-      stage(plan_.schedule.context.zero_stage()),
-      dp(plan_.schedule.context.dp_size),
-      rank(comm_.rank()),
+      stage(schedule.context.zero_stage()),
+      dp(schedule.context.dp_size),
+      rank(comm.rank()),
       param_format(format_of(plan_.request.config.precision.precision)),
       grad_format(plan_.request.config.precision.grad_bytes() == 4 ? NumberFormat::Fp32
                                                                    : param_format),
       mixed(plan_.request.config.precision.mixed()),
-      has_master(plans_master(plan_.schedule)),
-      optimizer_device(device_of(plan_.schedule.context.optimizer_device)),
-      param_device(device_of(plan_.schedule.context.param_device)),
+      has_master(plans_master(schedule)),
+      optimizer_device(device_of(schedule.context.optimizer_device)),
+      param_device(device_of(schedule.context.param_device)),
       offsets(tensor_offsets(layout)),
-      segments(owned_segments(layout, stage, rank)) {}
+      segments(owned_segments(layout, stage, rank)) {
+  const bool first_of_group = groups->place().tensor == 0;
+  for (const Layer& layer : model.layers) {
+    if (layer.shares_params_of >= 0) continue;
+    // The last stage's copy of the tied word embeddings is the first stage's, counted there.
+    const bool copy = layer.kind == LayerKind::LmHead && model.tied_embedding_end;
+    for (const TensorSpec& tensor : layer.params) {
+      counted_in_norm.push_back(!copy &&
+                                (tensor.split != TensorSplit::Replicated || first_of_group));
+      sequence_parallel_grad.push_back(tensor.sequence_parallel_grad);
+    }
+  }
+}
 
 std::size_t EngineContext::owner_of(std::size_t layer) const {
   const int shared = model.layers[layer].shares_params_of;

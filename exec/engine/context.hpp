@@ -2,10 +2,12 @@
 // What every component of the ZeRO engine reads (internal to exec/): the plan, this rank's place in
 // it and the elements it owns, and the bytes the components move over host links.
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
 #include "exec/comm/communicator.hpp"
+#include "exec/comm/process_groups.hpp"
 #include "exec/engine/zero_engine.hpp"
 #include "exec/memory/memory_ledger.hpp"
 #include "exec/memory/numbers.hpp"
@@ -40,8 +42,16 @@ std::vector<OwnedSegment> owned_segments(const ParamLayout& layout, ZeroStage st
 // The part of `segment` inside owned elements [begin, end), or an empty segment.
 OwnedSegment clip(const OwnedSegment& segment, Elements begin, Elements end);
 
+// What this rank runs of a plan: the schedule and model of its pipeline stage (the plan's own
+// without pipeline parallelism), the model being its tensor-parallel shard.
+const Schedule& rank_schedule(const Plan& plan, int stage);
+const Model& rank_model(const Plan& plan, int stage);
+
 struct EngineContext {
+  // Data parallelism alone: `comm` is the data-parallel group.
   EngineContext(const Plan& plan, Communicator& comm, MemoryLedger& ledger);
+  EngineContext(const Plan& plan, std::shared_ptr<const ProcessGroups> groups,
+                MemoryLedger& ledger);
   EngineContext(Plan&&, Communicator&, MemoryLedger&) = delete;
 
   std::size_t owner_of(std::size_t layer) const;  // the layer whose parameters `layer` uses
@@ -49,11 +59,12 @@ struct EngineContext {
   bool host_optimizer() const { return optimizer_device != Device::Gpu; }
   const TrainingConfig& config() const { return plan.request.config; }
 
+  std::shared_ptr<const ProcessGroups> groups;  // this rank's TP, DP and pipeline groups
   const Plan& plan;
   const Schedule& schedule;
   const Model& model;
   const ParamLayout& layout;
-  Communicator& comm;
+  Communicator& comm;  // the data-parallel group
   MemoryLedger& ledger;
   ZeroStage stage;  // what this stage partitions (sim/config/zero_stage.hpp)
   int dp = 1, rank = 0;
@@ -65,6 +76,10 @@ struct EngineContext {
   TensorOffsets offsets;
   std::vector<OwnedSegment> segments;
   LinkBytes copied;  // counted by whichever component moves the bytes
+  // Per tensor (the layout's numbering): whether this rank adds it into the gradient norm (a
+  // tensor TP splits on every rank, one it replicates on TP rank 0 only), and whether its
+  // gradient is summed over the TP group once per step (SP: sim's sequence_parallel_grad).
+  std::vector<bool> counted_in_norm, sequence_parallel_grad;
 };
 
 }  // namespace zerolens::exec

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <stdexcept>
+#include <string>
 
 namespace zerolens::exec {
 
@@ -253,6 +254,64 @@ Numbers GradientReducer::new_grad_chunk(Elements owned_begin, Elements length) {
       {owned_begin, NumberBuffer(ctx_.ledger, Device::Gpu, Component::GradsPartition,
                                  ctx_.grad_format, std::size_t(length))});
   return grad_chunks_.back().values.view();
+}
+
+// Megatron all-reduces these tensors' whole gradients in one flat buffer (_flatten_dense_tensors
+// of their main_grad, which the distributed optimizer keeps whole): the buffer here holds every
+// SP tensor's elements, this rank's owned ones filled in (stages 1-3 keep no others; the TP group's
+// ranks own the same elements, their DP coordinate being the same), and is all-reduced as the
+// schedule sizes it; the owned elements are read back.
+void GradientReducer::all_reduce_sequence_parallel(const Op& op) {
+  Communicator* tensor = ctx_.groups->tensor();
+  if (tensor == nullptr) throw std::logic_error("schedule error: a TP all-reduce without TP");
+  std::vector<Elements> at(ctx_.layout.tensor_numel.size(), -1);
+  Elements total = 0;
+  for (std::size_t t = 0; t < at.size(); ++t) {
+    if (!ctx_.sequence_parallel_grad[t]) continue;
+    at[t] = total;
+    total += ctx_.layout.tensor_numel[t];
+  }
+  if (total * Elements(element_bytes(ctx_.grad_format)) != op.bytes) {
+    throw std::logic_error("schedule error: the SP gradients are " + std::to_string(total) +
+                           " elements, the schedule all-reduces " + std::to_string(op.bytes) +
+                           " bytes");
+  }
+  NumberBuffer flat(ctx_.ledger, Device::Gpu, Component::ReduceBucket, ctx_.grad_format,
+                    std::size_t(total));
+  const auto place = [&](const OwnedSegment& segment) {
+    return flat.view(std::size_t(at[std::size_t(segment.tensor)] + segment.begin),
+                     std::size_t(segment.length));
+  };
+  for (const OwnedSegment& segment : ctx_.segments) {
+    if (at[std::size_t(segment.tensor)] >= 0) place(segment).copy_from(owned_grads(segment));
+  }
+  all_reduce_sum(*tensor, flat.view());
+  for (const OwnedSegment& segment : ctx_.segments) {
+    if (at[std::size_t(segment.tensor)] >= 0) owned_grads(segment).copy_from(place(segment));
+  }
+}
+
+void GradientReducer::all_reduce_tied_embedding(const Op& op) {
+  Communicator* ends = ctx_.groups->embedding();
+  if (ends == nullptr) throw std::logic_error("schedule error: a tied embedding on a middle stage");
+  if (!ctx_.stage.reduces_at_boundary())
+    throw std::logic_error("schedule error: tied embedding gradients after their reduction");
+  // The word embeddings: the embedding layer's first tensor, or the LM head's copy.
+  std::int32_t tensor = -1;
+  for (std::size_t layer = 0; layer < ctx_.model.layers.size(); ++layer) {
+    const Layer& spec = ctx_.model.layers[layer];
+    if ((spec.kind == LayerKind::Embedding || spec.kind == LayerKind::LmHead) &&
+        !spec.params.empty())
+      tensor = ctx_.layout.layer_first_tensor[layer];
+  }
+  if (tensor < 0) throw std::logic_error("schedule error: no word embeddings on this stage");
+  NumberBuffer& grad = grads_[std::size_t(tensor)];
+  if (grad.bytes() != op.bytes) {
+    throw std::logic_error("schedule error: the tied embedding's gradient is " +
+                           std::to_string(grad.bytes()) + " bytes, the schedule all-reduces " +
+                           std::to_string(op.bytes));
+  }
+  all_reduce_sum(*ends, grad.view());
 }
 
 // Averaged over ranks and added to the fp32 host partition (accumulating over micro-steps).

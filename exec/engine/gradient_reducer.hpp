@@ -38,6 +38,14 @@ class GradientReducer {
   // Whether `op`'s first effect allocates the reduce buffer (before the op's own work).
   bool reduce_buffer_comes_first(const Op& op) const;
   void reduce_bucket(const Op& op);  // AllReduce or ReduceScatter
+  // SP: the gradients of the tensors each TP rank computed from its part of the sequence (norms,
+  // row-parallel biases), summed over the TP group once per step, after the data-parallel
+  // reduction (Megatron's finalize_model_grads -> _allreduce_layernorm_grads).
+  void all_reduce_sequence_parallel(const Op& op);
+  // PP: the first stage's word embeddings and the last stage's copy of them (the tied LM head)
+  // sum their whole gradients over the two, before the data-parallel reduction (DeepSpeed's
+  // ReduceTiedGrads).
+  void all_reduce_tied_embedding(const Op& op);
   void copy_to_host(const Op& op);   // CopyD2H of a reduced bucket (optimizer offload)
 
   // The reduced gradients of an owned segment, wherever this stage and device keep them.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <string>
 
 namespace zerolens::exec {
 
@@ -42,8 +43,8 @@ void OptimizerRunner::allocate_states() {
 }
 
 void OptimizerRunner::begin_step() {
-  norm_ = 0;
-  overflow_ = false;
+  norm_ = squares_ = 0;
+  overflow_ = overflow_reduced_ = norm_reduced_ = false;
   step_scale_ = scaler_.scale();
 }
 
@@ -55,20 +56,42 @@ bool OptimizerRunner::local_overflow() {
   return false;
 }
 
-// A one-byte MAX all-reduce of the local flags.
-void OptimizerRunner::check_overflow() {
-  overflow_ = ctx_.comm.all_reduce_flag(local_overflow(), OpKind::OverflowCheck);
+double OptimizerRunner::local_squares() {
+  double squares = 0;
+  for (const OwnedSegment& segment : ctx_.segments) {
+    if (ctx_.counted_in_norm[std::size_t(segment.tensor)])
+      squares += grads_.owned_grads(segment).sum_of_squares();
+  }
+  return squares;
+}
+
+// The group the op reduces over: the data-parallel group, or the TP group and then every
+// pipeline stage (DeepSpeed's _model_parallel_all_reduce after the DP one).
+static Communicator& group_of(const Op& op, EngineContext& ctx) {
+  if (op.group == ProcessGroup::Data) return ctx.comm;
+  if (op.group == ProcessGroup::Tensor && ctx.groups->tensor() != nullptr)
+    return *ctx.groups->tensor();
+  if (op.group == ProcessGroup::Pipeline && op.peer_stage < 0 && ctx.groups->pipeline() != nullptr)
+    return *ctx.groups->pipeline();
+  throw std::logic_error(std::string("schedule error: a ") + to_string(op.kind) + " over the " +
+                         to_string(op.group) + " group");
+}
+
+// A one-byte MAX all-reduce of the flags: this rank's own, or the DP group's already.
+void OptimizerRunner::check_overflow(const Op& op) {
+  const bool flag = overflow_reduced_ ? overflow_ : local_overflow();
+  overflow_ = group_of(op, ctx_).all_reduce_flag(flag, OpKind::OverflowCheck);
+  overflow_reduced_ = true;
 }
 
 // The global norm of the averaged gradients (partial sums all-reduced), unscaled. A skipped step
-// computes none (DeepSpeed returns before it).
-void OptimizerRunner::compute_grad_norm() {
+// computes none (DeepSpeed returns before it). A tensor TP replicates counts once (TP rank 0).
+void OptimizerRunner::compute_grad_norm(const Op& op) {
   if (overflow_) return;
-  double squares = 0;
-  for (const OwnedSegment& segment : ctx_.segments)
-    squares += grads_.owned_grads(segment).sum_of_squares();
-  norm_ = std::sqrt(double(ctx_.comm.all_reduce_sum_float(float(squares), OpKind::GradNorm))) /
-          step_scale_;
+  const double squares = norm_reduced_ ? squares_ : local_squares();
+  squares_ = double(group_of(op, ctx_).all_reduce_sum_float(float(squares), OpKind::GradNorm));
+  norm_ = std::sqrt(squares_) / step_scale_;
+  norm_reduced_ = true;
 }
 
 // Unscaling and clipping in one factor (DeepSpeed's combined scale). DeepSpeed's ZeRO 1-2 divides
@@ -81,13 +104,12 @@ float OptimizerRunner::update_factor() const {
 }
 
 void OptimizerRunner::step() {
-  if (!ctx_.stage.partitions_optimizer_states()) {  // whole gradients, identical on every rank: no
-                                                    // collective for either check
-    if (ctx_.config().precision.precision == Precision::Fp16) overflow_ = local_overflow();
-    double squares = 0;
-    for (const OwnedSegment& segment : ctx_.segments)
-      squares += grads_.owned_grads(segment).sum_of_squares();
-    norm_ = overflow_ ? 0 : std::sqrt(squares) / step_scale_;
+  // Whole gradients, identical on every DP rank: no DP collective for either check (under TP the
+  // schedule's TP ops have reduced both already).
+  if (!ctx_.stage.partitions_optimizer_states()) {
+    if (ctx_.config().precision.precision == Precision::Fp16 && !overflow_reduced_)
+      overflow_ = local_overflow();
+    if (!norm_reduced_) norm_ = overflow_ ? 0 : std::sqrt(local_squares()) / step_scale_;
   }
   if (!overflow_) {
     optimizer_.begin_step();

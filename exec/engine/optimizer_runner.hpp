@@ -32,8 +32,10 @@ class OptimizerRunner {
   double grad_norm() const { return overflow_ ? 0 : norm_; }
   double step_scale() const { return step_scale_; }  // the loss scale of this step's backward
 
-  void check_overflow();                // OverflowCheck (fp16, stages 1-3)
-  void compute_grad_norm();             // GradNorm (stages 1-3)
+  // OverflowCheck (fp16): over the DP group (stages 1-3), then over the TP group (TP).
+  void check_overflow(const Op& op);
+  // GradNorm: the sum of squares over the DP group (stages 1-3), then over the TP group (TP).
+  void compute_grad_norm(const Op& op);
   void step();                          // OptimizerStep with the states in memory
   void group_step(std::int32_t group);  // OptimizerStep of one NVMe sub-group
   void write_back_params();             // CopyH2D of the updated parameters after a host update
@@ -53,6 +55,7 @@ class OptimizerRunner {
 
  private:
   bool local_overflow();
+  double local_squares();  // of the owned gradients this rank counts in the norm
   float update_factor() const;
   void device_update(float factor);
   void device_update_range(Elements begin, Elements end,
@@ -69,8 +72,10 @@ class OptimizerRunner {
   NumberBuffer master_;  // the fp32 master partition (has_master), unless in NVMe files
   NumberBuffer first_state_, second_state_;  // fp32, on the optimizer's device
   double norm_ = 0;
+  double squares_ = 0;  // summed over the groups reduced so far
   double step_scale_ = 1;
   bool overflow_ = false;
+  bool overflow_reduced_ = false, norm_reduced_ = false;  // by a collective op this step
 };
 
 }  // namespace zerolens::exec

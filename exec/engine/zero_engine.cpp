@@ -33,14 +33,35 @@ void require_offload_supported(const TrainingConfig& config) {
   }
 }
 
-void require_supported(const Plan& plan, const Communicator& comm) {
+void require_parallelism(const Plan& plan, const ProcessGroups& groups) {
   const TrainingConfig& config = plan.request.config;
-  if (plan.request.dp_size != comm.size()) {
-    throw InputError("--gpus", "the plan is for " + std::to_string(plan.request.dp_size) +
-                                   " ranks but " + std::to_string(comm.size()) +
+  const ParallelShape planned = plan.schedule.context.parallel_shape();
+  const ParallelShape& running = groups.shape();
+  if (planned.data != running.data || planned.tensor != running.tensor ||
+      planned.pipeline != running.pipeline) {
+    const int world = planned.world();
+    throw InputError("--gpus", "the plan is for " + std::to_string(world) + " ranks (" +
+                                   std::to_string(planned.data) + " data-parallel x " +
+                                   std::to_string(planned.tensor) + " tensor-parallel x " +
+                                   std::to_string(planned.pipeline) + " pipeline) but " +
+                                   std::to_string(groups.world().size()) +
                                    " processes are running (start with mpirun -np " +
-                                   std::to_string(plan.request.dp_size) + ")");
+                                   std::to_string(world) + ")");
   }
+  if (config.pipeline.active() && config.pipeline.virtual_stages > 1) {
+    throw InputError("--virtual-stages",
+                     "the interleaved pipeline schedule is not run by the CPU "
+                     "executor yet (1f1b and gpipe are)");
+  }
+  if (config.tensor_parallel.active() && config.activation_checkpointing.partition_activations) {
+    throw InputError("activation_checkpointing.partition_activations",
+                     "not run by the CPU executor yet (planned: docs/parallelism.md)");
+  }
+}
+
+void require_supported(const Plan& plan, const ProcessGroups& groups) {
+  const TrainingConfig& config = plan.request.config;
+  require_parallelism(plan, groups);
   const LossScaleConfig& scaling = config.precision.loss_scale;
   if (config.precision.precision == Precision::Fp16 && scaling.static_loss_scale < 0) {
     throw InputError("fp16.loss_scale", "must be 0 (dynamic) or a positive static scale");
@@ -59,9 +80,16 @@ void require_supported(const Plan& plan, const Communicator& comm) {
 }  // namespace
 
 ZeroEngine::ZeroEngine(const Plan& plan, Communicator& comm, LayerModel& model,
-                       MemoryLedger& ledger, const EngineOptions& options) {
-  require_supported(plan, comm);
-  state_ = std::make_unique<State>(plan, comm, model, ledger, options);
+                       MemoryLedger& ledger, const EngineOptions& options)
+    : ZeroEngine(plan,
+                 std::make_shared<const ProcessGroups>(
+                     comm, ParallelShape{.tensor = 1, .data = comm.size(), .pipeline = 1}),
+                 model, ledger, options) {}
+
+ZeroEngine::ZeroEngine(const Plan& plan, std::shared_ptr<const ProcessGroups> groups,
+                       LayerModel& model, MemoryLedger& ledger, const EngineOptions& options) {
+  require_supported(plan, *groups);
+  state_ = std::make_unique<State>(plan, std::move(groups), model, ledger, options);
 }
 
 ZeroEngine::~ZeroEngine() = default;
@@ -73,10 +101,16 @@ StepReport ZeroEngine::step(std::int64_t step_index, const OpCallback& on_op) {
   const auto seconds = [&start] {
     return std::chrono::duration<double>(Clock::now() - start).count();
   };
+  s.tensor_parallel.begin_step(start);
   const std::vector<Op>& ops = s.context.schedule.ops;
   for (std::size_t i = 0; i < ops.size(); ++i) {
+    // A TP op ran inside its layer's compute op (TensorParallelOps), which timed it.
+    if (s.tensor_parallel.ran(i)) {
+      if (on_op) on_op(i, s.tensor_parallel.start(i), s.tensor_parallel.end(i));
+      continue;
+    }
     const double begin = seconds();
-    s.run(ops[i]);
+    s.run(ops[i], i);
     if (on_op) on_op(i, begin, seconds());
   }
   return s.finish_step();
@@ -106,13 +140,19 @@ void ZeroEngine::restore(const FullState& state) {
   state_->checkpoint.restore(state);
 }
 
-ZeroEngine::State::State(const Plan& plan, Communicator& comm, LayerModel& net_,
-                         MemoryLedger& ledger, const EngineOptions& options_)
-    : EngineComponents(plan, comm, net_, ledger), net(net_), options(options_) {}
+ZeroEngine::State::State(const Plan& plan, std::shared_ptr<const ProcessGroups> groups,
+                         LayerModel& net_, MemoryLedger& ledger, const EngineOptions& options_)
+    : EngineComponents(plan, std::move(groups), net_, ledger),
+      net(net_),
+      options(options_),
+      tensor_parallel(context),
+      pipeline(context, net_) {
+  if (context.groups->tensor() != nullptr) net.connect_tensor_parallel(tensor_parallel);
+}
 
 void ZeroEngine::State::begin_step(std::int64_t step_index) {
   step_index_ = step_index;
-  loaded_micro_ = -1;
+  loaded_.clear();
   loss_sum_ = 0;
   losses_ = 0;
   optimizer.begin_step();
@@ -122,10 +162,17 @@ void ZeroEngine::State::begin_step(std::int64_t step_index) {
 // The reduce buffer comes and goes in the order of the schedule's effects: a backward allocates it
 // after its work (DeepSpeed's first gradient hook) unless it is the op's first effect (as
 // backward() begins), any other op before its work; it goes after.
-void ZeroEngine::State::run(const Op& op) {
+void ZeroEngine::State::run(const Op& op, std::size_t index) {
   const bool allocates_after = op.kind == OpKind::Backward && !grads.reduce_buffer_comes_first(op);
   if (!allocates_after) grads.follow_reduce_buffer(op, /*allocations=*/true);
+  const bool compute =
+      op.kind == OpKind::Forward || op.kind == OpKind::Backward || op.kind == OpKind::Recompute;
+  if (compute) {
+    net.select_micro_batch(op.micro_step);
+    tensor_parallel.begin_layer(index);
+  }
   run_op(op);
+  if (compute) tensor_parallel.end_layer();
   if (allocates_after) grads.follow_reduce_buffer(op, /*allocations=*/true);
   grads.follow_reduce_buffer(op, /*allocations=*/false);
 }
@@ -140,20 +187,25 @@ void ZeroEngine::State::run_op(const Op& op) {
     case OpKind::Backward:
       return backward(op);
     case OpKind::AllGather:
+      require_data_group(op);
       return gather_parameters(op);
     case OpKind::Release:
       return params.release_layer(std::size_t(op.layer));
     case OpKind::ReduceScatter:
     case OpKind::AllReduce:
+      if (op.group == ProcessGroup::Tensor && op.layer < 0)
+        return grads.all_reduce_sequence_parallel(op);
+      if (op.group == ProcessGroup::Pipeline) return grads.all_reduce_tied_embedding(op);
+      require_data_group(op);
       return grads.reduce_bucket(op);
     case OpKind::CopyH2D:
       return copy_to_device(op);
     case OpKind::CopyD2H:
       return grads.copy_to_host(op);
     case OpKind::OverflowCheck:
-      return optimizer.check_overflow();
+      return optimizer.check_overflow(op);
     case OpKind::GradNorm:
-      return optimizer.compute_grad_norm();
+      return optimizer.compute_grad_norm(op);
     case OpKind::NvmeRead:
       return nvme_read(op);
     case OpKind::NvmeWrite:
@@ -162,10 +214,24 @@ void ZeroEngine::State::run_op(const Op& op) {
       return optimizer_step(op);
     case OpKind::LossScaleUpdate:
       return optimizer.update_loss_scale();
+    case OpKind::Send:
+      net.select_micro_batch(op.micro_step);
+      return pipeline.send(op);
+    case OpKind::Recv:
+      net.select_micro_batch(op.micro_step);
+      return pipeline.recv(op);
     default:
       throw std::logic_error(std::string("the CPU executor cannot run a ") + to_string(op.kind) +
                              " op yet");
   }
+}
+
+// A TP collective of a layer runs inside it (TensorParallelOps); any other group's op here is one
+// the executor does not run.
+void ZeroEngine::State::require_data_group(const Op& op) const {
+  if (op.group == ProcessGroup::Data) return;
+  throw std::logic_error(std::string("the CPU executor cannot run a ") + to_string(op.kind) +
+                         " over the " + to_string(op.group) + " group here");
 }
 
 // Stage 3 gathers a layer before use, and the persistent tensors after the update; stages 1-2 the
@@ -214,20 +280,20 @@ void ZeroEngine::State::optimizer_step(const Op& op) {
 // Global sample ids: micro-step m of rank r takes samples (m x dp + r) x micro_batch onwards, so
 // any split of the same global batch over ranks and micro-steps sees the same samples.
 void ZeroEngine::State::ensure_batch(std::int32_t micro_step) {
-  if (micro_step == loaded_micro_) return;
+  if (!loaded_.insert(micro_step).second) return;
   const ScheduleContext& c = context.schedule.context;
   const std::int64_t global_batch = c.micro_batch * c.grad_accumulation * c.dp_size;
   const std::int64_t first = step_index_ * global_batch +
                              (std::int64_t(micro_step) * context.dp + context.rank) * c.micro_batch;
   net.load_batch(first, c.micro_batch);
-  loaded_micro_ = micro_step;
 }
 
 void ZeroEngine::State::forward(const Op& op) {
   ensure_batch(op.micro_step);
   const auto layer = std::size_t(op.layer);
   net.forward(layer, params.layer_params(context.owner_of(layer)).views);
-  if (layer + 1 == context.model.layers.size()) {
+  // The model's last layer computes the loss (on a pipeline's last stage).
+  if (layer + 1 == context.model.layers.size() && context.groups->last_stage()) {
     loss_sum_ += net.loss();
     ++losses_;
   }
@@ -259,9 +325,14 @@ void ZeroEngine::State::inject_faults(const Op& op) {
 
 StepReport ZeroEngine::State::finish_step() {
   nvme.finish_io();
+  pipeline.finish_step();
   StepReport report;
-  const double mean_here = losses_ > 0 ? loss_sum_ / losses_ : 0;
-  report.loss = context.comm.report_sum(mean_here) / context.dp;
+  // The ranks that compute the loss (the last stage's) hold it alike across their TP group: one
+  // of each TP group counts, averaged over the DP ranks.
+  const ProcessGroups& groups = *context.groups;
+  const bool counts = losses_ > 0 && groups.place().tensor == 0;
+  const double mean_here = counts ? loss_sum_ / losses_ : 0;
+  report.loss = groups.world().report_sum(mean_here) / context.dp;
   report.grad_norm = optimizer.grad_norm();
   report.loss_scale = optimizer.step_scale();
   report.skipped = optimizer.skipped();

@@ -31,6 +31,12 @@
 // tensor partition, read before a layer's CopyH2D and written back as the update produces them.
 // In fp32 with only the optimizer offloaded the host optimizer updates its own fp32 master (the
 // plan's), with the parameters offloaded too it updates them in place.
+// Tensor and pipeline parallelism (docs/executor.md): ZeRO runs over the rank's data-parallel
+// group (ProcessGroups); the model is the rank's TP shard of its pipeline stage, whose layers run
+// the TP collectives as the schedule's TP ops (TensorParallelOps); the schedule's Send and Recv
+// ops move activations and gradients between stages (PipelineTransfers); the SP gradients, the
+// tied embedding's copies, the norm and the overflow flag are reduced over the groups the
+// schedule names.
 // Refused with InputError: fp32 with offloaded parameters and NVMe, cpu_checkpointing, parameter
 // offload with the optimizer on the device (the plan has no copy of updated parameters back to
 // the host), swap buffers too small for a sub-group or a layer.
@@ -41,6 +47,7 @@
 #include <vector>
 
 #include "exec/comm/communicator.hpp"
+#include "exec/comm/process_groups.hpp"
 #include "exec/engine/optimizer.hpp"
 #include "exec/io/checkpoint.hpp"
 #include "exec/memory/memory_ledger.hpp"
@@ -87,6 +94,11 @@ class ZeroEngine {
   // The engine keeps a reference to `plan`, which must outlive it (hence no temporaries).
   ZeroEngine(const Plan& plan, Communicator& comm, LayerModel& model, MemoryLedger& ledger,
              const EngineOptions& options = {});
+  // With tensor (and pipeline) parallelism: this rank's groups, split off the world by sim's
+  // placement (ProcessGroups); `model` is this rank's shard of its stage, its TP collectives run
+  // through the engine (LayerModel::connect_tensor_parallel).
+  ZeroEngine(const Plan& plan, std::shared_ptr<const ProcessGroups> groups, LayerModel& model,
+             MemoryLedger& ledger, const EngineOptions& options = {});
   ZeroEngine(Plan&& plan, Communicator& comm, LayerModel& model, MemoryLedger& ledger,
              const EngineOptions& options = {}) = delete;
   ~ZeroEngine();

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <span>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "exec/model/gpt2_layers.hpp"
@@ -20,6 +22,7 @@ class CpuGpt2Backend {
   using Buffer = TrackedBuffer<float>;
   using Tokens = TrackedBuffer<std::int32_t>;
   static constexpr const char* kModelName = "Gpt2Model";
+  static constexpr bool kTensorParallel = true;  // the TP layer steps (gpt2_layers.hpp)
 
   explicit CpuGpt2Backend(MemoryLedger& ledger) : ledger_(&ledger) {}
 
@@ -108,6 +111,47 @@ class CpuGpt2Backend {
   static void crossentropy_softmax_backward(A... a) {
     kn::crossentropy_softmax_backward(a...);
   }
+  // Tensor parallelism's: the vocabulary part's embedding and loss, positions, a bias apart.
+  template <typename... A>
+  static void embedding_range_forward(A... a) {
+    kn::embedding_range_forward(a...);
+  }
+  template <typename... A>
+  static void embedding_range_backward(A... a) {
+    kn::embedding_range_backward(a...);
+  }
+  template <typename... A>
+  static void position_forward(A... a) {
+    kn::position_forward(a...);
+  }
+  template <typename... A>
+  static void position_backward(A... a) {
+    kn::position_backward(a...);
+  }
+  template <typename... A>
+  static void bias_forward(A... a) {
+    kn::bias_forward(a...);
+  }
+  template <typename... A>
+  static void bias_backward(A... a) {
+    kn::bias_backward(a...);
+  }
+  template <typename... A>
+  static void crossentropy_shard_max(A... a) {
+    kn::crossentropy_shard_max(a...);
+  }
+  template <typename... A>
+  static void crossentropy_shard_sums(A... a) {
+    kn::crossentropy_shard_sums(a...);
+  }
+  template <typename... A>
+  static void crossentropy_shard_finish(A... a) {
+    kn::crossentropy_shard_finish(a...);
+  }
+  template <typename... A>
+  static void crossentropy_shard_backward(A... a) {
+    kn::crossentropy_shard_backward(a...);
+  }
 
  private:
   MemoryLedger* ledger_;
@@ -123,7 +167,19 @@ Gpt2Model::Gpt2Model(const Model& model, const Gpt2Options& options, MemoryLedge
 Gpt2Model::~Gpt2Model() = default;
 
 void Gpt2Model::init_tensor(std::int32_t tensor, std::span<float> values) const {
-  gpt2_init_tensor(state_->model, state_->options.seed, tensor, values);
+  gpt2_init_tensor(state_->model, state_->options.seed, tensor, values,
+                   state_->options.tensor_parallel_rank);
+}
+
+void Gpt2Model::connect_tensor_parallel(TensorParallelChannel& channel) {
+  if (std::size_t(channel.size()) != state_->dims.tp ||
+      std::size_t(channel.rank()) != state_->dims.tp_rank) {
+    throw std::logic_error("Gpt2Model: the TP channel's rank " + std::to_string(channel.rank()) +
+                           " of " + std::to_string(channel.size()) + " is not the shard's " +
+                           std::to_string(state_->dims.tp_rank) + " of " +
+                           std::to_string(state_->dims.tp));
+  }
+  state_->tp = &channel;
 }
 
 void Gpt2Model::load_batch(std::int64_t first_sample, std::int64_t count) {
@@ -140,6 +196,28 @@ void Gpt2Model::recompute(std::size_t layer, ParamViews params) {
 
 void Gpt2Model::backward(std::size_t layer, ParamViews params, GradViews grads, float scale) {
   state_->backward(layer, params, grads, scale);
+}
+
+void Gpt2Model::select_micro_batch(std::int32_t micro) {
+  state_->select_micro_batch(micro);
+}
+std::span<float> Gpt2Model::receive_input(std::size_t layer) {
+  return state_->receive_input(layer);
+}
+std::span<const float> Gpt2Model::output(std::size_t layer) {
+  return state_->output(layer);
+}
+void Gpt2Model::release_output(std::size_t layer) {
+  state_->release_output(layer);
+}
+std::span<float> Gpt2Model::receive_output_grad() {
+  return state_->receive_output_grad();
+}
+std::span<const float> Gpt2Model::input_grad() {
+  return state_->input_grad();
+}
+void Gpt2Model::release_input_grad() {
+  state_->release_input_grad();
 }
 
 double Gpt2Model::loss() const {

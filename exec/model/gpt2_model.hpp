@@ -39,6 +39,14 @@ class Gpt2Model final : public LayerModel {
   void recompute(std::size_t layer, ParamViews params) override;
   void backward(std::size_t layer, ParamViews params, GradViews grads, float scale) override;
   double loss() const override;
+  void connect_tensor_parallel(TensorParallelChannel& channel) override;
+  void select_micro_batch(std::int32_t micro) override;
+  std::span<float> receive_input(std::size_t layer) override;
+  std::span<const float> output(std::size_t layer) override;
+  void release_output(std::size_t layer) override;
+  std::span<float> receive_output_grad() override;
+  std::span<const float> input_grad() override;
+  void release_input_grad() override;
 
   struct State;
 

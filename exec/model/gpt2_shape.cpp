@@ -90,20 +90,34 @@ void check_block_params(const Layer& layer, std::size_t i) {
   }
 }
 
+// GPT-2's layers where it has them: the embedding first, the blocks, the final norm and the LM
+// head last (tied to the embedding, or a pipeline stage's copy of it); a pipeline stage holds a
+// run of them (sim's pipeline_stage_model).
 std::vector<Gpt2Role> roles_of(const Model& model) {
   std::vector<Gpt2Role> roles;
   const std::size_t count = model.layers.size();
   for (std::size_t i = 0; i < count; ++i) {
     const Layer& layer = model.layers[i];
+    const bool tied_head =
+        layer.shares_params_of == 0 ||
+        (layer.shares_params_of < 0 && layer.params.size() == 1 && model.tied_embedding_end);
     Gpt2Role role = Gpt2Role::Block;
     if (layer.kind == LayerKind::Embedding && i == 0 && layer.params.size() == 2) role = Gpt2Role::Embedding;
     else if (layer.kind == LayerKind::FinalNorm && i + 2 == count) role = Gpt2Role::FinalNorm;
-    else if (layer.kind == LayerKind::LmHead && i + 1 == count && layer.shares_params_of == 0) role = Gpt2Role::Head;
-    else require(layer.kind == LayerKind::TransformerBlock && layer.params.size() == kBlockParams && i > 0 && i + 2 < count,
-                 "model.layers[" + std::to_string(i) + "]", "'" + layer.name + "' is not where GPT-2 has it");
+    else if (layer.kind == LayerKind::LmHead && i + 1 == count && tied_head)
+      role = Gpt2Role::Head;
+    else
+      require(layer.kind == LayerKind::TransformerBlock && layer.params.size() == kBlockParams,
+              "model.layers[" + std::to_string(i) + "]",
+              "'" + layer.name + "' is not where GPT-2 has it");
     if (role == Gpt2Role::Block) check_block_params(layer, i);
     roles.push_back(role);
   }
+  const bool whole = !model.pipeline.active();
+  require(
+      !whole ||
+          (count >= 3 && roles.front() == Gpt2Role::Embedding && roles.back() == Gpt2Role::Head),
+      "model.layers", "GPT-2 starts with its embedding and ends with its final norm and LM head");
   return roles;
 }
 
@@ -118,22 +132,96 @@ const TensorSpec* find_tensor(const Model& model, std::int32_t tensor) {
   throw std::out_of_range("GPT-2 init_tensor: no tensor " + std::to_string(tensor));
 }
 
+// A pipeline stage's tensor `tensor` as the whole model numbers it (its initial values are the
+// whole model's): found by name in the model its shape builds, a tied head's copy by the name of
+// what it copies ("lm_head.weight (copy of wte.weight)").
+std::int32_t whole_model_tensor(const Model& model, std::int32_t tensor, const TensorSpec& spec) {
+  if (!model.pipeline.active()) return tensor;
+  std::string name = spec.name;
+  const std::string copy = " (copy of ";
+  if (const auto at = name.find(copy); at != std::string::npos)
+    name = name.substr(at + copy.size(), name.size() - at - copy.size() - 1);
+  const Model whole = build_transformer(model.name, *model.shape, model.tensor_parallel);
+  std::int32_t id = 0;
+  for (const Layer& layer : whole.layers) {
+    if (layer.shares_params_of >= 0) continue;
+    for (const TensorSpec& t : layer.params) {
+      if (t.name == name) return id;
+      ++id;
+    }
+  }
+  throw std::out_of_range("GPT-2 init_tensor: no tensor '" + name + "' in the whole model");
+}
+
+// Under TP each rank holds heads / t heads and the rows of its vocabulary part; under SP the
+// micro-batch's tokens split into t equal runs (Megatron requires the sequence to split so).
+void check_tensor_parallel(const Model& model, const Gpt2Options& options) {
+  const TensorParallelism& tp = model.tensor_parallel;
+  require(options.tensor_parallel_rank >= 0 && options.tensor_parallel_rank < tp.size, "--tp",
+          "rank " + std::to_string(options.tensor_parallel_rank) +
+              " is outside the tensor-parallel group of " + std::to_string(tp.size));
+  if (!tp.active() || !tp.sequence_parallel) return;
+  require(options.seq_len % tp.size == 0, "--seq-len",
+          "sequence parallelism splits the sequence over the " + std::to_string(tp.size) +
+              " ranks of the TP group: " + std::to_string(options.seq_len) +
+              " is not a multiple of it");
+}
+
+// The token embedding's rows on this rank: the table's first dimension (the tied head's copy
+// when the embedding is elsewhere).
+std::size_t shard_vocabulary(const Model& model) {
+  for (const Layer& layer : model.layers) {
+    if ((layer.kind == LayerKind::Embedding || layer.kind == LayerKind::LmHead) &&
+        !layer.params.empty())
+      return std::size_t(layer.params.front().shape.front());
+  }
+  return std::size_t(model.shape->vocab);
+}
+
 }  // namespace
 
 Gpt2Layout gpt2_layout(const Model& model, const Gpt2Options& options) {
   check_shape(model, options);
+  check_tensor_parallel(model, options);
   Gpt2Layout layout;
   layout.roles = roles_of(model);
   const TransformerShape& s = *model.shape;
-  layout.dims = {.batch = std::size_t(options.micro_batch), .seq_len = std::size_t(options.seq_len),
-                 .channels = std::size_t(s.hidden), .heads = std::size_t(s.heads), .ffn = std::size_t(s.ffn_hidden),
-                 .vocab = std::size_t(s.vocab), .blocks = std::size_t(s.layers)};
+  const TensorParallelism& tp = model.tensor_parallel;
+  const std::size_t shard_vocab = shard_vocabulary(model);
+  layout.dims = {.batch = std::size_t(options.micro_batch),
+                 .seq_len = std::size_t(options.seq_len),
+                 .channels = std::size_t(s.hidden),
+                 .heads = std::size_t(s.heads),
+                 .ffn = std::size_t(s.ffn_hidden),
+                 .vocab = std::size_t(s.vocab),
+                 .blocks = std::size_t(s.layers),
+                 .tp = std::size_t(tp.size),
+                 .tp_rank = std::size_t(options.tensor_parallel_rank),
+                 .sp = tp.active() && tp.sequence_parallel,
+                 .shard_vocab = shard_vocab,
+                 .vocab_first = std::size_t(options.tensor_parallel_rank) * shard_vocab};
   return layout;
+}
+
+std::int64_t whole_element(const TensorSpec& spec, int size, int rank, std::int64_t index) {
+  switch (spec.split) {
+    case TensorSplit::Replicated:
+      return index;
+    case TensorSplit::Column:
+    case TensorSplit::Vocab:
+      return std::int64_t(rank) * spec.numel() + index;
+    case TensorSplit::Row: {
+      const std::int64_t width = spec.shape.back();  // this rank's columns of each row
+      return index / width * width * size + std::int64_t(rank) * width + index % width;
+    }
+  }
+  return index;
 }
 
 // GPT-2's initialisation: N(0, 0.02) weights, residual projections scaled by 1/sqrt(2 L), N(0, 0.01)
 // positions, zero biases, unit norm gains.
-void gpt2_init_tensor(const Model& model, std::uint64_t seed, std::int32_t tensor, std::span<float> values) {
+void gpt2_init_tensor(const Model& model, std::uint64_t seed, std::int32_t tensor,
+                      std::span<float> values, int tensor_parallel_rank) {
   const TensorSpec& spec = *find_tensor(model, tensor);
   const bool norm = spec.name.find("ln_") != std::string::npos;
   double std_dev = 0.02;
@@ -141,10 +229,15 @@ void gpt2_init_tensor(const Model& model, std::uint64_t seed, std::int32_t tenso
   if (ends_with(spec.name, "o_proj.weight") || ends_with(spec.name, "fc_out.weight"))
     std_dev = 0.02 / std::sqrt(2.0 * double(model.shape->layers));
   if (ends_with(spec.name, "wpe.weight")) std_dev = 0.01;
-  const std::uint64_t key = mix(seed ^ (std::uint64_t(tensor + 1) << 40));
+  const std::uint64_t key =
+      mix(seed ^ (std::uint64_t(whole_model_tensor(model, tensor, spec) + 1) << 40));
+  const int tp = model.tensor_parallel.size;
   for (std::size_t i = 0; i < values.size(); ++i) {
+    const auto whole =
+        std::uint64_t(whole_element(spec, tp, tensor_parallel_rank, std::int64_t(i)));
     if (norm) values[i] = ends_with(spec.name, ".weight") ? 1.0f : 0.0f;
-    else values[i] = std_dev == 0 ? 0.0f : float(std_dev * normal(key + i));
+    else
+      values[i] = std_dev == 0 ? 0.0f : float(std_dev * normal(key + whole));
   }
 }
 

@@ -4,6 +4,7 @@
 // and parameter order, the initial weights and the synthetic corpus (their layer steps:
 // exec/model/gpt2_layers.hpp). One definition, so both models refuse the same descriptions and
 // start from the same numbers on the same data.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -23,12 +24,33 @@ struct Gpt2Options {
   // scratch, and the head casts as a 16-bit implementation does (an fp32 copy of the logits for the
   // loss, a 16-bit copy of their gradient).
   std::int64_t activation_element_bytes = 4;
+  // Tensor parallelism: this rank's index in its TP group (the model is its shard: sim's
+  // tensor_parallel_shard, whose TensorParallelism gives the group's size and SP).
+  int tensor_parallel_rank = 0;
 };
 
+// The whole model's sizes, and what one rank of a TP group holds of them (tp 1: everything).
 struct Gpt2Dims {
   std::size_t batch = 0, seq_len = 0, channels = 0, heads = 0, ffn = 0, vocab = 0, blocks = 0;
+  std::size_t tp = 1, tp_rank = 0;
+  bool sp = false;  // sequence parallelism: the residual stream split along the tokens
+  // This rank's rows of the token embedding (the vocabulary padded to a multiple of the group
+  // under TP) and the first of them.
+  std::size_t shard_vocab = 0, vocab_first = 0;
   std::size_t rows() const { return batch * seq_len; }
-  std::size_t scores() const { return batch * heads * seq_len * seq_len; }
+  // Per rank: the attention heads, q/k/v width and MLP width (Megatron's column splits).
+  std::size_t heads_here() const { return heads / tp; }
+  std::size_t width_here() const { return channels / tp; }
+  std::size_t ffn_here() const { return ffn / tp; }
+  std::size_t scores() const { return batch * heads_here() * seq_len * seq_len; }
+  // Token rows of the residual stream this rank holds: all, or its 1/tp of them under SP (rank r
+  // the r-th run of consecutive rows of the [batch, seq_len] micro-batch).
+  std::size_t stream_rows() const { return sp ? rows() / tp : rows(); }
+  std::size_t first_stream_row() const { return sp ? tp_rank * stream_rows() : 0; }
+  // Of this rank's vocabulary rows, those below the real vocabulary (the rest pad it).
+  std::size_t vocab_valid() const {
+    return vocab_first >= vocab ? 0 : std::min(shard_vocab, vocab - vocab_first);
+  }
 };
 
 // Parameter positions within a block's views, in sim's tensor order (checked by gpt2_layout).
@@ -51,8 +73,17 @@ struct Gpt2Layout {
 Gpt2Layout gpt2_layout(const Model& model, const Gpt2Options& options);
 
 // GPT-2's initialisation of parameter tensor `tensor` (sim's numbering of unshared tensors): a
-// function of the seed and the tensor id only. Throws std::out_of_range when there is no such tensor.
-void gpt2_init_tensor(const Model& model, std::uint64_t seed, std::int32_t tensor, std::span<float> values);
+// function of the seed, the tensor id and the element's place in the whole tensor only, so a TP
+// shard (rank `tensor_parallel_rank` of model.tensor_parallel) starts as its slice of the whole
+// model. Throws std::out_of_range when there is no such tensor.
+void gpt2_init_tensor(const Model& model, std::uint64_t seed, std::int32_t tensor,
+                      std::span<float> values, int tensor_parallel_rank = 0);
+
+// Element `index` of a TP shard's tensor `spec` (rank `rank` of `size`) as an element of the whole
+// tensor: a column or vocabulary split holds a block of whole rows, a row split the same block of
+// every row's columns (Megatron's ColumnParallelLinear, VocabParallelEmbedding,
+// RowParallelLinear), a replicated tensor all of it.
+std::int64_t whole_element(const TensorSpec& spec, int size, int rank, std::int64_t index);
 
 // The synthetic corpus of `seed` over `vocab` tokens (see synthetic_sequence).
 class Gpt2Corpus {

@@ -21,7 +21,8 @@ class Backend {
 
   // What runs, for a run's header: "CPU device backend, MPI collectives".
   const std::string& description() const { return description_; }
-  // The data-parallel group (MPI_COMM_WORLD's ranks), collectives on this backend's buffers.
+  // MPI_COMM_WORLD's ranks, collectives on this backend's buffers: the data-parallel group, or
+  // the job a run splits into its TP, DP and pipeline groups (exec/comm/process_groups.hpp).
   Communicator& communicator() { return *communicator_; }
   const Communicator& communicator() const { return *communicator_; }
   // Where the engine's Gpu buffers go (the communicator's space; nullptr: host memory).

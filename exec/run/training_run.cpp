@@ -5,6 +5,8 @@
 #include <cmath>
 
 #include "exec/comm/interrupt.hpp"
+#include "exec/comm/process_groups.hpp"
+#include "exec/engine/context.hpp"
 #include "exec/engine/zero_engine.hpp"
 #include "exec/io/checkpoint.hpp"
 #include "exec/model/gpt2_model.hpp"
@@ -17,10 +19,25 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::array<CollectiveCount, kOpKindCount> counts_of(const Communicator& comm) {
-  std::array<CollectiveCount, kOpKindCount> counts{};
-  for (int kind = 0; kind < kOpKindCount; ++kind) counts[std::size_t(kind)] = comm.count(OpKind(kind));
+using Counts = std::array<CollectiveCount, kOpKindCount>;
+
+// What the communicators counted (none for a group this rank is not in).
+Counts counts_of(std::initializer_list<const Communicator*> comms) {
+  Counts counts{};
+  for (const Communicator* comm : comms) {
+    if (comm == nullptr) continue;
+    for (int kind = 0; kind < kOpKindCount; ++kind) {
+      counts[std::size_t(kind)].calls += comm->count(OpKind(kind)).calls;
+      counts[std::size_t(kind)].bytes += comm->count(OpKind(kind)).bytes;
+    }
+  }
   return counts;
+}
+
+// Per group, as the plan's CommReport has them: data-parallel, tensor-parallel, pipeline.
+std::array<Counts, 3> group_counts(const ProcessGroups& groups) {
+  return {counts_of({&groups.data()}), counts_of({groups.tensor()}),
+          counts_of({groups.pipeline(), groups.embedding()})};
 }
 
 std::array<CollectiveCount, kOpKindCount> difference(const std::array<CollectiveCount, kOpKindCount>& after,
@@ -47,13 +64,22 @@ void record_peaks(const MemoryLedger& ledger, TrainingResult& result) {
 }
 
 // What `zerolens check-measured` holds a recorded run to, in the trace's optional summary keys.
-void record_counts(const TrainingResult& result, TraceSummary& summary) {
-  summary.category_highs = result.category_high;
+std::array<TraceCollective, kOpKindCount> trace_counts(const Counts& counts) {
   std::array<TraceCollective, kOpKindCount> collectives{};
-  for (std::size_t k = 0; k < collectives.size(); ++k) {
-    collectives[k] = {result.collectives[k].calls, result.collectives[k].bytes};
-  }
-  summary.collectives = collectives;
+  for (std::size_t k = 0; k < collectives.size(); ++k)
+    collectives[k] = {counts[k].calls, counts[k].bytes};
+  return collectives;
+}
+
+void record_counts(const TrainingResult& result, const Plan& plan, TraceSummary& summary) {
+  summary.category_highs = result.category_high;
+  summary.collectives = trace_counts(result.collectives);
+  // The other groups' counts where the plan has such groups (traces of plain ZeRO runs stay as
+  // they were).
+  if (plan.request.config.tensor_parallel.active())
+    summary.tensor_parallel_collectives = trace_counts(result.tensor_parallel_collectives);
+  if (plan.request.config.pipeline.active())
+    summary.pipeline_collectives = trace_counts(result.pipeline_collectives);
   summary.link_bytes = TraceLinkBytes{result.links.pcie_h2d, result.links.pcie_d2h, result.links.nvme_read,
                                       result.links.nvme_write};
 }
@@ -97,31 +123,54 @@ class StretchTracker {
   std::vector<Entry> ring_;
 };
 
-Gpt2Options gpt2_options(const Plan& plan, std::uint64_t seed) {
+Gpt2Options gpt2_options(const Plan& plan, std::uint64_t seed, int tensor_parallel_rank) {
   const ScheduleContext& context = plan.schedule.context;
   return {.micro_batch = context.micro_batch,
           .seq_len = context.seq_len,
           .checkpointing = context.activation_checkpointing,
           .seed = seed,
-          .activation_element_bytes = plan.request.config.precision.param_bytes()};
+          .activation_element_bytes = plan.request.config.precision.param_bytes(),
+          .tensor_parallel_rank = tensor_parallel_rank};
+}
+
+// Checkpoints hold one rank's ZeRO partition of the whole model; a TP shard's or a pipeline
+// stage's are not written or read yet.
+void require_checkpointable(const Plan& plan, const TrainingOptions& options) {
+  const TrainingConfig& config = plan.request.config;
+  if (!config.tensor_parallel.active() && !config.pipeline.active()) return;
+  const char* flag = !options.save_directory.empty() ? "--save"
+                     : !options.resume_from.empty()  ? "--resume"
+                                                     : nullptr;
+  if (flag == nullptr) return;
+  throw InputError(flag,
+                   "checkpoints of tensor- or pipeline-parallel runs are not written or "
+                   "read yet (docs/executor.md)");
 }
 
 }  // namespace
 
 void check_trainable(const Plan& plan) {
-  gpt2_layout(plan.request.model, gpt2_options(plan, 0));
+  const int stages = std::max<int>(1, int(plan.pipeline_stages.size()));
+  for (int stage = 0; stage < stages; ++stage)
+    gpt2_layout(rank_model(plan, stage), gpt2_options(plan, 0, 0));
 }
 
 TrainingResult train_gpt2(const Plan& plan, Communicator& comm, const TrainingOptions& options,
                           const std::function<void(const StepRecord&)>& on_step) {
+  require_checkpointable(plan, options);
   MemoryLedger ledger;
   ledger.place(Device::Gpu, comm.memory_space());
-  const Gpt2Options gpt2 = gpt2_options(plan, options.seed);
+  const auto groups =
+      std::make_shared<const ProcessGroups>(comm, plan.schedule.context.parallel_shape());
+  const RankPlace place = groups->place();
+  const Gpt2Options gpt2 = gpt2_options(plan, options.seed, place.tensor);
+  const Model& shard = rank_model(plan, place.stage);
   const std::unique_ptr<LayerModel> model = options.make_model
-                                                ? options.make_model(plan.request.model, gpt2, ledger)
-                                                : std::make_unique<Gpt2Model>(plan.request.model, gpt2, ledger);
-  ZeroEngine engine(plan, comm, *model, ledger);
+                                                ? options.make_model(shard, gpt2, ledger)
+                                                : std::make_unique<Gpt2Model>(shard, gpt2, ledger);
+  ZeroEngine engine(plan, groups, *model, ledger);
   TrainingResult result;
+  result.pipeline_stage = place.stage;
   if (!options.resume_from.empty()) {
     const FullState state = load_checkpoint(resolve_checkpoint(options.resume_from));
     engine.restore(state);
@@ -131,7 +180,7 @@ TrainingResult train_gpt2(const Plan& plan, Communicator& comm, const TrainingOp
                                       " steps already; ask for more than that");
     }
   }
-  std::vector<OpRecord> ops(plan.schedule.ops.size());
+  std::vector<OpRecord> ops(rank_schedule(plan, place.stage).ops.size());
   StretchTracker stretch(std::size_t(options.steps - result.first_step), kStepWindow);
   for (std::int64_t step = result.first_step; step < options.steps; ++step) {
     // SIGINT/SIGTERM: unwind, so that the engine removes its swap files (and a save its partial
@@ -139,7 +188,7 @@ TrainingResult train_gpt2(const Plan& plan, Communicator& comm, const TrainingOp
     throw_if_interrupted();
     set_current_step(step);
     ledger.reset_peaks();
-    const auto counts_before = counts_of(comm);
+    const auto counts_before = group_counts(*groups);
     const LinkBytes links_before = engine.link_bytes();
     const auto start = Clock::now();
     const StepReport report = engine.step(step, [&](std::size_t op, double begin, double end) {
@@ -149,7 +198,10 @@ TrainingResult train_gpt2(const Plan& plan, Communicator& comm, const TrainingOp
       throw_if_interrupted();  // after every op: a signal ends the run within an op's time
     });
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    result.collectives = difference(counts_of(comm), counts_before);
+    const auto counts_after = group_counts(*groups);
+    result.collectives = difference(counts_after[0], counts_before[0]);
+    result.tensor_parallel_collectives = difference(counts_after[1], counts_before[1]);
+    result.pipeline_collectives = difference(counts_after[2], counts_before[2]);
     const LinkBytes links = engine.link_bytes();
     result.links = {links.pcie_h2d - links_before.pcie_h2d, links.pcie_d2h - links_before.pcie_d2h,
                     links.nvme_read - links_before.nvme_read, links.nvme_write - links_before.nvme_write};
@@ -166,7 +218,19 @@ TrainingResult train_gpt2(const Plan& plan, Communicator& comm, const TrainingOp
   return result;
 }
 
+int recording_rank(const Plan& plan) {
+  return rank_at({.stage = plan.pipeline_stage}, plan.schedule.context.parallel_shape());
+}
+
 Trace measured_trace(const Plan& plan, const TrainingResult& result) {
+  if (result.pipeline_stage != plan.pipeline_stage) {
+    Plan stage = plan;
+    stage.pipeline_stage = result.pipeline_stage;
+    stage.schedule = rank_schedule(plan, result.pipeline_stage);
+    stage.rank_model = rank_model(plan, result.pipeline_stage);
+    stage.comm = summarize_comm(stage.schedule);
+    return measured_trace(stage, result);
+  }
   Timeline timeline;
   for (const OpRecord& op : result.recorded_ops)
     timeline.ops.push_back({.start = op.start, .duration = op.duration});
@@ -182,7 +246,7 @@ Trace measured_trace(const Plan& plan, const TrainingResult& result) {
                    .peak = result.peak};
   for (std::size_t i = 0; i < trace.ops.size(); ++i)
     trace.ops[i].memory_after = result.recorded_ops[i].memory_after;
-  record_counts(result, trace.summary);
+  record_counts(result, plan, trace.summary);
   return trace;
 }
 

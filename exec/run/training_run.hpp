@@ -55,6 +55,7 @@ struct StepStretch {
 
 struct TrainingResult {
   std::int64_t first_step = 0;  // 0, or the step a checkpoint resumed from
+  int pipeline_stage = 0;       // the stage this rank ran (its schedule's ops are recorded)
   std::vector<StepRecord> steps;
   std::vector<std::string> checkpoints;  // step directories written
   // The step time the run reports: the lowest mean over kStepWindow consecutive steps (all of them
@@ -67,7 +68,11 @@ struct TrainingResult {
   std::array<Bytes, kDeviceCount> peak{};                // highest over all steps, per device
   std::array<CategoryBytes, kDeviceCount> at_peak{};     // categories when that peak was reached
   std::array<CategoryBytes, kDeviceCount> category_high{};  // the highest each category reached
-  std::array<CollectiveCount, kOpKindCount> collectives{};  // of one step (the last)
+  // Of one step (the last), per group: data-parallel, tensor-parallel, and between pipeline
+  // stages (their sends and receives and the tied embedding's all-reduce).
+  std::array<CollectiveCount, kOpKindCount> collectives{};
+  std::array<CollectiveCount, kOpKindCount> tensor_parallel_collectives{};
+  std::array<CollectiveCount, kOpKindCount> pipeline_collectives{};
   LinkBytes links;  // host-device copies and NVMe transfers of one step (the last)
 };
 
@@ -85,7 +90,12 @@ TrainingResult train_gpt2(const Plan& plan, Communicator& comm, const TrainingOp
 
 // The measured step in the shared trace schema (source "exec", rank 0): the recorded step's ops
 // with their measured times and memory, the recorded stretch's step time and its throughput, and
-// the peaks over all steps.
+// the peaks over all steps. A pipeline stage other than the plan's (the one with the most memory)
+// is traced against its own schedule.
 Trace measured_trace(const Plan& plan, const TrainingResult& result);
+
+// The rank whose measurement a run reports and validate compares: the first rank of the pipeline
+// stage the plan reports (the one with the most GPU memory); rank 0 without pipeline parallelism.
+int recording_rank(const Plan& plan);
 
 }  // namespace zerolens::exec

@@ -330,7 +330,11 @@ Layer lm_head_layer(const TransformerShape& s, int embedding_index, const Split&
   if (split.t > 1) {
     using K = TpCollectiveKind;
     if (split.sp) {
-      layer.activations.forward_working_elements = h;  // the gathered input
+      // The gathered input (Megatron's global memory buffer), in forward and again in backward
+      // for the weight gradient (LinearWithGradAccumulationAndAsyncCommunication), as the blocks'
+      // column-parallel layers have it.
+      layer.activations.forward_working_elements = h;
+      layer.activations.backward_working_elements += h;
       layer.tp_forward.push_back({K::AllGather, h});
     }
     // Vocab-parallel cross-entropy (_VocabParallelCrossEntropy): the logits' maximum, the target

@@ -618,7 +618,9 @@ class ScheduleBuilder {
   // One stage's step (ZeRO stage 0-1: gradients reduced once, after the last micro-batch): its
   // chunks' forwards and backwards in the schedule's order (sim/schedule/pipeline_order.hpp), with
   // the activations received before and sent after each; then the tied embedding's gradients
-  // summed between the first and last stage, the data-parallel reduction and the update.
+  // summed between the first and last stage, the data-parallel reduction and the update, in
+  // DeepSpeed's order (pipe/schedule.py TrainSchedule: ReduceTiedGrads, ReduceGrads,
+  // OptimizerStep): the tied copies are summed whole, before ZeRO-1 keeps a partition of them.
   Schedule build_pipeline_stage() {
     const auto& c = schedule_.context;
     for (const PipelineUnit& unit :
@@ -631,8 +633,8 @@ class ScheduleBuilder {
         backward_chunk(chunk);
       }
     }
+    tied_embedding_gradients(kNoOp);
     reduce_at_boundary();
-    last_reduce_ = tied_embedding_gradients(last_reduce_);
     optimizer_step();
     return std::move(schedule_);
   }
@@ -1122,11 +1124,13 @@ class ScheduleBuilder {
   // ---- optimizer ---------------------------------------------------------------------------
   void optimizer_step() {
     std::uint32_t before = sequence_parallel_gradients(last_reduce_);
-    if (config_.precision.precision == Precision::Fp16 && zero_.partitions_optimizer_states()) {
+    const bool fp16 = config_.precision.precision == Precision::Fp16;
+    if (fp16 && zero_.partitions_optimizer_states()) {
       before = emit(Op{.kind = OpKind::OverflowCheck, .stream = Stream::Collective, .phase = Phase::Optimizer,
                        .group_size = dp(), .link = Link::Network, .bytes = 1},
                     effects(), {before});
     }
+    if (fp16) before = model_parallel_scalar(OpKind::OverflowCheck, 1, before);
     if (zero_.partitions_optimizer_states()) {
       before = emit(Op{.kind = OpKind::GradNorm, .stream = Stream::Collective, .phase = Phase::Optimizer,
                        .group_size = dp(), .link = Link::Network, .bytes = 4},
@@ -1144,6 +1148,7 @@ class ScheduleBuilder {
                        .bytes = 4},
                     effects(), {before});
     }
+    before = model_parallel_scalar(OpKind::GradNorm, 4, before);
     const std::uint32_t updated = optimizer_device_ == Device::Gpu ? gpu_optimizer(before)
                                                                    : host_optimizer(before);
     if (zero_.zero_stage().uses_flat_partition()) allgather_updated_params(updated);
@@ -1153,6 +1158,40 @@ class ScheduleBuilder {
       emit(Op{.kind = OpKind::LossScaleUpdate, .stream = Stream::Compute, .phase = Phase::Optimizer},
            effects(), {});
     }
+  }
+
+  // Under tensor parallelism the ranks of a TP group hold different parts of the model, so the
+  // fp16 overflow flag (1 byte, MAX) and the gradient norm's sum of squares (fp32) are all-reduced
+  // over the group too, after the data-parallel group: DeepSpeed's _model_parallel_all_reduce in
+  // has_overflow and get_grad_norm_direct (stage_1_and_2.py, stage3.py), its FP16/BF16 optimizers'
+  // global norm at stage 0.
+  // With pipeline stages the model-parallel group spans them too (DeepSpeed's pipeline grid: its
+  // model-parallel group is the pipe x model slice): the TP group's sum is summed again over the
+  // stages of this rank's TP and DP coordinates (peer_stage -1: every stage).
+  std::uint32_t model_parallel_scalar(OpKind kind, Bytes bytes, std::uint32_t before) {
+    const auto& c = schedule_.context;
+    if (c.tensor_parallel > 1) {
+      before = emit(Op{.kind = kind,
+                       .stream = Stream::TensorParallel,
+                       .phase = Phase::Optimizer,
+                       .group_size = c.tensor_parallel,
+                       .group = ProcessGroup::Tensor,
+                       .link = Link::Network,
+                       .bytes = bytes},
+                    effects(), {before});
+    }
+    if (c.pipeline_parallel > 1) {
+      before = emit(Op{.kind = kind,
+                       .stream = Stream::Pipeline,
+                       .phase = Phase::Optimizer,
+                       .group_size = c.pipeline_parallel,
+                       .group = ProcessGroup::Pipeline,
+                       .peer_stage = -1,
+                       .link = Link::Network,
+                       .bytes = bytes},
+                    effects(), {before});
+    }
+    return before;
   }
 
   // Frees what the step no longer needs after the update: full gradients (stage 0, set_to_none),

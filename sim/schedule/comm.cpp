@@ -26,9 +26,16 @@ GroupShape op_group_shape(const Op& op, const ScheduleContext& context) {
   switch (op.group) {
     case ProcessGroup::Tensor:
       return group_shape(op.group_size, context.gpus_per_node);
-    case ProcessGroup::Pipeline:
+    case ProcessGroup::Pipeline: {
       // Two ranks: this stage's and its peer's, on one node or two.
-      return context.stage_on_same_node(op.peer_stage) ? GroupShape{2, 1} : GroupShape{1, 2};
+      if (op.peer_stage >= 0)
+        return context.stage_on_same_node(op.peer_stage) ? GroupShape{2, 1} : GroupShape{1, 2};
+      // Every stage (of this rank's TP and DP coordinates): as many per node as share one.
+      int on_this_node = 0;
+      for (int stage = 0; stage < context.pipeline_parallel; ++stage)
+        on_this_node += context.stage_on_same_node(stage) ? 1 : 0;
+      return GroupShape{on_this_node, int(ceil_div(context.pipeline_parallel, on_this_node))};
+    }
     case ProcessGroup::Replicate: {
       // Shard groups are consecutive data-parallel ranks: the copies of a partition are shard
       // ranks apart, so a node holds its DP ranks / shard of them.

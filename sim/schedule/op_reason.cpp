@@ -158,6 +158,12 @@ std::string op_reason(const Schedule& schedule, std::size_t index, const Model& 
              "backward needs";
     case OpKind::GradNorm:
     case OpKind::OverflowCheck:
+      if (op.group == ProcessGroup::Tensor)
+        return "tensor parallelism: the ranks of the TP group hold different parts of the model, "
+               "so the scalar is all-reduced over the group too";
+      if (op.group == ProcessGroup::Pipeline)
+        return "pipeline parallelism: each stage holds its own layers, so the scalar is "
+               "all-reduced over the stages too";
       return "the gradient norm and the overflow check need every rank's partition: one scalar "
              "all-reduce";
     case OpKind::Send:

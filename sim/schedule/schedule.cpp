@@ -143,10 +143,21 @@ const char* to_string(ProcessGroup group) {
   return "dp";
 }
 
+RankPlace place_of_rank(int rank, const ParallelShape& shape) {
+  return {.tensor = rank % shape.tensor,
+          .data = rank / shape.tensor % shape.data,
+          .stage = rank / (shape.tensor * shape.data)};
+}
+
+int rank_at(const RankPlace& place, const ParallelShape& shape) {
+  return place.tensor + shape.tensor * (place.data + shape.data * place.stage);
+}
+
 bool ScheduleContext::stage_on_same_node(int other_stage) const {
-  const std::int64_t stride = std::int64_t(tensor_parallel) * dp_size;
+  const ParallelShape shape = parallel_shape();
   const std::int64_t per_node = std::max(1, gpus_per_node);
-  return stride * pipeline_stage / per_node == stride * other_stage / per_node;
+  return rank_at({.stage = pipeline_stage}, shape) / per_node ==
+         rank_at({.stage = other_stage}, shape) / per_node;
 }
 
 int ScheduleContext::ranks_per_node() const {
@@ -299,6 +310,17 @@ std::string collective_subject(const Schedule& schedule, const Op& op, const Mod
 
 }  // namespace
 
+namespace {
+
+// Which group a scalar all-reduce (overflow flag, norm) runs over, when not the data-parallel one.
+std::string scalar_group(const Op& op) {
+  if (op.group == ProcessGroup::Tensor) return " over its TP group";
+  if (op.group == ProcessGroup::Pipeline) return " over the pipeline stages";
+  return "";
+}
+
+}  // namespace
+
 std::string Schedule::describe(std::size_t op_index, const Model& model, int rank) const {
   const Op& op = ops.at(op_index);
   const std::string micro = context.grad_accumulation > 1
@@ -348,9 +370,9 @@ std::string Schedule::describe(std::size_t op_index, const Model& model, int ran
              (op.sub_group >= 0 ? " (sub-group " + std::to_string(op.sub_group) + ")"
                                 : std::string());
     case OpKind::OverflowCheck:
-      return who + "all-reduces the fp16 overflow flag";
+      return who + "all-reduces the fp16 overflow flag" + scalar_group(op);
     case OpKind::GradNorm:
-      return who + "all-reduces the gradient norm";
+      return who + "all-reduces the gradient norm" + scalar_group(op);
     case OpKind::LossScaleUpdate:
       return who + "updates the dynamic loss scale";
     case OpKind::Send:

@@ -79,6 +79,21 @@ enum class Stream : std::uint8_t {
 };
 inline constexpr int kStreamCount = 9;
 
+// Where a rank sits in the job. Ranks are numbered tensor-parallel innermost, then data-parallel,
+// then pipeline stages (Megatron's default order; DeepSpeed's PipeModelDataParallelTopology): rank
+// = tensor + tp x (data + dp x stage). The one place that numbering is written down: the plan's
+// links (which ranks share a node) and the executor's process groups both read it.
+struct ParallelShape {
+  int tensor = 1, data = 1, pipeline = 1;
+  int world() const { return tensor * data * pipeline; }
+};
+struct RankPlace {
+  int tensor = 0, data = 0, stage = 0;
+  bool operator==(const RankPlace&) const = default;
+};
+RankPlace place_of_rank(int rank, const ParallelShape& shape);
+int rank_at(const RankPlace& place, const ParallelShape& shape);
+
 // The process group a collective runs over. Ranks are placed tensor-parallel innermost (Megatron's
 // order): a TP group is `tensor_parallel` consecutive ranks, a data-parallel group ranks that far
 // apart, so a node holds gpus_per_node / tensor_parallel ranks of each DP group.
@@ -252,6 +267,7 @@ struct ScheduleContext {
   ZeroStage zero_stage() const { return {stage}; }
   // Ranks of the expert-data-parallel group: the data-parallel ranks holding the same experts.
   int expert_data_parallel() const { return dp_size / std::max(1, expert_parallel); }
+  ParallelShape parallel_shape() const { return {tensor_parallel, dp_size, pipeline_parallel}; }
   // Ranks of the job on one node (they share its CPU memory and NVMe).
   int ranks_per_node() const;
   // Ranks of one data-parallel group on one node (TP innermost: gpus_per_node / tensor_parallel).

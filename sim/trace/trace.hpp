@@ -65,6 +65,10 @@ struct TraceSummary {
   // so `zerolens check-measured` can hold a recorded run to the simulator's current figures.
   std::optional<std::array<CategoryBytes, kDeviceCount>> category_highs;  // highest per device and category
   std::optional<std::array<TraceCollective, kOpKindCount>> collectives;   // per op kind, one step (the last)
+  // The same over the tensor-parallel group, and between pipeline stages (sends, receives, the
+  // tied embedding's all-reduce), in measured traces of runs with those groups.
+  std::optional<std::array<TraceCollective, kOpKindCount>> tensor_parallel_collectives;
+  std::optional<std::array<TraceCollective, kOpKindCount>> pipeline_collectives;
   std::optional<TraceLinkBytes> link_bytes;                               // host-device and NVMe, one step
   // The simulator writes it in predicted traces: allocated, reserved, device used, initialisation.
   std::optional<GpuMemoryFigures> gpu_memory;

@@ -57,20 +57,27 @@ json collectives_json(const std::array<TraceCollective, kOpKindCount>& collectiv
   return kinds;
 }
 
-OpKind collective_kind(const std::string& name, const std::string& where) {
+// A collective kind, or with `point_to_point` also send and recv (the pipeline's counts).
+OpKind collective_kind(const std::string& name, const std::string& where, bool point_to_point) {
   for (int k = 0; k < kOpKindCount; ++k) {
-    if (is_collective(OpKind(k)) && name == to_string(OpKind(k))) return OpKind(k);
+    const OpKind kind = OpKind(k);
+    const bool counted =
+        is_collective(kind) || (point_to_point && (kind == OpKind::Send || kind == OpKind::Recv));
+    if (counted && name == to_string(kind)) return kind;
   }
-  throw InputError(where, "not a collective kind (all_gather, reduce_scatter, all_reduce, broadcast, "
-                          "overflow_check, grad_norm)");
+  throw InputError(where, std::string("not a collective kind (all_gather, reduce_scatter, "
+                                      "all_reduce, broadcast, overflow_check, grad_norm") +
+                              (point_to_point ? ", send, recv)" : ")"));
 }
 
-std::array<TraceCollective, kOpKindCount> read_collectives(const json& object, const std::string& where) {
+std::array<TraceCollective, kOpKindCount> read_collectives(const json& object,
+                                                           const std::string& where,
+                                                           bool point_to_point = false) {
   as_object(object, where);
   std::array<TraceCollective, kOpKindCount> collectives{};
   for (const auto& [name, value] : object.items()) {
     const std::string key = join_key(where, name);
-    TraceCollective& c = collectives[std::size_t(collective_kind(name, key))];
+    TraceCollective& c = collectives[std::size_t(collective_kind(name, key, point_to_point))];
     as_object(value, key);
     c.calls = as_int(required(value, "calls", key), join_key(key, "calls"));
     c.bytes = as_int(required(value, "bytes", key), join_key(key, "bytes"));
@@ -134,6 +141,10 @@ GpuMemoryFigures read_gpu_memory(const json& object, const std::string& where) {
 void write_summary_counts(const TraceSummary& summary, json& object) {
   if (summary.category_highs) object["category_highs"] = category_highs_json(*summary.category_highs);
   if (summary.collectives) object["collectives"] = collectives_json(*summary.collectives);
+  if (summary.tensor_parallel_collectives)
+    object["tensor_parallel_collectives"] = collectives_json(*summary.tensor_parallel_collectives);
+  if (summary.pipeline_collectives)
+    object["pipeline_collectives"] = collectives_json(*summary.pipeline_collectives);
   if (summary.link_bytes) object["link_bytes"] = link_bytes_json(*summary.link_bytes);
   if (summary.gpu_memory) object["gpu_memory"] = gpu_memory_json(*summary.gpu_memory);
 }
@@ -145,6 +156,12 @@ void read_summary_counts(const json& object, TraceSummary& summary) {
   if (const json* collectives = member(object, "collectives")) {
     summary.collectives = read_collectives(*collectives, "summary.collectives");
   }
+  if (const json* tp = member(object, "tensor_parallel_collectives")) {
+    summary.tensor_parallel_collectives =
+        read_collectives(*tp, "summary.tensor_parallel_collectives");
+  }
+  if (const json* pp = member(object, "pipeline_collectives"))
+    summary.pipeline_collectives = read_collectives(*pp, "summary.pipeline_collectives", true);
   if (const json* links = member(object, "link_bytes")) {
     summary.link_bytes = read_link_bytes(*links, "summary.link_bytes");
   }

@@ -151,9 +151,10 @@ TEST(CliMessages, AnOutputOverAnInputIsRefusedAndTheInputKept) {
 
 }  // namespace
 
-// Tensor parallelism is planned (both groups' collectives in the report) and not run: the
-// executor names what it does not do; a GPU count that does not split into TP groups is named.
-TEST(CliMessages, TensorParallelIsPlannedAndTheExecutorSaysItDoesNotRunIt) {
+// Tensor parallelism is planned (both groups' collectives in the report); a GPU count that does
+// not split into TP groups is named, and so is a run started on too few processes for its TP
+// groups, or on the cuda backend (whose GPT-2 has no TP layer steps).
+TEST(CliMessages, TensorParallelIsPlannedAndItsRanksAreNamed) {
   const Result plan = run("plan -m gpt2-124m -s 1 -p bf16 --gpus 8 --tp 2 --sp true");
   EXPECT_EQ(plan.exit_code, 0) << plan.output;
   EXPECT_TRUE(
@@ -169,8 +170,13 @@ TEST(CliMessages, TensorParallelIsPlannedAndTheExecutorSaysItDoesNotRunIt) {
   EXPECT_TRUE(contains(heads.output, "model.heads: the attention heads (25)")) << heads.output;
   const Result executor = run("run -m gpt2-tiny --tp 2 --steps 1");
   EXPECT_EQ(executor.exit_code, 2) << executor.output;
-  EXPECT_TRUE(contains(executor.output, "--tp: the executor runs data parallelism only"))
+  EXPECT_TRUE(contains(executor.output, "--tp: 1 processes are running; start a multiple of --tp"))
       << executor.output;
+  const Result cuda = run("run -m gpt2-tiny --gpus 2 --tp 2 --device cuda --steps 1");
+  EXPECT_EQ(cuda.exit_code, 2) << cuda.output;
+  EXPECT_TRUE(contains(cuda.output, "--device cuda") ||
+              contains(cuda.output, "--tp: tensor parallelism runs on --device cpu"))
+      << cuda.output;
 }
 
 // Expert parallelism of a MoE model (issue 21) through the binary: the EP group's exchanges and the
@@ -217,11 +223,13 @@ TEST(CliMessages, RunHelpListsWhatTheExecutorRuns) {
     EXPECT_EQ(help.exit_code, 0) << help.output;
     for (const char* listed : {"--stage", "--offload-optimizer", "--steps", "--measured-trace"})
       EXPECT_TRUE(contains(help.output, listed)) << command << ": " << listed;
-    // Not listed as options (the --dp line still mentions --tp x --pp).
-    for (const char* hidden : {"\n  --tp ", "\n  --pp ", "\n  --hpz", "\n  --quantized-weights",
+    // Not listed as options.
+    for (const char* hidden : {"\n  --virtual-stages", "\n  --hpz", "\n  --quantized-weights",
                                "\n  --framework", "\n  --shard-group"})
       EXPECT_FALSE(contains(help.output, hidden)) << command << ": " << hidden;
     EXPECT_TRUE(contains(help.output, "\n  --steps")) << "the pattern finds listed options";
+    EXPECT_TRUE(contains(help.output, "\n  --tp ")) << "tensor parallelism runs";
+    EXPECT_TRUE(contains(help.output, "\n  --pp ")) << "pipeline parallelism runs";
     EXPECT_TRUE(contains(help.output, "refused by name and not listed here")) << help.output;
   }
   const Result hpz = run("run -m gpt2-tiny --gpus 4 --stage 3 --hpz 2 --steps 1");
@@ -230,7 +238,7 @@ TEST(CliMessages, RunHelpListsWhatTheExecutorRuns) {
 }
 
 // Pipeline parallelism: every stage planned and listed, DeepSpeed's refusal of ZeRO-2/3 named, the
-// executor's refusal named.
+// executor's refusal of the interleaved schedule named.
 TEST(CliMessages, PipelineStagesAreListedAndRefusalsNamed) {
   const Result plan = run("plan -m gpt2-124m -s 1 -p bf16 --grad-accum 8 --gpus 8 --pp 4");
   EXPECT_EQ(plan.exit_code, 0) << plan.output;
@@ -241,9 +249,11 @@ TEST(CliMessages, PipelineStagesAreListedAndRefusalsNamed) {
   const Result zero3 = run("plan -m gpt2-124m -s 3 --gpus 8 --pp 2");
   EXPECT_EQ(zero3.exit_code, 2) << zero3.output;
   EXPECT_TRUE(contains(zero3.output, "ZeRO-2 and ZeRO-3 are incompatible")) << zero3.output;
-  const Result executor = run("run -m gpt2-tiny --pp 2 --steps 1");
+  const Result executor = run("run -m gpt2-124m --gpus 2 --pp 2 --virtual-stages 2 --steps 1");
   EXPECT_EQ(executor.exit_code, 2) << executor.output;
-  EXPECT_TRUE(contains(executor.output, "--pp: the executor runs data parallelism only"))
+  EXPECT_TRUE(contains(executor.output,
+                       "--virtual-stages: the interleaved pipeline schedule is "
+                       "planned, not yet run"))
       << executor.output;
 }
 

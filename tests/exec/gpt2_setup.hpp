@@ -19,13 +19,22 @@ struct Gpt2Setup {
   bool offload_optimizer = false, offload_param = false;  // to the host (cpu)
   bool nvme = false;                                      // offload to NVMe files instead
   bool pipelined = false;  // NVMe: pipeline_read and pipeline_write, buffers for two sub-groups
+  int tensor_parallel = 1;  // ranks of a TP group (the data-parallel ranks are the rest)
+  bool sequence_parallel = false;
+  int pipeline_stages = 1;
+  // SGD with momentum updates in proportion to the gradients (Adam's updates of a near-zero
+  // gradient are its sign): the parameter parity tests use it.
+  OptimizerType optimizer = OptimizerType::AdamW;
 };
 
 inline std::string name_of(const Gpt2Setup& s) {
   return "stage " + std::to_string(s.stage) + " " + to_string(s.precision) +
          (s.checkpointing ? " ckpt" : "") + (s.offload_optimizer ? " offload optimizer" : "") +
          (s.offload_param ? " offload params" : "") + (s.nvme ? " to nvme" : "") +
-         (s.pipelined ? " pipelined" : "");
+         (s.pipelined ? " pipelined" : "") +
+         (s.tensor_parallel > 1 ? " tp " + std::to_string(s.tensor_parallel) : "") +
+         (s.sequence_parallel ? " sp" : "") +
+         (s.pipeline_stages > 1 ? " pp " + std::to_string(s.pipeline_stages) : "");
 }
 
 inline Model tiny_gpt2() {
@@ -34,7 +43,8 @@ inline Model tiny_gpt2() {
   return build_transformer("gpt2-tiny", shape);
 }
 
-// The CPU backend has no CUDA context, library workspaces or caching allocator.
+// The CPU backend has no CUDA context, library workspaces or caching allocator. `ranks`: the
+// job's (data x tensor x pipeline parallel).
 inline Plan gpt2_plan(const Gpt2Setup& s, int ranks) {
   PlanRequest request;
   request.model = tiny_gpt2();
@@ -65,10 +75,13 @@ inline Plan gpt2_plan(const Gpt2Setup& s, int ranks) {
   c.zero.allgather_bucket_size = 30000;
   c.zero.stage3_param_persistence_threshold = 100;
   c.activation_checkpointing.enabled = s.checkpointing;
-  c.optimizer.type = OptimizerType::AdamW;
-  c.optimizer.lr = 3e-3;
+  c.optimizer.type = s.optimizer;
+  c.optimizer.lr = s.optimizer == OptimizerType::Sgd ? 0.1 : 3e-3;
+  if (s.optimizer == OptimizerType::Sgd) c.optimizer.momentum = 0.9;
   c.optimizer.weight_decay = 0.01;
-  request.dp_size = ranks;
+  c.tensor_parallel = {.size = s.tensor_parallel, .sequence_parallel = s.sequence_parallel};
+  c.pipeline.size = s.pipeline_stages;
+  request.dp_size = ranks / (s.tensor_parallel * s.pipeline_stages);
   request.cluster = with_ranks(cluster_from_preset("dgx-a100-80gb"), ranks, 8);
   request.options.cuda_context_bytes = 0;
   request.options.library_workspace_bytes = 0;

@@ -69,5 +69,44 @@ TEST(Encoder, RejectsTokensOutsideTheVocabulary) {
   }
 }
 
+// The token table split in two (rows 0-2 and 3-4): the parts' lookups add up to the whole
+// lookup, and their backward fills each part's rows as the whole backward does; positions of
+// token rows 2.. 5 of [2, 3] batches are 2, 0, 1, 2.
+TEST(Encoder, VocabularyPartsAndPositionsAddUpToTheEncoder) {
+  std::mt19937 rng(43);
+  const auto wte = random_floats(vocab * channels, rng),
+             wpe = random_floats(max_positions * channels, rng);
+  const std::size_t count = batch * seq_len, split = 3;
+  std::vector<float> whole(count * channels), sum(count * channels, 0.0f), part(count * channels);
+  encoder_forward(whole.data(), tokens.data(), wte.data(), wpe.data(), batch, seq_len, channels,
+                  vocab);
+  for (const auto& [first, rows] :
+       {std::pair<std::size_t, std::size_t>{0, split}, {split, vocab - split}}) {
+    embedding_range_forward(part.data(), tokens.data(), count, wte.data() + first * channels, first,
+                            rows, channels);
+    for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
+  }
+  position_forward(sum.data(), wpe.data(), 0, count, seq_len, channels);
+  for (std::size_t i = 0; i < sum.size(); ++i) EXPECT_EQ(sum[i], whole[i]) << i;
+
+  const auto dout = random_floats(count * channels, rng);
+  std::vector<float> dwte(wte.size(), 0.0f), dwpe(wpe.size(), 0.0f);
+  encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), batch, seq_len, channels,
+                   vocab);
+  std::vector<float> dparts(wte.size(), 0.0f), dpositions(wpe.size(), 0.0f);
+  embedding_range_backward(dparts.data(), dout.data(), tokens.data(), count, 0, split, channels);
+  embedding_range_backward(dparts.data() + split * channels, dout.data(), tokens.data(), count,
+                           split, vocab - split, channels);
+  position_backward(dpositions.data(), dout.data() + 2 * channels, 2, count - 2, seq_len, channels);
+  for (std::size_t i = 0; i < dwte.size(); ++i) EXPECT_NEAR(dparts[i], dwte[i], 1e-6) << i;
+  for (std::size_t c = 0; c < channels; ++c) {
+    // rows 2..5 are positions 2, 0, 1, 2: position 2 twice, 0 and 1 once each
+    EXPECT_NEAR(dpositions[2 * channels + c], dout[2 * channels + c] + dout[5 * channels + c],
+                1e-6);
+    EXPECT_NEAR(dpositions[0 * channels + c], dout[3 * channels + c], 1e-6);
+    EXPECT_NEAR(dpositions[1 * channels + c], dout[4 * channels + c], 1e-6);
+  }
+}
+
 }  // namespace
 }  // namespace zerolens::kernels

@@ -104,5 +104,68 @@ TEST(CrossEntropy, RejectsTargetsOutsideTheVocabulary) {
   }
 }
 
+// The vocabulary split over 3 ranks of 4 rows each (12 >= vocab 11: the last rank's last row pads
+// the vocabulary), the group's reductions done here by hand: the losses and probabilities are the
+// whole vocabulary's softmax (float64 reference), the padding takes no part, and the backward is
+// the whole backward's columns.
+TEST(CrossEntropy, VocabularyShardsGiveTheWholeSoftmax) {
+  std::mt19937 rng(54);
+  const std::size_t vocab = 11, shard = 4, ranks = 3;
+  const std::vector<int> targets = {0, 10, 3, 4, 7, 8};
+  const std::size_t rows = targets.size();
+  const auto logits = random_floats(rows * vocab, rng, -4.0f, 4.0f);
+  const auto reference = crossentropy_reference(to_double(logits), targets, vocab);
+  std::vector<std::vector<float>> parts(ranks, std::vector<float>(rows * shard, 99.0f));
+  std::vector<float> row_max(rows, -1e30f), part_max(rows);
+  for (std::size_t r = 0; r < ranks; ++r) {
+    for (std::size_t row = 0; row < rows; ++row)
+      for (std::size_t v = 0; v < shard && r * shard + v < vocab; ++v)
+        parts[r][row * shard + v] = logits[row * vocab + r * shard + v];
+    crossentropy_shard_max(part_max.data(), parts[r].data(), rows, shard,
+                           std::min(shard, vocab - r * shard));
+    for (std::size_t row = 0; row < rows; ++row)
+      row_max[row] = std::max(row_max[row], part_max[row]);
+  }
+  std::vector<float> sums(rows, 0.0f), target_logits(rows, 0.0f), part_sums(rows),
+      part_targets(rows);
+  std::vector<std::vector<float>> probs(ranks, std::vector<float>(rows * shard));
+  for (std::size_t r = 0; r < ranks; ++r) {
+    crossentropy_shard_sums(part_sums.data(), part_targets.data(), probs[r].data(), parts[r].data(),
+                            row_max.data(), targets.data(), r * shard, rows, shard,
+                            std::min(shard, vocab - r * shard));
+    for (std::size_t row = 0; row < rows; ++row) {
+      sums[row] += part_sums[row];
+      target_logits[row] += part_targets[row];
+    }
+  }
+  const auto dlosses = random_floats(rows, rng);
+  std::vector<float> whole_probs(rows * vocab), whole_losses(rows), dlogits(rows * vocab, 0.0f);
+  crossentropy_softmax_forward(whole_losses.data(), whole_probs.data(), logits.data(),
+                               targets.data(), rows, vocab);
+  crossentropy_softmax_backward(dlogits.data(), dlosses.data(), whole_probs.data(), targets.data(),
+                                rows, vocab);
+  for (std::size_t r = 0; r < ranks; ++r) {
+    std::vector<float> losses(rows);
+    crossentropy_shard_finish(losses.data(), probs[r].data(), sums.data(), row_max.data(),
+                              target_logits.data(), rows, shard);
+    expect_close(losses, reference.losses, 1e-5, 1e-6, "losses");
+    std::vector<float> dpart(rows * shard, 0.0f);
+    crossentropy_shard_backward(dpart.data(), dlosses.data(), probs[r].data(), targets.data(),
+                                r * shard, rows, shard);
+    for (std::size_t row = 0; row < rows; ++row) {
+      for (std::size_t v = 0; v < shard; ++v) {
+        const std::size_t token = r * shard + v;
+        if (token >= vocab) {  // padding: no probability, no gradient
+          EXPECT_EQ(probs[r][row * shard + v], 0.0f);
+          EXPECT_EQ(dpart[row * shard + v], 0.0f);
+          continue;
+        }
+        EXPECT_NEAR(probs[r][row * shard + v], reference.probs[row * vocab + token], 1e-6);
+        EXPECT_NEAR(dpart[row * shard + v], dlogits[row * vocab + token], 1e-6);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace zerolens::kernels

@@ -116,5 +116,28 @@ TEST(Matmul, BiasGradientIsColumnSumOnThreadedShape) {
   expect_close(dbias, expected, 1e-5, 1e-4, "dbias");
 }
 
+// Megatron's row-parallel layer: the bias added after the product (bias_forward) gives the fused
+// product-with-bias, and bias_backward the column sums matmul_backward gives the bias.
+TEST(Matmul, BiasAddedAfterTheProductIsTheFusedLayer) {
+  std::mt19937 rng(5);
+  const std::size_t rows = 7, in_channels = 5, out_channels = 6;
+  const auto inp = random_floats(rows * in_channels, rng),
+             weight = random_floats(out_channels * in_channels, rng),
+             bias = random_floats(out_channels, rng),
+             dout = random_floats(rows * out_channels, rng);
+  std::vector<float> fused(rows * out_channels), apart(rows * out_channels);
+  matmul_forward(fused.data(), inp.data(), weight.data(), bias.data(), rows, in_channels,
+                 out_channels);
+  matmul_forward(apart.data(), inp.data(), weight.data(), nullptr, rows, in_channels, out_channels);
+  bias_forward(apart.data(), bias.data(), rows, out_channels);
+  for (std::size_t i = 0; i < fused.size(); ++i) EXPECT_NEAR(apart[i], fused[i], 1e-6) << i;
+  std::vector<float> dinp(inp.size(), 0.0f), dweight(weight.size(), 0.0f),
+      dbias(out_channels, 0.25f), dbias_apart(out_channels, 0.25f);
+  matmul_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(), weight.data(),
+                  rows, in_channels, out_channels);
+  bias_backward(dbias_apart.data(), dout.data(), rows, out_channels);
+  EXPECT_EQ(dbias_apart, dbias);
+}
+
 }  // namespace
 }  // namespace zerolens::kernels

@@ -167,7 +167,9 @@ TEST(PipelineParallel, EachStageKeepsItsInFlightActivations) {
 
 // 4 micro-batches of 2 x 16 tokens, hidden 8, bf16: 512 bytes at the stage boundary each way.
 // Stage 0 sends 4 activations and receives 4 gradients; the two ends of the tied embedding
-// all-reduce its 800 bf16 gradients (1,600 bytes) over their 2 ranks.
+// all-reduce its 800 bf16 gradients (1,600 bytes) over their 2 ranks, before the data-parallel
+// reduction (DeepSpeed's ReduceTiedGrads, then ReduceGrads); the norm's 4 bytes are summed over
+// the 2 stages.
 TEST(PipelineParallel, SendsReceivesAndTheEmbeddingGroupWorkedByHand) {
   const Plan plan =
       make_plan(request_of(build_transformer("tiny", tiny_shape(4)), pp_config(2, 4), 1));
@@ -178,9 +180,43 @@ TEST(PipelineParallel, SendsReceivesAndTheEmbeddingGroupWorkedByHand) {
     EXPECT_EQ(comm.pipeline[std::size_t(OpKind::Recv)].calls, 4);
     EXPECT_EQ(comm.pipeline[std::size_t(OpKind::Recv)].traffic_bytes, 0);
     EXPECT_EQ(comm.pipeline[std::size_t(OpKind::AllReduce)].bytes, 800 * 2);
-    // Both stages sit in one 8-GPU node: a send's bytes, the 2-rank all-reduce's 1 x message.
-    EXPECT_EQ(comm.links.intra_node, 4 * 512 + 800 * 2);
+    EXPECT_EQ(comm.pipeline[std::size_t(OpKind::GradNorm)].bytes, 4);
+    // Both stages sit in one 8-GPU node: a send's bytes, the 2-rank all-reduces' 1 x message.
+    EXPECT_EQ(comm.links.intra_node, 4 * 512 + 800 * 2 + 4);
+    const auto& ops = plan.pipeline_stages[std::size_t(stage)].schedule.ops;
+    const auto first = [&](OpKind kind, ProcessGroup group) {
+      return std::find_if(ops.begin(), ops.end(),
+                          [&](const Op& op) { return op.kind == kind && op.group == group; }) -
+             ops.begin();
+    };
+    EXPECT_LT(first(OpKind::AllReduce, ProcessGroup::Pipeline),
+              first(OpKind::ReduceScatter, ProcessGroup::Data));
   }
+}
+
+// Every stage of the norm's reduction: 4 stages of 4 ranks each (DP 4) on 8-GPU nodes: stages 0
+// and 1 share a node, 2 and 3 the next: the 4-rank all-reduce of 4 bytes runs 2 per node over 2
+// (with DP 2 all 8 ranks share one node: 4 on 1).
+TEST(PipelineParallel, TheNormIsSummedOverEveryStage) {
+  const Plan one_node =
+      make_plan(request_of(build_transformer("tiny", tiny_shape(4)), pp_config(4, 4), 2));
+  const Op& whole =
+      *std::find_if(one_node.schedule.ops.begin(), one_node.schedule.ops.end(), [](const Op& op) {
+        return op.kind == OpKind::GradNorm && op.group == ProcessGroup::Pipeline;
+      });
+  EXPECT_EQ(op_group_shape(whole, one_node.schedule.context).ranks_per_node, 4);
+  EXPECT_EQ(op_group_shape(whole, one_node.schedule.context).nodes, 1);
+  const Plan plan =
+      make_plan(request_of(build_transformer("tiny", tiny_shape(4)), pp_config(4, 4), 4));
+  const Schedule& schedule = plan.pipeline_stages[1].schedule;
+  const auto norm = std::find_if(schedule.ops.begin(), schedule.ops.end(), [](const Op& op) {
+    return op.kind == OpKind::GradNorm && op.group == ProcessGroup::Pipeline;
+  });
+  ASSERT_NE(norm, schedule.ops.end());
+  EXPECT_EQ(norm->group_size, 4);
+  const GroupShape shape = op_group_shape(*norm, schedule.context);
+  EXPECT_EQ(shape.ranks_per_node, 2);
+  EXPECT_EQ(shape.nodes, 2);
 }
 
 // With 8 ranks per node and DP 8, stage 1's ranks are on the next node: the send crosses it.
@@ -188,7 +224,7 @@ TEST(PipelineParallel, StagesOnOtherNodesSendOverTheNetwork) {
   const Plan plan =
       make_plan(request_of(build_transformer("tiny", tiny_shape(4)), pp_config(2, 4), 8));
   const CommReport comm = summarize_comm(plan.pipeline_stages[0].schedule);
-  EXPECT_EQ(comm.links.inter_node, 4 * 512 + 800 * 2);
+  EXPECT_EQ(comm.links.inter_node, 4 * 512 + 800 * 2 + 4);  // sends, tied embedding, norm
 }
 
 // Stages of equal work, links far faster than compute: 1F1B's last backward ends after

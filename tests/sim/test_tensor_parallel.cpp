@@ -62,6 +62,18 @@ TEST(TensorParallel, ShardHoldsTheSplitsWorkedByHand) {
   EXPECT_DOUBLE_EQ(shard.layers[1].attention_flops_per_token_position, 4.0 * 8 / 2);
 }
 
+// The LM head's backward under SP gathers its sequence-split input again for the weight gradient
+// (Megatron's column-parallel backward), beside the whole input gradient before its
+// reduce-scatter: h = 8 more elements per token than without SP.
+TEST(TensorParallel, SequenceParallelHeadGathersItsInputAgainInBackward) {
+  const auto head_backward = [](bool sp) {
+    return tiny(2, sp).layers.back().activation_bytes(2, 16, 2).backward_working;
+  };
+  // 32 tokens x (input gradient 8 x 2 + fp32 logit gradient 128 x 4 + its bf16 cast 128 x 2).
+  EXPECT_EQ(head_backward(false), 32 * (8 * 2 + 128 * 4 + 128 * 2));
+  EXPECT_EQ(head_backward(true), 32 * (2 * 8 * 2 + 128 * 4 + 128 * 2));
+}
+
 // Korthikanti et al. 2022, Sec. 4.2 (16-bit activations, 1-byte dropout masks, eager attention):
 // per block, s b h (10 + 24/t + 5 a s / (h t)) bytes with tensor parallelism,
 // s b h (34/t + 5 a s / (h t)) with sequence parallelism as well.
@@ -133,9 +145,14 @@ TEST(TensorParallel, CollectivesWorkedByHand) {
   // Stage 0 over the DP group all-reduces this rank's gradients: the shard's 2088 bf16 elements.
   EXPECT_EQ(plan.rank_model.parameter_count(), 2088);
   EXPECT_EQ(plan.comm.of(OpKind::AllReduce).bytes, 2088 * 2);
+  // The gradient norm's fp32 sum of squares is all-reduced over the TP group too (DeepSpeed's
+  // _model_parallel_all_reduce): 4 bytes, 2 (n - 1) / n = 1 x that sent; no overflow check in bf16.
+  EXPECT_EQ(tp[std::size_t(OpKind::GradNorm)].calls, 1);
+  EXPECT_EQ(tp[std::size_t(OpKind::GradNorm)].bytes, 4);
+  EXPECT_EQ(tp[std::size_t(OpKind::OverflowCheck)].calls, 0);
   // Both groups stay in the 8-GPU node.
   EXPECT_EQ(plan.comm.links.inter_node, 0);
-  EXPECT_EQ(plan.comm.links.intra_node, 10 * 512 + 3 * 128 + 2088 * 2);
+  EXPECT_EQ(plan.comm.links.intra_node, 10 * 512 + 3 * 128 + 4 + 2088 * 2);
 
   // Checkpointing recomputes every block's forward, its two all-reduces included.
   TrainingConfig checkpointed = tp_config(2, false);
@@ -205,7 +222,7 @@ TEST(TensorParallel, DataParallelGroupsAreStridedAcrossNodes) {
   EXPECT_EQ(plan.schedule.context.data_parallel_ranks_per_node(), 4);
   EXPECT_EQ(plan.schedule.context.ranks_per_node(), 8);
   EXPECT_EQ(plan.comm.links.inter_node, message / 4);
-  const Bytes tp_traffic = 10 * 512 + 3 * 128;
+  const Bytes tp_traffic = 10 * 512 + 3 * 128 + 4;  // activations, loss statistics, norm
   EXPECT_EQ(plan.comm.links.intra_node, tp_traffic + message * 3 / 2);
 }
 
@@ -226,7 +243,46 @@ TEST(TensorParallel, TimelineWaitsForTheGroupsCollectives) {
       EXPECT_GE(timeline.ops[i].start, last_tp_end) << i;
     }
   }
-  EXPECT_EQ(tp_ops, 13);
+  EXPECT_EQ(tp_ops, 13 + 1);  // the layers' 13 and the gradient norm's
+}
+
+// fp16 at stage 1 over TP 2 x DP 2: the overflow flag (1 byte) and the norm (4 bytes) are
+// all-reduced over the DP group and then over the TP group, in that order, before the update;
+// at stage 0 (whole gradients, no DP collective for either) over the TP group alone.
+TEST(TensorParallel, OverflowFlagAndNormAreReducedOverTheGroup) {
+  const auto scalars = [](const Plan& plan) {
+    std::vector<std::pair<OpKind, ProcessGroup>> found;
+    for (const Op& op : plan.schedule.ops) {
+      if (op.kind == OpKind::OverflowCheck || op.kind == OpKind::GradNorm)
+        found.emplace_back(op.kind, op.group);
+    }
+    return found;
+  };
+  TrainingConfig config = tp_config(2, false, 1);
+  config.precision.precision = Precision::Fp16;
+  using P = std::pair<OpKind, ProcessGroup>;
+  const Plan stage1 = plan_tp(config, 2);
+  EXPECT_EQ(scalars(stage1), (std::vector<P>{{OpKind::OverflowCheck, ProcessGroup::Data},
+                                             {OpKind::OverflowCheck, ProcessGroup::Tensor},
+                                             {OpKind::GradNorm, ProcessGroup::Data},
+                                             {OpKind::GradNorm, ProcessGroup::Tensor}}));
+  EXPECT_EQ(stage1.comm.tensor_parallel[std::size_t(OpKind::OverflowCheck)].bytes, 1);
+  EXPECT_EQ(stage1.comm.tensor_parallel[std::size_t(OpKind::GradNorm)].bytes, 4);
+  config.zero.stage = 0;
+  EXPECT_EQ(scalars(plan_tp(config, 2)), (std::vector<P>{{OpKind::OverflowCheck, ProcessGroup::Tensor},
+                                                         {OpKind::GradNorm, ProcessGroup::Tensor}}));
+  config.tensor_parallel = {};
+  EXPECT_EQ(scalars(plan_tp(config, 2)), std::vector<P>{});
+}
+
+// Ranks are numbered TP innermost, then DP, then stages: with TP 2 x DP 3 x PP 2, rank 7 is TP rank
+// 1 of DP rank 0 on stage 1 (7 = 1 + 2 x (0 + 3 x 1)); every rank has one place and back.
+TEST(TensorParallel, RanksArePlacedTensorInnermost) {
+  const ParallelShape shape{.tensor = 2, .data = 3, .pipeline = 2};
+  EXPECT_EQ(place_of_rank(7, shape), (RankPlace{.tensor = 1, .data = 0, .stage = 1}));
+  EXPECT_EQ(place_of_rank(4, shape), (RankPlace{.tensor = 0, .data = 2, .stage = 0}));
+  for (int rank = 0; rank < shape.world(); ++rank)
+    EXPECT_EQ(rank_at(place_of_rank(rank, shape), shape), rank);
 }
 
 TEST(TensorParallel, ConfigReadsAutotpSizeAndKeepsSequenceParallel) {
