@@ -96,10 +96,6 @@ class Communicator {
   // This rank alone, as a one-rank communicator; nullptr on a communicator that cannot split.
   // Collective.
   virtual std::unique_ptr<Communicator> alone() { return nullptr; }
-  // The ranks of this rank's `color` as a communicator of their own, numbered in `key` order
-  // (MPI_Comm_split: expert parallelism's groups); nullptr on a communicator that cannot split.
-  // Collective.
-  virtual std::unique_ptr<Communicator> split(int /*color*/, int /*key*/) { return nullptr; }
   // Ranks of this communicator on this rank's host (sharing its cores and memory).
   virtual int ranks_on_node() const { return size(); }
 

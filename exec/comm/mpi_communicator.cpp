@@ -260,11 +260,6 @@ class MpiCommunicator final : public Communicator {
     check(MPI_Comm_split(comm_, rank_, 0, &group), "MPI_Comm_split");
     return std::make_unique<MpiCommunicator>(group);
   }
-  std::unique_ptr<Communicator> split(int color, int key) override {
-    MPI_Comm group = MPI_COMM_NULL;
-    check(MPI_Comm_split(comm_, color, key, &group), "MPI_Comm_split");
-    return std::make_unique<MpiCommunicator>(group);
-  }
   int ranks_on_node() const override { return ranks_on_node_; }
 
  private:
