@@ -84,6 +84,26 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
                  "Dropout probability of a transformer (0: no dropout masks or outputs kept; "
                  "default: the model's)")
       ->check(CLI::Range(0.0, 0.999));
+  auto* lora = "LoRA fine-tuning";
+  app.add_option("--lora-rank", o.lora_rank,
+                 "LoRA: freeze the model and train adapters of this rank on --lora-targets (no "
+                 "gradients, master copy or optimizer states for the frozen base)")
+      ->check(integer_in(1, 65536))
+      ->group(lora);
+  app.add_option("--lora-targets", o.lora_targets,
+                 "LoRA: the modules adapted, PEFT's names as a comma list (q_proj,v_proj; c_attn "
+                 "for GPT-2; all-linear); default PEFT's for the family")
+      ->group(lora);
+  app.add_option("--quantize-base", o.quantize_base,
+                 "QLoRA: store the frozen base's linear weights as 4-bit NF4 with bitsandbytes' "
+                 "double quantization (nf4), without it (nf4-no-double-quant), or not (none)")
+      ->check(CLI::IsMember({"none", "nf4", "nf4-no-double-quant"}))
+      ->group(lora);
+  app.add_option("--lora-dropout", o.lora_dropout,
+                 "LoRA: PEFT's lora_dropout (default 0; above 0 each adapter keeps its dropout's "
+                 "mask and output)")
+      ->check(CLI::Range(0.0, 0.999))
+      ->group(lora);
   auto* zero = "DeepSpeed fields";
   app.add_option("-s,--stage", o.stage, "zero_optimization.stage (0 = plain data parallelism)")
       ->check(integer_in(0, 3))

@@ -3,6 +3,7 @@
 
 #include "cli/reports.hpp"
 #include "cli/table.hpp"
+#include "sim/model/lora.hpp"
 
 namespace zerolens::cli {
 namespace {
@@ -196,6 +197,7 @@ std::string describe_setup(const Plan& plan) {
           std::to_string(plan.batch.train_batch_size) + "; activation checkpointing " +
           (r.config.activation_checkpointing.enabled ? "on" : "off") +
           (r.options.model_states_only ? "; model states only" : "");
+  if (const std::string lora = lora_summary(r.model); !lora.empty()) text += "\n" + lora;
   return text;
 }
 

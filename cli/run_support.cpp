@@ -29,11 +29,13 @@ void add_run_options(CLI::App& command, RunFlags& flags) {
   for (const char* name :
        {"--tp", "--sp", "--pp", "--virtual-stages", "--pipeline-schedule", "--shard-group", "--hpz",
         "--quantized-weights", "--quantized-gradients", "--framework", "--reshard-after-forward",
-        "--reduce-dtype", "--cpu-checkpointing", "--dropout"})
+        "--reduce-dtype", "--cpu-checkpointing", "--dropout", "--lora-rank", "--lora-targets",
+        "--quantize-base", "--lora-dropout"})
     command.get_option(name)->group("");
   command.footer(
       "Flags of parallelism and frameworks the executor does not run (--tp, --pp, --sp, ZeRO++, "
-      "hybrid sharding, FSDP, CPU checkpointing, dropout) are refused by name and not listed here; "
+      "hybrid sharding, FSDP, CPU checkpointing, dropout, LoRA) are refused by name and not listed "
+      "here; "
       "`zerolens plan --help` lists every planning flag.");
   const char* group = "Training run";
   command.add_option("--steps", flags.training.steps, "Optimizer steps to run")

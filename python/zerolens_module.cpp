@@ -105,6 +105,20 @@ void set_keys(PlanInputs& inputs, const py::handle& value, const std::string& ke
   }
 }
 
+// lora_targets="q_proj,v_proj" as the CLI's flag, or a list of names as PEFT's target_modules.
+void set_lora_targets(PlanInputs& inputs, const py::handle& value, const std::string& keyword) {
+  if (py::isinstance<py::str>(value)) {
+    inputs.lora_targets = value.cast<std::string>();
+    return;
+  }
+  if (!py::isinstance<py::list>(value) && !py::isinstance<py::tuple>(value))
+    throw py::type_error(keyword + ": expected a str (comma list) or a list of module names");
+  std::string joined;
+  for (const auto& item : value)
+    joined += (joined.empty() ? "" : ",") + as<std::string>(item, keyword, "str module names");
+  inputs.lora_targets = joined;
+}
+
 const std::map<std::string, Setter>& plan_keywords() {
   static const std::map<std::string, Setter> keywords{
       {"model", ZL_FIELD(std::string, model, "str")},
@@ -116,6 +130,10 @@ const std::map<std::string, Setter>& plan_keywords() {
       {"gpus_per_node", ZL_FIELD(int, gpus_per_node, "int")},
       {"attention", ZL_FIELD(std::string, attention, "str")},
       {"dropout", ZL_FIELD(double, dropout, "float")},
+      {"lora_rank", ZL_FIELD(int, lora_rank, "int")},
+      {"lora_targets", set_lora_targets},
+      {"quantize_base", ZL_FIELD(std::string, quantize_base, "str")},
+      {"lora_dropout", ZL_FIELD(double, lora_dropout, "float")},
       {"framework", ZL_NAMED(framework, parse_framework)},
       {"reshard_after_forward", ZL_FIELD(bool, reshard_after_forward, "bool")},
       {"reduce_dtype", ZL_NAMED(reduce_dtype, parse_precision)},

@@ -109,7 +109,13 @@ Gpt2Options gpt2_options(const Plan& plan, std::uint64_t seed) {
 }  // namespace
 
 void check_trainable(const Plan& plan) {
-  gpt2_layout(plan.request.model, gpt2_options(plan, 0));
+  const Model& model = plan.request.model;
+  if (model.trainable_parameter_count() < model.parameter_count()) {
+    throw InputError("--lora-rank",
+                     "zerolens run trains every parameter of its GPT-2; LoRA and "
+                     "QLoRA are planned (zerolens plan, trace, sweep), not run");
+  }
+  gpt2_layout(model, gpt2_options(plan, 0));
 }
 
 TrainingResult train_gpt2(const Plan& plan, Communicator& comm, const TrainingOptions& options,

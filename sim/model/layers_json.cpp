@@ -5,6 +5,7 @@
 
 #include "sim/core/json_read.hpp"
 #include "sim/model/layers_json.hpp"
+#include "sim/model/lora.hpp"
 
 namespace zerolens {
 namespace {
@@ -78,14 +79,31 @@ TensorSpec read_tensor(const json& object, const std::string& where) {
     }
   }
   if (numel > std::int64_t(1) << 50) throw InputError(join_key(where, "shape"), "tensor too large (over 2^50 elements)");
+  if (const json* trainable = member(object, "trainable"))
+    tensor.trainable = as_bool(*trainable, join_key(where, "trainable"));
+  if (const json* format = member(object, "format")) {
+    const std::string text = as_string(*format, join_key(where, "format"));
+    bool known = false;
+    for (const WeightFormat f :
+         {WeightFormat::TrainingDtype, WeightFormat::Nf4, WeightFormat::Nf4DoubleQuant}) {
+      if (text == to_string(f)) tensor.format = f, known = true;
+    }
+    if (!known)
+      throw InputError(
+          join_key(where, "format"),
+          "unknown format '" + text + "' (expected training_dtype, nf4 or nf4_double_quant)");
+  }
   return tensor;
 }
 
 Layer read_layer(const json& object, const std::string& where, const std::map<std::string, int>& earlier,
                  const std::vector<Layer>& layers, Diagnostics& diagnostics) {
   as_object(object, where);
-  warn_unknown_keys(object, {"name", "kind", "params", "shares_params_of", "activations", "matmul_flops_per_token",
-                             "attention_flops_per_token_position"}, where, diagnostics);
+  warn_unknown_keys(
+      object,
+      {"name", "kind", "params", "shares_params_of", "activations", "matmul_flops_per_token",
+       "attention_flops_per_token_position", "frozen_matmul_flops_per_token"},
+      where, diagnostics);
   Layer layer;
   const json* name = member(object, "name");
   if (!name) throw InputError(join_key(where, "name"), "missing");
@@ -123,6 +141,12 @@ Layer read_layer(const json& object, const std::string& where, const std::map<st
   if (const json* flops = member(object, "attention_flops_per_token_position")) {
     layer.attention_flops_per_token_position = as_double(*flops, join_key(where, "attention_flops_per_token_position"), 0, 1e15);
   }
+  if (const json* flops = member(object, "frozen_matmul_flops_per_token")) {
+    const std::string key = join_key(where, "frozen_matmul_flops_per_token");
+    layer.frozen_matmul_flops_per_token = as_double(*flops, key, 0, 1e15);
+    if (layer.frozen_matmul_flops_per_token > layer.matmul_flops_per_token)
+      throw InputError(key, "must not exceed matmul_flops_per_token");
+  }
   return layer;
 }
 
@@ -151,6 +175,12 @@ json shape_to_json(const TransformerShape& s) {
   // Written when set, so files written before them still read.
   if (s.qk_norm) shape["qk_norm"] = true;
   if (s.sandwich_norms) shape["sandwich_norms"] = true;
+  if (s.lora.active()) {
+    shape["lora"] = {{"rank", s.lora.rank},
+                     {"targets", s.lora.targets},
+                     {"base_format", to_string(s.lora.base_format)},
+                     {"dropout", s.lora.dropout}};
+  }
   return shape;
 }
 
@@ -164,6 +194,40 @@ std::string one_of(const json& object, const std::string& key, const std::string
   for (const char* name : names) expected += (expected.empty() ? "" : " or ") + std::string(name);
   throw InputError(join_key(where, key),
                    "unknown value '" + text + "' (expected " + expected + ")");
+}
+
+// A shape's LoRA (written whole when it has one), checked under the file's keys.
+LoraConfig lora_from_json(const json& object, TransformerShape shape, const std::string& where) {
+  as_object(object, where);
+  for (const char* key : {"rank", "targets", "base_format", "dropout"}) {
+    if (!object.contains(key))
+      throw InputError(join_key(where, key), "missing (LoRA is written whole)");
+  }
+  LoraConfig& lora = shape.lora;
+  lora.rank = int(as_int(object.at("rank"), join_key(where, "rank"), 1, 65536));
+  const json& targets = object.at("targets");
+  if (!targets.is_array())
+    throw InputError(join_key(where, "targets"), "must be an array of module names");
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    lora.targets.push_back(
+        as_string(targets[i], join_key(where, "targets[" + std::to_string(i) + "]")));
+  }
+  const std::string format = as_string(object.at("base_format"), join_key(where, "base_format"));
+  if (format == to_string(WeightFormat::Nf4)) {
+    lora.base_format = WeightFormat::Nf4;
+  } else if (format == to_string(WeightFormat::Nf4DoubleQuant)) {
+    lora.base_format = WeightFormat::Nf4DoubleQuant;
+  } else if (format != to_string(WeightFormat::TrainingDtype)) {
+    throw InputError(
+        join_key(where, "base_format"),
+        "unknown format '" + format + "' (expected training_dtype, nf4 or nf4_double_quant)");
+  }
+  lora.dropout = as_double(object.at("dropout"), join_key(where, "dropout"), 0, 0.999);
+  check_lora(shape, {.rank = join_key(where, "rank"),
+                     .targets = join_key(where, "targets"),
+                     .base_format = join_key(where, "base_format"),
+                     .dropout = join_key(where, "dropout")});
+  return lora;
 }
 
 // Every key is required: the shape is written whole, and a partial one would be a different model.
@@ -205,6 +269,8 @@ TransformerShape shape_from_json(const json& object, const std::string& where) {
   s.extra_params = integer("extra_params", 0, std::int64_t(1) << 40);
   if (object.contains("qk_norm")) s.qk_norm = flag("qk_norm");
   if (object.contains("sandwich_norms")) s.sandwich_norms = flag("sandwich_norms");
+  if (const json* lora = member(object, "lora"))
+    s.lora = lora_from_json(*lora, s, join_key(where, "lora"));
   s.validate(where);
   return s;
 }
@@ -259,7 +325,13 @@ json model_to_json(const Model& model) {
   for (const auto& layer : model.layers) {
     json entry = {{"name", layer.name}, {"kind", to_string(layer.kind)}};
     json params = json::array();
-    for (const auto& tensor : layer.params) params.push_back({{"name", tensor.name}, {"shape", tensor.shape}});
+    for (const auto& tensor : layer.params) {
+      json entry_tensor = {{"name", tensor.name}, {"shape", tensor.shape}};
+      if (!tensor.trainable) entry_tensor["trainable"] = false;
+      if (tensor.format != WeightFormat::TrainingDtype)
+        entry_tensor["format"] = to_string(tensor.format);
+      params.push_back(entry_tensor);
+    }
     entry["params"] = params;
     if (layer.shares_params_of >= 0) entry["shares_params_of"] = model.layers[std::size_t(layer.shares_params_of)].name;
     json terms = json::object();
@@ -269,6 +341,8 @@ json model_to_json(const Model& model) {
     entry["activations"] = terms;
     entry["matmul_flops_per_token"] = layer.matmul_flops_per_token;
     entry["attention_flops_per_token_position"] = layer.attention_flops_per_token_position;
+    if (layer.frozen_matmul_flops_per_token != 0)
+      entry["frozen_matmul_flops_per_token"] = layer.frozen_matmul_flops_per_token;
     layers.push_back(entry);
   }
   json out = {{"format", "zerolens.model"},

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "sim/core/error.hpp"
+#include "sim/model/lora.hpp"
 
 namespace zerolens {
 
@@ -38,6 +39,24 @@ Elements Layer::numel() const {
   Elements count = 0;
   for (const auto& tensor : params) count += tensor.numel();
   return count;
+}
+
+Elements Layer::trainable_numel() const {
+  Elements count = 0;
+  for (const auto& tensor : params) count += tensor.trainable ? tensor.numel() : 0;
+  return count;
+}
+
+const char* to_string(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::TrainingDtype:
+      return "training_dtype";
+    case WeightFormat::Nf4:
+      return "nf4";
+    case WeightFormat::Nf4DoubleQuant:
+      return "nf4_double_quant";
+  }
+  return "training_dtype";
 }
 
 namespace {
@@ -77,6 +96,11 @@ ActivationBytes Layer::activation_bytes(std::int64_t micro_batch, std::int64_t s
 double Layer::forward_flops(std::int64_t micro_batch, std::int64_t seq_len) const {
   const double tokens = double(micro_batch) * double(seq_len);
   return tokens * (matmul_flops_per_token + double(seq_len) * attention_flops_per_token_position);
+}
+
+double Layer::backward_flops(std::int64_t micro_batch, std::int64_t seq_len) const {
+  const double tokens = double(micro_batch) * double(seq_len);
+  return 2 * forward_flops(micro_batch, seq_len) - tokens * frozen_matmul_flops_per_token;
 }
 
 void TransformerShape::validate(const std::string& where) const {
@@ -384,6 +408,7 @@ Model build_transformer(const std::string& name, const TransformerShape& shape,
   for (int i = 0; i < shape.layers; ++i) model.layers.push_back(block_layer(shape, i, split));
   model.layers.push_back(final_norm_layer(shape, split));
   model.layers.push_back(lm_head_layer(shape, 0, split));
+  if (shape.lora.active()) apply_lora(model, shape);
   return model;
 }
 
@@ -468,6 +493,12 @@ Model pipeline_stage_model(const Model& model, const PipelineParallelism& pipeli
 Elements Model::parameter_count() const {
   Elements count = 0;
   for (const auto& layer : layers) count += layer.numel();
+  return count;
+}
+
+Elements Model::trainable_parameter_count() const {
+  Elements count = 0;
+  for (const auto& layer : layers) count += layer.trainable_numel();
   return count;
 }
 

@@ -32,6 +32,13 @@ AttentionImpl parse_attention_impl(const std::string& text);  // "eager" | "flas
 enum class TensorSplit : std::uint8_t { Replicated, Column, Row, Vocab };
 const char* to_string(TensorSplit split);
 
+// How a parameter tensor is stored. Nf4 and Nf4DoubleQuant: QLoRA's frozen base weights as
+// bitsandbytes keeps them (functional.py quantize_4bit, blocksize 64): two 4-bit NormalFloat codes
+// a byte, packed into elements of the training dtype (quant_storage, which ZeRO-3 partitions like
+// any parameter), plus the quantization constants (sim/model/lora.hpp).
+enum class WeightFormat : std::uint8_t { TrainingDtype, Nf4, Nf4DoubleQuant };
+const char* to_string(WeightFormat format);
+
 struct TensorSpec {
   std::string name;
   std::vector<std::int64_t> shape;  // this rank's shard (the whole tensor without TP)
@@ -40,6 +47,9 @@ struct TensorSpec {
   // own part of the sequence (norms, row-parallel biases): Megatron all-reduces these gradients
   // over the TP group after the backward (finalize_model_grads, _allreduce_layernorm_grads).
   bool sequence_parallel_grad = false;
+  // False: frozen (LoRA's base model): no gradient, no fp32 master copy, no optimizer state.
+  bool trainable = true;
+  WeightFormat format = WeightFormat::TrainingDtype;
   Elements numel() const;
 };
 
@@ -101,6 +111,9 @@ struct Layer {
   // score/value products of 4*h per token per position (no causal discount, as in Megatron/PaLM).
   double matmul_flops_per_token = 0;
   double attention_flops_per_token_position = 0;
+  // The part of matmul_flops_per_token whose weights are frozen: their backward computes the
+  // input's gradient only (half of a trainable matmul's two products).
+  double frozen_matmul_flops_per_token = 0;
   // Tensor parallelism: what the forward (repeated by a recompute) and the backward issue.
   std::vector<TpCollective> tp_forward, tp_backward;
 
@@ -108,6 +121,25 @@ struct Layer {
   ActivationBytes activation_bytes(std::int64_t micro_batch, std::int64_t seq_len,
                                    Bytes activation_element_bytes) const;
   double forward_flops(std::int64_t micro_batch, std::int64_t seq_len) const;
+  // 2 x forward, less the weight gradients of frozen matmuls.
+  double backward_flops(std::int64_t micro_batch, std::int64_t seq_len) const;
+  // Parameters with gradients (LoRA: the adapters).
+  Elements trainable_numel() const;
+};
+
+// LoRA (Hu et al. 2021) as PEFT applies it: every parameter frozen, and on each target module a
+// trainable pair A [rank x in], B [out x rank] beside its weight. With `base_format` a 4-bit format
+// the frozen linear weights of the blocks are stored quantized (QLoRA, Dettmers et al. 2023).
+struct LoraConfig {
+  int rank = 0;  // 0: off (every parameter trained)
+  // PEFT module names (q_proj, v_proj, c_attn, all-linear, ...); empty: PEFT's default for the
+  // family (sim/model/lora.hpp).
+  std::vector<std::string> targets;
+  WeightFormat base_format = WeightFormat::TrainingDtype;
+  // PEFT's lora_dropout (default 0: nn.Identity). Above 0 each adapter keeps its own dropout mask
+  // and output for backward instead of sharing the module's input.
+  double dropout = 0;
+  bool active() const { return rank > 0; }
 };
 
 // Shape of a decoder-only transformer; presets, Hugging Face configs and dense:N all build from it.
@@ -138,6 +170,8 @@ struct TransformerShape {
   // One extra 1-D parameter tensor of this many elements in the final norm layer (dense:N uses it to
   // make the count exact).
   std::int64_t extra_params = 0;
+  // Fine-tuning with LoRA adapters (off by default); build_transformer applies it.
+  LoraConfig lora;
 
   std::int64_t effective_head_dim() const { return head_dim > 0 ? head_dim : hidden / heads; }
   // Throws InputError(where, why) when a dimension is invalid.
@@ -170,6 +204,7 @@ struct Model {
   std::int64_t default_seq_len = 1024;
 
   Elements parameter_count() const;  // each parameter once (tied weights counted once)
+  Elements trainable_parameter_count() const;  // those with gradients (all but LoRA's base)
   Elements largest_layer_params() const;
   double forward_flops_per_step(std::int64_t micro_batch, std::int64_t seq_len) const;
 };

@@ -149,6 +149,41 @@ void check_zeropp(const PlanRequest& request) {
   }
 }
 
+// A frozen base (LoRA) and a 4-bit one (QLoRA), in what zerolens plans them with: DeepSpeed's ZeRO,
+// whose optimizer keeps the trainable parameters only and whose stage 3 partitions the packed 4-bit
+// codes as parameters of the training dtype (bitsandbytes' quant_storage; PEFT's "Use PEFT QLoRA
+// and DeepSpeed with ZeRO3"). What it does not model is refused by name.
+void check_frozen_base(const PlanRequest& request) {
+  const Model& model = request.model;
+  bool quantized = false;
+  for (const auto& layer : model.layers) {
+    for (const auto& tensor : layer.params)
+      quantized |= tensor.format != WeightFormat::TrainingDtype;
+  }
+  const bool frozen = model.trainable_parameter_count() < model.parameter_count();
+  if (!frozen && !quantized) return;
+  const std::string key = quantized ? "--quantize-base" : "--lora-rank";
+  const TrainingConfig& config = request.config;
+  if (model.trainable_parameter_count() == 0)
+    throw InputError(key, "the model has no trainable parameter");
+  if (config.is_fsdp()) {
+    throw InputError(key,
+                     std::string("frozen parameters under FSDP are not modelled (FSDP keeps ") +
+                         "its shards in fp32 as the optimizer's master, which a frozen base "
+                         "is not); plan LoRA with --framework deepspeed");
+  }
+  if (!quantized) return;
+  if (config.zero.effective_offload(OffloadKind::Param) != OffloadDevice::None)
+    throw InputError(key,
+                     "4-bit base weights with zero_optimization.offload_param are not "
+                     "modelled; plan them on the GPU (--offload-param none)");
+  if (config.zero.partitions_parameters() && config.zero.zeropp())
+    throw InputError(key,
+                     "ZeRO++ over 4-bit base weights is not modelled (qwZ would quantize "
+                     "packed codes); plan them without --hpz, --quantized-weights and "
+                     "--quantized-gradients");
+}
+
 // Ranks are placed TP innermost: a TP group is a node's consecutive ranks, or whole nodes.
 void check_placement(const PlanRequest& request) {
   const int tp = request.config.tensor_parallel.size;
@@ -232,6 +267,7 @@ Plan make_plan(PlanRequest request, ReplayDetail detail, MemoryTimeline& replay)
     partition_checkpoints(plan.rank_model, request.config.tensor_parallel.size);
   check_placement(request);
   check_zeropp(request);
+  check_frozen_base(request);
   check_activation_total(plan.rank_model, plan.batch.micro_batch_per_gpu, plan.seq_len);
   const int gpus_per_node = request.cluster.node.gpus_per_node;
   ScheduleOptions options = request.options;

@@ -3,6 +3,7 @@
 #include "sim/config/deepspeed_json.hpp"
 #include "sim/core/error.hpp"
 #include "sim/hardware/cluster_json.hpp"
+#include "sim/model/lora.hpp"
 #include "sim/schedule/memory_replay.hpp"
 
 namespace zerolens {
@@ -156,6 +157,14 @@ const json& object_at(const json& object, const std::string& key, const std::str
   return object.at(key);
 }
 
+// The adapters as planned: the modules PEFT's targets resolve to, and the base's storage.
+json lora_json(const TransformerShape& shape) {
+  return {{"rank", shape.lora.rank},
+          {"modules", lora_adapted_modules(shape)},
+          {"base_format", to_string(shape.lora.base_format)},
+          {"dropout", shape.lora.dropout}};
+}
+
 }  // namespace
 
 json plan_to_json(const Plan& plan) {
@@ -168,7 +177,9 @@ json plan_to_json(const Plan& plan) {
                   {"source", model.source},
                   {"parameter_count", model.parameter_count()},
                   {"parameters_per_rank", plan.rank_model.parameter_count()},
+                  {"trainable_parameter_count", model.trainable_parameter_count()},
                   {"layers", model.layers.size()}};
+  if (model.shape && model.shape->lora.active()) out["model"]["lora"] = lora_json(*model.shape);
   out["config"] = to_deepspeed_json(plan.request.config);
   out["run"] = run_json(plan);
   out["cluster"] = cluster_to_json(plan.request.cluster);
