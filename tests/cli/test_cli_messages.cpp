@@ -269,3 +269,46 @@ TEST(CliMessages, TheNamesANewcomerTypes) {
 }
 
 }  // namespace
+
+namespace {
+
+// LoRA and QLoRA (issue 21) through the binary: the flags in --help, the count PEFT prints, the
+// refusals by flag, and the executor's.
+TEST(CliMessages, LoraFlagsCountsAndRefusals) {
+  const Result help = run("plan --help");
+  for (const char* flag : {"--lora-rank", "--lora-targets", "--quantize-base", "--lora-dropout"})
+    EXPECT_TRUE(contains(help.output, flag)) << flag;
+  const Result plan = run("plan -m llama2-7b --gpus 8 -s 2 -p bf16 --lora-rank 8");
+  EXPECT_EQ(plan.exit_code, 0) << plan.output;
+  EXPECT_TRUE(contains(plan.output,
+                       "LoRA r=8 on q_proj, v_proj: 4,194,304 trainable of "
+                       "6,742,609,920 parameters (0.0622 %)"))
+      << plan.output;
+  const Result qlora = run("plan -m llama2-7b --gpus 1 -p bf16 --lora-rank 8 --quantize-base nf4");
+  EXPECT_EQ(qlora.exit_code, 0) << qlora.output;
+  EXPECT_TRUE(contains(qlora.output, "base weights in NF4 with double quantization"))
+      << qlora.output;
+  const std::pair<const char*, const char*> refusals[] = {
+      {"plan -m llama2-7b --lora-rank 8 --lora-targets q_prj,v_proj",
+       "--lora-targets: 'q_prj' is no module of llama2's blocks (did you mean 'q_proj'?)"},
+      {"plan -m gpt2-124m --lora-rank 8 --lora-targets q_proj", "did you mean 'c_proj'?"},
+      {"plan -m llama2-7b --quantize-base nf4", "--quantize-base: needs LoRA adapters"},
+      {"plan -m llama2-7b --lora-targets q_proj", "--lora-targets: needs LoRA adapters"},
+      {"plan -m llama2-7b --lora-rank 8 --tp 2", "--lora-rank: LoRA with tensor parallelism"},
+      {"plan -m llama2-7b --lora-rank 8 --framework fsdp2",
+       "--lora-rank: frozen parameters under FSDP"},
+      {"plan -m llama2-7b -s 3 --lora-rank 8 --quantize-base nf4 --offload-param cpu",
+       "--quantize-base: 4-bit base weights with zero_optimization.offload_param"},
+      {"plan -m llama2-7b --lora-rank 0", "--lora-rank"},
+      {"plan -m llama2-7b --lora-rank 8 --quantize-base int4", "--quantize-base"},
+      {"run -m gpt2-tiny --lora-rank 4 --steps 1",
+       "--lora-rank: zerolens run trains every parameter"},
+  };
+  for (const auto& [command, message] : refusals) {
+    const Result refused = run(command);
+    EXPECT_EQ(refused.exit_code, 2) << command << "\n" << refused.output;
+    EXPECT_TRUE(contains(refused.output, message)) << command << "\n" << refused.output;
+  }
+}
+
+}  // namespace

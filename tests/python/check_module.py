@@ -80,6 +80,19 @@ def main(binary):
                                 "off", "--jobs", "1", "--json", "-q"), "a sweep without a batch differs from the CLI's")
     check(defaulted["train_batch_size"] == 64 and "8 per GPU" in defaulted["notes"][0], str(defaulted["notes"]))
 
+    # LoRA and QLoRA: the same keywords, targets also as PEFT's list of module names.
+    lora_flags = ["--model", "llama2-7b", "--gpus", "2", "--stage", "3", "--precision", "bf16", "--lora-rank", "16",
+                  "--lora-targets", "q_proj,k_proj,v_proj,o_proj", "--quantize-base", "nf4", "--json"]
+    lora = zerolens.plan(model="llama2-7b", gpus=2, stage=3, precision="bf16", lora_rank=16,
+                         lora_targets=["q_proj", "k_proj", "v_proj", "o_proj"], quantize_base="nf4")
+    check(lora == cli_json(binary, "plan", *lora_flags), "plan(lora_...) differs from plan --lora-rank --json")
+    check(lora["model"]["trainable_parameter_count"] == 32 * 4 * 16 * (4096 + 4096),
+          f"trainable {lora['model']['trainable_parameter_count']}")
+    expect_error(ValueError, ["--lora-targets", "did you mean 'q_proj'"], model="llama2-7b", lora_rank=8,
+                 lora_targets="q_prj")
+    expect_error(ValueError, ["--quantize-base", "--lora-rank"], quantize_base="nf4")
+    expect_error(TypeError, ["lora_targets"], lora_rank=8, lora_targets=3)
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         zerolens.plan(set={"zero_optimization.not_a_key": 1})
