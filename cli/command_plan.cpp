@@ -74,6 +74,10 @@ int run_plan(const PlanCommand& command) {
     return kExitOk;
   }
   if (command.deepspeed_estimate) {
+    if (request.model.trainable_parameter_count() < request.model.parameter_count())
+      throw InputError("--deepspeed-estimate",
+                       "DeepSpeed's estimators count every parameter as trained; they do not "
+                       "apply to a frozen base (--lora-rank)");
     print_deepspeed_estimates(out, request, unit);
     return kExitOk;
   }

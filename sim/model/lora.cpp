@@ -237,6 +237,20 @@ Model with_lora(const Model& model, const LoraConfig& lora) {
   return rebuilt;
 }
 
+bool has_quantized_weights(const Model& model) {
+  for (const Layer& layer : model.layers) {
+    for (const TensorSpec& tensor : layer.params) {
+      if (tensor.format != WeightFormat::TrainingDtype) return true;
+    }
+  }
+  return false;
+}
+
+Model fine_tuned_like(const Model& candidate, const Model& reference) {
+  if (!reference.shape || !reference.shape->lora.active()) return candidate;
+  return with_lora(candidate, reference.shape->lora);
+}
+
 std::vector<std::string> lora_adapted_modules(const TransformerShape& shape) {
   const std::vector<Adapter> adapters = adapters_of(shape);
   const auto module_of = [](const Adapter& a) { return a.path.substr(a.path.find('.') + 1); };

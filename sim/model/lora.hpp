@@ -51,6 +51,12 @@ void apply_lora(Model& model, const TransformerShape& shape);
 // `model` fine-tuned with `lora` (rebuilt from its transformer shape; InputError for a layer list).
 Model with_lora(const Model& model, const LoraConfig& lora);
 
+// Whether any tensor of `model` is stored in a 4-bit format.
+bool has_quantized_weights(const Model& model);
+// `candidate` fine-tuned as `reference` is (its shape's LoRA), for planning views that swap the
+// model (--max-model): `candidate` itself when `reference` trains every parameter.
+Model fine_tuned_like(const Model& candidate, const Model& reference);
+
 // The adapters a shape's LoRA adds to each block, as module names (c_attn, q_proj, mlp.c_proj).
 std::vector<std::string> lora_adapted_modules(const TransformerShape& shape);
 // "LoRA r=8 on q_proj, v_proj: 4,194,304 trainable of 6,742,609,920 parameters (0.0622 %); base

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "sim/core/error.hpp"
+#include "sim/model/lora.hpp"
 #include "sim/schedule/builder.hpp"
 #include "sim/schedule/memory_replay.hpp"
 
@@ -155,11 +156,7 @@ void check_zeropp(const PlanRequest& request) {
 // and DeepSpeed with ZeRO3"). What it does not model is refused by name.
 void check_frozen_base(const PlanRequest& request) {
   const Model& model = request.model;
-  bool quantized = false;
-  for (const auto& layer : model.layers) {
-    for (const auto& tensor : layer.params)
-      quantized |= tensor.format != WeightFormat::TrainingDtype;
-  }
+  const bool quantized = has_quantized_weights(model);
   const bool frozen = model.trainable_parameter_count() < model.parameter_count();
   if (!frozen && !quantized) return;
   const std::string key = quantized ? "--quantize-base" : "--lora-rank";

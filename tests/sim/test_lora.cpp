@@ -10,6 +10,7 @@
 #include "sim/model/layers_json.hpp"
 #include "sim/model/lora.hpp"
 #include "sim/model/presets.hpp"
+#include "sim/plan/variants.hpp"
 #include "sim/schedule/memory_replay.hpp"
 #include "test_helpers.hpp"
 
@@ -338,6 +339,28 @@ TEST(LoraSchedule, PipelineStagesKeepTheFrozenBase) {
     for (const Op& op : stage.schedule.ops)
       EXPECT_FALSE(op.kind == OpKind::AllReduce && op.group == ProcessGroup::Pipeline);
   }
+}
+
+// The planning views keep the fine-tuning: --compare drops the variants a 4-bit base cannot run
+// (parameters offloaded), --max-model plans every candidate with the base's adapters.
+TEST(LoraViews, CompareAndMaxModelKeepTheAdapters) {
+  PlanRequest base;
+  base.model = with_adapters(model_from_preset("llama2-7b"), 8, {}, WeightFormat::Nf4DoubleQuant);
+  base.config = testing::mixed_adam(0, Precision::Bf16);
+  base.config.seq_len = 512;
+  base.dp_size = 8;
+  base.cluster = testing::test_cluster(8, Bytes{24} << 30);
+  const auto plans = compare_variants(base);
+  ASSERT_EQ(plans.size(), standard_variants().size() - 2);
+  for (const auto& [variant, plan] : plans) {
+    EXPECT_EQ(variant.offload_param, OffloadDevice::None) << variant.label;
+    EXPECT_EQ(plan.request.model.trainable_parameter_count(), 4'194'304) << variant.label;
+  }
+  // On 24 GiB GPUs a 4-bit LLaMA-2 13B fits, whose 16-bit base alone (26 GB) would not.
+  const auto found = find_max_models(base, "llama2");
+  EXPECT_EQ(found.front().model_name, "llama2-13b");
+  base.model = with_adapters(model_from_preset("llama2-7b"), 8);
+  EXPECT_EQ(find_max_models(base, "llama2").front().model_name, "llama2-7b");
 }
 
 }  // namespace
