@@ -144,8 +144,14 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
                  "train_batch_size (= micro x accumulation x ranks)")
       ->check(positive_integer())
       ->group(zero);
-  app.add_option("--seq-len", o.seq_len, "Sequence length (default: the model's maximum)")
+  app.add_option("--seq-len", o.seq_len,
+                 "Sequence length (default: the model's maximum); an encoder-decoder's source")
       ->check(positive_integer())
+      ->group(zero);
+  app.add_option("--target-seq-len", o.target_seq_len,
+                 "An encoder-decoder's (T5's) target sequence, its decoder's length (default: "
+                 "--seq-len)")
+      ->check(integer_in(1, std::int64_t(1) << 24))
       ->group(zero);
   add_named(app, "-p,--precision", "--precision", o.precision, parse_precision,
             "fp32|fp16|bf16 (sets the fp16/bf16 blocks; DeepSpeed's default is fp32)",

@@ -30,7 +30,7 @@ void add_run_options(CLI::App& command, RunFlags& flags) {
        {"--tp", "--sp", "--pp", "--virtual-stages", "--pipeline-schedule", "--shard-group", "--hpz",
         "--quantized-weights", "--quantized-gradients", "--framework", "--reshard-after-forward",
         "--reduce-dtype", "--cpu-checkpointing", "--dropout", "--lora-rank", "--lora-targets",
-        "--quantize-base", "--lora-dropout"})
+        "--quantize-base", "--lora-dropout", "--target-seq-len"})
     command.get_option(name)->group("");
   command.footer(
       "Flags of parallelism and frameworks the executor does not run (--tp, --pp, --sp, ZeRO++, "

@@ -157,6 +157,7 @@ const std::map<std::string, Setter>& plan_keywords() {
       {"grad_accum", ZL_FIELD(std::int64_t, grad_accum, "int")},
       {"train_batch", ZL_FIELD(std::int64_t, train_batch, "int")},
       {"seq_len", ZL_FIELD(std::int64_t, seq_len, "int")},
+      {"target_seq_len", ZL_FIELD(std::int64_t, target_seq_len, "int")},
       {"tp", ZL_FIELD(int, tensor_parallel, "int")},
       {"sp", ZL_FIELD(bool, sequence_parallel, "bool")},
       {"pp", ZL_FIELD(int, pipeline_parallel, "int")},

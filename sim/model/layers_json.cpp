@@ -37,10 +37,31 @@ constexpr TermField kTermFields[] = {
     {"forward_working_elements", &ActivationTerms::forward_working_elements},
     {"forward_working_fixed_bytes", &ActivationTerms::forward_working_fixed_bytes},
     {"backward_working_elements", &ActivationTerms::backward_working_elements},
-    {"backward_working_elements_per_position", &ActivationTerms::backward_working_elements_per_position},
+    {"backward_working_elements_per_position",
+     &ActivationTerms::backward_working_elements_per_position},
     {"backward_working_fixed_bytes", &ActivationTerms::backward_working_fixed_bytes},
     {"forward_upcast_elements", &ActivationTerms::forward_upcast_elements},
     {"backward_downcast_elements", &ActivationTerms::backward_downcast_elements},
+    {"fixed_bytes_per_position", &ActivationTerms::fixed_bytes_per_position},
+    {"elements_per_source_position", &ActivationTerms::elements_per_source_position},
+    {"fixed_bytes_per_source_position", &ActivationTerms::fixed_bytes_per_source_position},
+    {"mask_bytes_per_source_position", &ActivationTerms::mask_bytes_per_source_position},
+    {"source_elements", &ActivationTerms::source_elements},
+    {"backward_working_elements_per_source_position",
+     &ActivationTerms::backward_working_elements_per_source_position},
+};
+
+// The FLOP fields of a layer beyond its matmuls and attention (written when not 0).
+struct FlopField {
+  const char* key;
+  double Layer::*field;
+};
+constexpr FlopField kExtraFlopFields[] = {
+    {"frozen_matmul_flops_per_token", &Layer::frozen_matmul_flops_per_token},
+    {"attention_flops_per_token_source_position",
+     &Layer::attention_flops_per_token_source_position},
+    {"source_matmul_flops_per_token", &Layer::source_matmul_flops_per_token},
+    {"frozen_source_matmul_flops_per_token", &Layer::frozen_source_matmul_flops_per_token},
 };
 
 constexpr double kMaxPerToken = 1e12;
@@ -102,7 +123,9 @@ Layer read_layer(const json& object, const std::string& where, const std::map<st
   warn_unknown_keys(
       object,
       {"name", "kind", "params", "shares_params_of", "activations", "matmul_flops_per_token",
-       "attention_flops_per_token_position", "frozen_matmul_flops_per_token"},
+       "attention_flops_per_token_position", "frozen_matmul_flops_per_token",
+       "attention_flops_per_token_source_position", "source_matmul_flops_per_token",
+       "frozen_source_matmul_flops_per_token", "on_target"},
       where, diagnostics);
   Layer layer;
   const json* name = member(object, "name");
@@ -141,12 +164,18 @@ Layer read_layer(const json& object, const std::string& where, const std::map<st
   if (const json* flops = member(object, "attention_flops_per_token_position")) {
     layer.attention_flops_per_token_position = as_double(*flops, join_key(where, "attention_flops_per_token_position"), 0, 1e15);
   }
-  if (const json* flops = member(object, "frozen_matmul_flops_per_token")) {
-    const std::string key = join_key(where, "frozen_matmul_flops_per_token");
-    layer.frozen_matmul_flops_per_token = as_double(*flops, key, 0, 1e15);
-    if (layer.frozen_matmul_flops_per_token > layer.matmul_flops_per_token)
-      throw InputError(key, "must not exceed matmul_flops_per_token");
+  for (const auto& f : kExtraFlopFields) {
+    if (const json* flops = member(object, f.key))
+      layer.*f.field = as_double(*flops, join_key(where, f.key), 0, 1e15);
   }
+  if (layer.frozen_matmul_flops_per_token > layer.matmul_flops_per_token)
+    throw InputError(join_key(where, "frozen_matmul_flops_per_token"),
+                     "must not exceed matmul_flops_per_token");
+  if (layer.frozen_source_matmul_flops_per_token > layer.source_matmul_flops_per_token)
+    throw InputError(join_key(where, "frozen_source_matmul_flops_per_token"),
+                     "must not exceed source_matmul_flops_per_token");
+  if (const json* target = member(object, "on_target"))
+    layer.on_target = as_bool(*target, join_key(where, "on_target"));
   return layer;
 }
 
@@ -175,6 +204,13 @@ json shape_to_json(const TransformerShape& s) {
   // Written when set, so files written before them still read.
   if (s.qk_norm) shape["qk_norm"] = true;
   if (s.sandwich_norms) shape["sandwich_norms"] = true;
+  if (s.architecture != Architecture::Decoder) {
+    shape["architecture"] = to_string(s.architecture);
+    shape["token_types"] = s.token_types;
+    shape["decoder_layers"] = s.decoder_layers;
+    shape["relative_attention_buckets"] = s.relative_attention_buckets;
+    shape["loss_in_fp32"] = s.loss_in_fp32;
+  }
   if (s.lora.active()) {
     shape["lora"] = {{"rank", s.lora.rank},
                      {"targets", s.lora.targets},
@@ -269,6 +305,22 @@ TransformerShape shape_from_json(const json& object, const std::string& where) {
   s.extra_params = integer("extra_params", 0, std::int64_t(1) << 40);
   if (object.contains("qk_norm")) s.qk_norm = flag("qk_norm");
   if (object.contains("sandwich_norms")) s.sandwich_norms = flag("sandwich_norms");
+  if (object.contains("architecture")) {  // then written with its fields
+    const std::string text =
+        one_of(object, "architecture", where, {"decoder", "encoder", "encoder_decoder"});
+    s.architecture = text == "encoder"           ? Architecture::Encoder
+                     : text == "encoder_decoder" ? Architecture::EncoderDecoder
+                                                 : Architecture::Decoder;
+    for (const char* key :
+         {"token_types", "decoder_layers", "relative_attention_buckets", "loss_in_fp32"}) {
+      if (!object.contains(key))
+        throw InputError(join_key(where, key), "missing (written with the architecture)");
+    }
+    s.token_types = integer("token_types", 0, 1 << 24);
+    s.decoder_layers = int(integer("decoder_layers", 0, 10'000));
+    s.relative_attention_buckets = integer("relative_attention_buckets", 0, 1 << 16);
+    s.loss_in_fp32 = flag("loss_in_fp32");
+  }
   if (const json* lora = member(object, "lora"))
     s.lora = lora_from_json(*lora, s, join_key(where, "lora"));
   s.validate(where);
@@ -341,8 +393,10 @@ json model_to_json(const Model& model) {
     entry["activations"] = terms;
     entry["matmul_flops_per_token"] = layer.matmul_flops_per_token;
     entry["attention_flops_per_token_position"] = layer.attention_flops_per_token_position;
-    if (layer.frozen_matmul_flops_per_token != 0)
-      entry["frozen_matmul_flops_per_token"] = layer.frozen_matmul_flops_per_token;
+    for (const auto& f : kExtraFlopFields) {
+      if (layer.*f.field != 0) entry[f.key] = layer.*f.field;
+    }
+    if (layer.on_target) entry["on_target"] = true;
     layers.push_back(entry);
   }
   json out = {{"format", "zerolens.model"},

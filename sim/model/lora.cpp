@@ -24,7 +24,45 @@ struct Module {
 };
 
 // The modules of a shape's blocks, by the names of the family's Hugging Face modeling file.
+// BERT and RoBERTa (modeling_bert.py): query, key, value, attention.output.dense,
+// intermediate.dense, output.dense; PEFT matches a name's suffix, so output.dense names both output
+// projections and dense all three (the MLM head's transform dense is not adapted here).
+std::vector<Module> bert_modules() {
+  const Adapter o{"attn.output.dense", {"attn.o_proj"}},
+      up{"mlp.intermediate.dense", {"mlp.fc_in"}}, down{"mlp.output.dense", {"mlp.fc_out"}};
+  return {{"query", {{"attn.query", {"attn.q_proj"}}}},
+          {"key", {{"attn.key", {"attn.k_proj"}}}},
+          {"value", {{"attn.value", {"attn.v_proj"}}}},
+          {"attention.output.dense", {o}},
+          {"intermediate.dense", {up}},
+          {"output.dense", {o, down}},
+          {"dense", {o, up, down}}};
+}
+
+// T5 and mT5 (modeling_t5.py): q, k, v, o in the self-attention and, in decoder blocks, the
+// cross-attention (both match the name), wi and wo (wi_0, wi_1 and wo when gated).
+std::vector<Module> t5_modules(const TransformerShape& s) {
+  std::vector<Module> modules;
+  for (const char* name : {"q", "k", "v", "o"}) {
+    const std::string linear = std::string(name) + "_proj";
+    modules.push_back({name,
+                       {{std::string("attn.") + name, {"attn." + linear}},
+                        {std::string("cross.") + name, {"cross." + linear}}}});
+  }
+  if (s.mlp == MlpKind::Gelu) {
+    modules.push_back({"wi", {{"mlp.wi", {"mlp.fc_in"}}}});
+    modules.push_back({"wo", {{"mlp.wo", {"mlp.fc_out"}}}});
+  } else {
+    modules.push_back({"wi_0", {{"mlp.wi_0", {"mlp.gate_proj"}}}});
+    modules.push_back({"wi_1", {{"mlp.wi_1", {"mlp.up_proj"}}}});
+    modules.push_back({"wo", {{"mlp.wo", {"mlp.down_proj"}}}});
+  }
+  return modules;
+}
+
 std::vector<Module> modules_of(const TransformerShape& s) {
+  if (s.architecture == Architecture::Encoder) return bert_modules();
+  if (s.architecture == Architecture::EncoderDecoder) return t5_modules(s);
   if (s.mlp == MlpKind::Gelu) {  // GPT-2 (and GPT-style dense:N): Conv1D c_attn, c_proj, c_fc
     const Adapter attn_out{"attn.c_proj", {"attn.o_proj"}}, mlp_out{"mlp.c_proj", {"mlp.fc_out"}};
     return {{"c_attn", {{"attn.c_attn", {"attn.q_proj", "attn.k_proj", "attn.v_proj"}}}},
@@ -75,6 +113,8 @@ std::vector<Adapter> adapters_of(const TransformerShape& s) {
 // LM head, transformers' get_keys_to_not_convert).
 std::vector<std::string> block_linears(const TransformerShape& s) {
   std::vector<std::string> linears = {"attn.q_proj", "attn.k_proj", "attn.v_proj", "attn.o_proj"};
+  if (s.architecture == Architecture::EncoderDecoder)
+    linears.insert(linears.end(), {"cross.q_proj", "cross.k_proj", "cross.v_proj", "cross.o_proj"});
   if (s.mlp == MlpKind::Gelu) {
     linears.insert(linears.end(), {"mlp.fc_in", "mlp.fc_out"});
   } else {
@@ -83,11 +123,11 @@ std::vector<std::string> block_linears(const TransformerShape& s) {
   return linears;
 }
 
-TensorSpec& tensor_named(Layer& layer, const std::string& name) {
+TensorSpec* tensor_named(Layer& layer, const std::string& name) {
   for (TensorSpec& tensor : layer.params) {
-    if (tensor.name == name) return tensor;
+    if (tensor.name == name) return &tensor;
   }
-  throw std::logic_error("LoRA: block " + layer.name + " has no tensor " + name);
+  return nullptr;  // an encoder block has no cross-attention
 }
 
 // A block's adapters, its base in the base format, and what the frozen base changes in its
@@ -105,11 +145,13 @@ void adapt_block(Layer& layer, const TransformerShape& s, const std::vector<Adap
   for (const Adapter& adapter : adapters) {
     Elements in = 0, out = 0;
     for (const std::string& linear : adapter.linears) {
-      const TensorSpec& weight = tensor_named(layer, prefix + linear + ".weight");
-      out += weight.shape[0];
-      in = weight.shape[1];
+      const TensorSpec* weight = tensor_named(layer, prefix + linear + ".weight");
+      if (!weight) break;
+      out += weight->shape[0];
+      in = weight->shape[1];
       adapted.insert(linear);
     }
+    if (out == 0) continue;  // not a module of this block
     layer.params.push_back({prefix + adapter.path + ".lora_A.weight", {r, in}});
     layer.params.push_back({prefix + adapter.path + ".lora_B.weight", {out, r}});
     lora_flops += 2 * double(r) * double(in + out);
@@ -120,8 +162,10 @@ void adapt_block(Layer& layer, const TransformerShape& s, const std::vector<Adap
     }
   }
   if (s.lora.base_format != WeightFormat::TrainingDtype) {
-    for (const std::string& linear : block_linears(s))
-      tensor_named(layer, prefix + linear + ".weight").format = s.lora.base_format;
+    for (const std::string& linear : block_linears(s)) {
+      if (TensorSpec* weight = tensor_named(layer, prefix + linear + ".weight"))
+        weight->format = s.lora.base_format;
+    }
   }
   const auto read = [&](std::initializer_list<const char*> linears) {
     if (s.lora.dropout > 0) return false;  // lora_A saves its dropout's output instead
@@ -136,6 +180,10 @@ void adapt_block(Layer& layer, const TransformerShape& s, const std::vector<Adap
   if (!read({"attn.o_proj"})) dropped += q;
   if (!read({"mlp.fc_in", "mlp.gate_proj", "mlp.up_proj"})) dropped += h;
   if (!read({"mlp.fc_out", "mlp.down_proj"})) dropped += f;
+  if (tensor_named(layer, prefix + "cross.q_proj.weight")) {  // a decoder's cross-attention
+    if (!read({"cross.q_proj"})) dropped += h;
+    if (!read({"cross.o_proj"})) dropped += q;
+  }
   layer.activations.elements += kept_by_adapters - dropped;
   layer.activations.mask_bytes += masks;
   layer.matmul_flops_per_token += lora_flops;
@@ -165,6 +213,8 @@ std::vector<std::string> lora_target_names(const TransformerShape& shape) {
 }
 
 std::vector<std::string> default_lora_targets(const TransformerShape& shape) {
+  if (shape.architecture == Architecture::Encoder) return {"query", "value"};
+  if (shape.architecture == Architecture::EncoderDecoder) return {"q", "v"};
   if (shape.mlp == MlpKind::Gelu) return {"c_attn"};
   if (shape.family == "phi3") return {"qkv_proj"};
   return {"q_proj", "v_proj"};
@@ -205,6 +255,7 @@ void apply_lora(Model& model, const TransformerShape& shape) {
   for (Layer& layer : model.layers) {
     for (TensorSpec& tensor : layer.params) tensor.trainable = false;
     layer.frozen_matmul_flops_per_token = layer.matmul_flops_per_token;
+    layer.frozen_source_matmul_flops_per_token = layer.source_matmul_flops_per_token;
     switch (layer.kind) {
       case LayerKind::Embedding:
         // A frozen embedding has no backward: neither its token ids nor its gradient.
@@ -213,6 +264,9 @@ void apply_lora(Model& model, const TransformerShape& shape) {
         break;
       case LayerKind::LmHead:  // frozen: its input is not kept (the logits still are, for the loss)
         layer.activations.elements -= double(shape.hidden);
+        break;
+      case LayerKind::FinalNorm:  // BERT's MLM transform: its frozen dense keeps no input
+        if (layer.name == "mlm_transform") layer.activations.elements -= double(shape.hidden);
         break;
       case LayerKind::TransformerBlock:
         adapt_block(layer, shape, adapters);

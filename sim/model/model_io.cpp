@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/core/json_read.hpp"
+#include "sim/model/hf_encoders.hpp"
 #include "sim/model/layers_json.hpp"
 #include "sim/model/presets.hpp"
 
@@ -151,6 +152,7 @@ Model model_from_hf_config(const json& config, Diagnostics& diagnostics, const s
   const json* type_value = member(config, "model_type");
   std::string supported = "gpt2";
   for (const std::string& family : llama_like_families()) supported += ", " + family;
+  for (const std::string& family : encoder_families()) supported += ", " + family;
   if (!type_value)
     throw InputError(join_key(where, "model_type"), "missing; expected one of: " + supported);
   const std::string type = as_string(*type_value, join_key(where, "model_type"));
@@ -160,6 +162,8 @@ Model model_from_hf_config(const json& config, Diagnostics& diagnostics, const s
     shape = gpt2_from_hf(config, where);
   } else if (std::find(families.begin(), families.end(), type) != families.end()) {
     shape = llama_like_from_hf(config, where, type, diagnostics);
+  } else if (const auto encoder = encoder_shape_from_hf(config, where, type, diagnostics)) {
+    shape = *encoder;
   } else {
     throw InputError(join_key(where, "model_type"),
                      "unsupported model type '" + type + "'; supported: " + supported);

@@ -100,12 +100,13 @@ void add_notes(Plan& plan) {
 
 // The schedule sums activation bytes in 64 bits; a step that needs more than 2^60 bytes is a
 // mistyped batch or sequence length and is rejected before it can overflow.
-void check_activation_total(const Model& model, std::int64_t micro_batch, std::int64_t seq_len) {
+void check_activation_total(const Model& model, std::int64_t micro_batch, std::int64_t seq_len,
+                            std::int64_t target_len) {
   if (seq_len > (std::int64_t(1) << 24)) throw InputError("seq_len", "must be at most 2^24");
   if (micro_batch > (std::int64_t(1) << 30)) throw InputError("train_micro_batch_size_per_gpu", "must be at most 2^30");
   double total = 0;
   for (const auto& layer : model.layers) {
-    const ActivationBytes bytes = layer.activation_bytes(micro_batch, seq_len, 4);
+    const ActivationBytes bytes = layer.activation_bytes(micro_batch, seq_len, 4, target_len);
     total += double(bytes.stored) + double(bytes.forward_working) + double(bytes.backward_working);
   }
   if (!(total < 0x1p60)) {
@@ -265,7 +266,12 @@ Plan make_plan(PlanRequest request, ReplayDetail detail, MemoryTimeline& replay)
   check_placement(request);
   check_zeropp(request);
   check_frozen_base(request);
-  check_activation_total(plan.rank_model, plan.batch.micro_batch_per_gpu, plan.seq_len);
+  if (request.config.target_seq_len && !plan.rank_model.has_target_sequence()) {
+    throw InputError("--target-seq-len", "applies to encoder-decoder models (T5, mT5): '" +
+                                             request.model.name + "' has one sequence (--seq-len)");
+  }
+  check_activation_total(plan.rank_model, plan.batch.micro_batch_per_gpu, plan.seq_len,
+                         request.config.target_seq_len.value_or(plan.seq_len));
   const int gpus_per_node = request.cluster.node.gpus_per_node;
   ScheduleOptions options = request.options;
   // The allocator may reserve what the GPU has beyond the memory it does not manage.

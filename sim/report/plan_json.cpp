@@ -125,22 +125,25 @@ json pipeline_json(const Plan& plan) {
 
 json run_json(const Plan& plan) {
   const auto& options = plan.request.options;
-  return {{"framework", to_string(plan.request.config.framework)},
-          {"dp_size", plan.request.dp_size},
-          {"tensor_parallel", plan.request.config.tensor_parallel.size},
-          {"sequence_parallel", plan.request.config.tensor_parallel.sequence_parallel},
-          {"pipeline_parallel", plan.request.config.pipeline.size},
-          {"gpus_per_node", plan.request.cluster.node.gpus_per_node},
-          {"nodes", plan.request.cluster.nodes},
-          {"seq_len", plan.seq_len},
-          {"micro_batch_per_gpu", plan.batch.micro_batch_per_gpu},
-          {"gradient_accumulation_steps", plan.batch.gradient_accumulation_steps},
-          {"train_batch_size", plan.batch.train_batch_size},
-          {"model_states_only", options.model_states_only},
-          {"cuda_context_bytes", options.cuda_context_bytes},
-          {"library_workspace_bytes", options.library_workspace_bytes},
-          {"allocator", to_string(options.allocator.kind)},
-          {"fragmentation_fraction", options.allocator.fragmentation_fraction}};
+  json run = {{"framework", to_string(plan.request.config.framework)},
+              {"dp_size", plan.request.dp_size},
+              {"tensor_parallel", plan.request.config.tensor_parallel.size},
+              {"sequence_parallel", plan.request.config.tensor_parallel.sequence_parallel},
+              {"pipeline_parallel", plan.request.config.pipeline.size},
+              {"gpus_per_node", plan.request.cluster.node.gpus_per_node},
+              {"nodes", plan.request.cluster.nodes},
+              {"seq_len", plan.seq_len},
+              {"micro_batch_per_gpu", plan.batch.micro_batch_per_gpu},
+              {"gradient_accumulation_steps", plan.batch.gradient_accumulation_steps},
+              {"train_batch_size", plan.batch.train_batch_size},
+              {"model_states_only", options.model_states_only},
+              {"cuda_context_bytes", options.cuda_context_bytes},
+              {"library_workspace_bytes", options.library_workspace_bytes},
+              {"allocator", to_string(options.allocator.kind)},
+              {"fragmentation_fraction", options.allocator.fragmentation_fraction}};
+  if (plan.schedule.context.target_seq_len > 0)
+    run["target_seq_len"] = plan.schedule.context.target_seq_len;
+  return run;
 }
 
 Bytes integer_at(const json& object, const std::string& key, const std::string& where) {

@@ -56,6 +56,8 @@ class ScheduleBuilder {
     c.stage = zero_.stage;
     c.micro_batch = batch.micro_batch_per_gpu;
     c.seq_len = seq_len;
+    // An encoder-decoder's decoder layers run over the target (default: as long as the source).
+    if (model.has_target_sequence()) c.target_seq_len = config.target_seq_len.value_or(seq_len);
     c.grad_accumulation = batch.gradient_accumulation_steps;
     c.precision = config.precision.precision;
     c.optimizer_device = zero_.effective_offload(OffloadKind::Optimizer);
@@ -190,8 +192,9 @@ class ScheduleBuilder {
   // the kept checkpoint in place (torch.utils.checkpoint detaches it, sharing its storage).
   static Bytes recomputed_bytes(const ActivationBytes& act) { return std::max<Bytes>(0, act.stored - act.checkpoint); }
   ActivationBytes activations(std::size_t layer) const {
-    return model_.layers[layer].activation_bytes(schedule_.context.micro_batch,
-                                                 schedule_.context.seq_len, param_bytes_);
+    const auto& c = schedule_.context;
+    return model_.layers[layer].activation_bytes(c.micro_batch, c.seq_len, param_bytes_,
+                                                 c.target_seq_len);
   }
   // Elements an owner's tensors are stored in (what is gathered, read and reused), and those of
   // its trainable ones (what has gradients).
@@ -479,7 +482,8 @@ class ScheduleBuilder {
     add_dequantized(fx, owner);
     fx.add(Device::Gpu, Component::ActivationWorking, act.forward_working);
     fx.add(Device::Gpu, Component::ActivationWorking, -act.forward_working);
-    const double flops = spec.forward_flops(schedule_.context.micro_batch, schedule_.context.seq_len);
+    const auto& c = schedule_.context;
+    const double flops = spec.forward_flops(c.micro_batch, c.seq_len, c.target_seq_len);
     const Bytes touched = owner_numel(owner) * param_bytes_ + act.stored + act.forward_working;
     const auto op = emit(Op{.kind = OpKind::Forward,
                             .stream = Stream::Compute,
@@ -527,7 +531,7 @@ class ScheduleBuilder {
     const Layer& spec = model_.layers[layer];
     const int owner = owner_of(layer);
     const auto& c = schedule_.context;
-    const double forward_flops = spec.forward_flops(c.micro_batch, c.seq_len);
+    const double forward_flops = spec.forward_flops(c.micro_batch, c.seq_len, c.target_seq_len);
     std::uint32_t recompute = kNoOp;
     if (checkpointed(layer)) recompute = recompute_layer(layer, act, forward_flops);
     // Effects in the order they happen: buffers and gradients appear, the working set comes and
@@ -556,13 +560,14 @@ class ScheduleBuilder {
       fx.add(Device::Gpu, Component::UnreducedGrads, -copied_at_hook(owner) * grad_bytes_);
     }
     const Bytes touched = 2 * (owner_numel(owner) * param_bytes_ + act.stored) + act.backward_working;
-    const auto op = emit(Op{.kind = OpKind::Backward,
-                            .stream = Stream::Compute,
-                            .phase = Phase::Backward,
-                            .layer = int(layer),
-                            .flops = spec.backward_flops(c.micro_batch, c.seq_len),
-                            .memory_bytes_touched = touched},
-                         fx, {gather_dep(owner), recompute, blocking_reduce_, tp_wait_});
+    const auto op =
+        emit(Op{.kind = OpKind::Backward,
+                .stream = Stream::Compute,
+                .phase = Phase::Backward,
+                .layer = int(layer),
+                .flops = spec.backward_flops(c.micro_batch, c.seq_len, c.target_seq_len),
+                .memory_bytes_touched = touched},
+             fx, {gather_dep(owner), recompute, blocking_reduce_, tp_wait_});
     blocking_reduce_ = kNoOp;
     tensor_parallel_collectives(layer, spec.tp_backward, Phase::Backward, op);
     if (ready && !zero_.reduces_at_boundary()) add_to_buckets(owner, op);

@@ -213,7 +213,8 @@ struct ScheduleContext {
   int gpus_per_node = 1;
   int stage = 0;
   std::int64_t micro_batch = 1;
-  std::int64_t seq_len = 1;
+  std::int64_t seq_len = 1;         // an encoder-decoder's source sequence
+  std::int64_t target_seq_len = 0;  // an encoder-decoder's target sequence (0: none)
   std::int64_t grad_accumulation = 1;
   Precision precision = Precision::Fp32;
   OffloadDevice optimizer_device = OffloadDevice::None;

@@ -312,3 +312,36 @@ TEST(CliMessages, LoraFlagsCountsAndRefusals) {
 }
 
 }  // namespace
+
+namespace {
+
+// BERT and T5 (issue 21) through the binary: presets and configs, the target sequence in the
+// header, refusals by flag.
+TEST(CliMessages, EncoderModelsAndTheTargetSequence) {
+  const Result help = run("plan --help");
+  EXPECT_TRUE(contains(help.output, "--target-seq-len")) << help.output;
+  const Result t5 =
+      run("plan -m google-t5/t5-base --gpus 8 -s 2 -p bf16 -b 8 --seq-len 512 "
+          "--target-seq-len 128");
+  EXPECT_EQ(t5.exit_code, 0) << t5.output;
+  EXPECT_TRUE(contains(t5.output, "t5-base (222.9M parameters)")) << t5.output;
+  EXPECT_TRUE(contains(t5.output, "micro-batch 8 x seq 512 (target 128)")) << t5.output;
+  const Result bert = run("plan -m bert-base-uncased --gpus 1 --lora-rank 8");
+  EXPECT_EQ(bert.exit_code, 0) << bert.output;
+  EXPECT_TRUE(contains(bert.output, "LoRA r=8 on query, value: 294,912 trainable")) << bert.output;
+  const std::pair<const char*, const char*> refusals[] = {
+      {"plan -m llama2-7b --target-seq-len 128", "--target-seq-len: applies to encoder-decoder"},
+      {"plan -m t5-small --attention flash", "--attention: T5's relative position bias"},
+      {"plan -m t5-small --gpus 8 --tp 2", "--tp: tensor parallelism of t5"},
+      {"plan -m bert-base-uncased --gpus 8 -s 1 --pp 2 --grad-accum 4",
+       "--pp: pipeline parallelism of bert"},
+      {"plan -m t5-small --lora-rank 8 --lora-targets wi_0", "'wi_0' is no module of t5's blocks"},
+  };
+  for (const auto& [command, message] : refusals) {
+    const Result refused = run(command);
+    EXPECT_EQ(refused.exit_code, 2) << command << "\n" << refused.output;
+    EXPECT_TRUE(contains(refused.output, message)) << command << "\n" << refused.output;
+  }
+}
+
+}  // namespace

@@ -93,6 +93,13 @@ def main(binary):
     expect_error(ValueError, ["--quantize-base", "--lora-rank"], quantize_base="nf4")
     expect_error(TypeError, ["lora_targets"], lora_rank=8, lora_targets=3)
 
+    # T5: the target sequence as a keyword.
+    t5 = zerolens.plan(model="t5-small", gpus=2, stage=2, precision="bf16", seq_len=512, target_seq_len=64)
+    check(t5 == cli_json(binary, "plan", "--model", "t5-small", "--gpus", "2", "--stage", "2", "--precision", "bf16",
+                         "--seq-len", "512", "--target-seq-len", "64", "--json"),
+          "plan(target_seq_len=...) differs from plan --target-seq-len --json")
+    check(t5["run"]["target_seq_len"] == 64, f"run {t5['run']}")
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         zerolens.plan(set={"zero_optimization.not_a_key": 1})

@@ -76,11 +76,24 @@ TEST(ScheduleInvariants, HoldForEveryStageOffloadAndOption) {
   const Model lora = build_transformer("small-lora", lora_shape);
   lora_shape.lora.base_format = WeightFormat::Nf4DoubleQuant;
   const Model qlora = build_transformer("small-qlora", lora_shape);
+  // An encoder-decoder (T5's layers: two stacks, a shared embedding used three times).
+  TransformerShape t5_shape = *full.shape;
+  t5_shape.family = "t5";
+  t5_shape.architecture = Architecture::EncoderDecoder;
+  t5_shape.layers = 2;
+  t5_shape.decoder_layers = 2;
+  t5_shape.relative_attention_buckets = 32;
+  t5_shape.norm = NormKind::RmsNorm;
+  t5_shape.qkv_bias = t5_shape.out_proj_bias = t5_shape.mlp_bias = false;
+  t5_shape.learned_positions = false;
+  t5_shape.loss_in_fp32 = false;
+  const Model t5 = build_transformer("small-t5", t5_shape);
   for (const auto& [c, model] : [&] {
          std::vector<std::pair<Case, const Model*>> all;
          for (const auto& c : cases()) {
            all.push_back({c, &full});
            all.push_back({c, &lora});
+           all.push_back({c, &t5});
            if (c.param == OffloadDevice::None) all.push_back({c, &qlora});
          }
          return all;
