@@ -16,6 +16,7 @@
 #include "sim/hardware/hardware.hpp"
 #include "sim/model/presets.hpp"
 #include "sim/plan/request.hpp"
+#include "sim/plan/variants.hpp"
 #include "sim/predict/prediction.hpp"
 #include "sim/predict/sweep.hpp"
 #include "sim/report/plan_json.hpp"
@@ -244,6 +245,19 @@ py::object plan(const py::kwargs& kwargs) {
   return to_python(document);
 }
 
+// DP, ZeRO-1/2/3 and each offload variant of the same job side by side (plan --compare --json).
+py::object compare(const py::kwargs& kwargs) {
+  py::dict rest;
+  const PlanRequest request = request_of(plan_inputs(kwargs, rest));
+  refuse_rest(rest, names_of(plan_keywords()));
+  nlohmann::json document;
+  {
+    const py::gil_scoped_release unlocked;
+    document = compare_to_json(compare_variants(request));
+  }
+  return to_python(document);
+}
+
 double efficiency(const py::dict& rest, const char* name, double fallback) {
   if (!rest.contains(name)) return fallback;
   const double value = as<double>(rest[name], name, "float");
@@ -381,7 +395,7 @@ PYBIND11_MODULE(zerolens, module) {
   using namespace zerolens;
   module.doc() =
       "zerolens: plan ZeRO data-parallel training (DeepSpeed, FSDP) before launch.\n"
-      "plan(), trace() and sweep() take the CLI's planning flags as keywords (stage=3, "
+      "plan(), compare(), trace() and sweep() take the CLI's planning flags as keywords (stage=3, "
       "offload_optimizer='cpu', deepspeed_config=<dict or path>, set={'dotted.key': value}) and "
       "return "
       "what `zerolens plan|trace|sweep --json` prints. Bad input raises ValueError (the key or "
@@ -401,5 +415,8 @@ PYBIND11_MODULE(zerolens, module) {
       "stages=, "
       "optimizer_offloads=, param_offloads=, micro_batches=, checkpointing=, tp_sizes=, pp_sizes=, "
       "virtual_stage_counts=, sequence_parallel=, zeropp=, search_parallelism=, jobs=, all=.");
+  module.def("compare", &compare,
+             "DP vs ZeRO-1/2/3 vs each offload variant of the same job, each variant's plan "
+             "(schema zerolens.compare: what `zerolens plan --compare --json` prints).");
   module.def("presets", &presets, "The model and cluster presets' names.");
 }

@@ -196,6 +196,14 @@ json plan_to_json(const Plan& plan) {
   return out;
 }
 
+json compare_to_json(const std::vector<VariantPlan>& plans) {
+  json rows = json::array();
+  for (const auto& [variant, plan] : plans) {
+    rows.push_back({{"variant", variant.label}, {"plan", plan_to_json(plan)}});
+  }
+  return {{"schema", "zerolens.compare"}, {"version", kPlanJsonVersion}, {"variants", rows}};
+}
+
 PlanFigures plan_figures(const Plan& plan) {
   PlanFigures figures;
   for (int d = 0; d < kDeviceCount; ++d) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ctest python.module: the Python module against the CLI (a second front end over the same sim):
-plan(), trace() and sweep() return what `zerolens plan|trace|sweep --json` prints for the same
-flags; a DeepSpeed config given as a dict plans as the same file; bad keywords and values raise
+plan(), compare(), trace() and sweep() return what `zerolens plan [--compare]|trace|sweep --json`
+prints for the same flags; a DeepSpeed config given as a dict plans as the same file; bad keywords and values raise
 TypeError or zerolens.InputError (a ValueError) naming them.
 usage: check_module.py ZEROLENS   (the module on PYTHONPATH)"""
 import json
@@ -47,6 +47,18 @@ def main(binary):
     keywords = dict(model="llama2-7b", gpus=16, stage=3, precision="bf16", micro_batch=2, offload_optimizer="cpu",
                     activation_checkpointing=True)
     check(zerolens.plan(**keywords) == cli_json(binary, "plan", *flags, "--json"), "plan() differs from plan --json")
+
+    compared = zerolens.compare(**keywords)
+    check(compared == cli_json(binary, "plan", *flags, "--compare", "--json"),
+          "compare() differs from plan --compare --json")
+    check([v["variant"] for v in compared["variants"]][:4] == ["DP", "ZeRO-1", "ZeRO-2", "ZeRO-3"],
+          f"compare() variants {[v['variant'] for v in compared['variants']]}")
+    expect_compare_error = [False]
+    try:
+        zerolens.compare(stagee=3)
+    except TypeError as error:
+        expect_compare_error[0] = "did you mean 'stage'" in str(error)
+    check(expect_compare_error[0], "compare() took an unknown keyword")
 
     trace = zerolens.trace(**keywords, ranks=2, compute_efficiency=0.4)
     with tempfile.TemporaryDirectory() as directory:
@@ -126,7 +138,7 @@ def main(binary):
 
     if failures:
         sys.exit("FAIL:\n  " + "\n  ".join(failures))
-    print("ok: plan, trace and sweep agree with the CLI; errors name the keyword or key")
+    print("ok: plan, compare, trace and sweep agree with the CLI; errors name the keyword or key")
 
 
 if __name__ == "__main__":
