@@ -24,14 +24,6 @@ struct PlanCommand {
   std::string output;
 };
 
-nlohmann::json compare_json(const std::vector<VariantPlan>& plans) {
-  nlohmann::json rows = nlohmann::json::array();
-  for (const auto& [variant, plan] : plans) {
-    rows.push_back({{"variant", variant.label}, {"plan", plan_to_json(plan)}});
-  }
-  return {{"schema", "zerolens.compare"}, {"version", kPlanJsonVersion}, {"variants", rows}};
-}
-
 nlohmann::json max_model_json(const std::vector<MaxModel>& results) {
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& r : results) {
@@ -61,7 +53,8 @@ int run_plan(const PlanCommand& command) {
   std::ostream& out = output.stream();
   if (command.compare) {
     const auto plans = compare_variants(request);
-    if (command.json) out << compare_json(plans).dump(2) << '\n';
+    if (command.json)
+      out << compare_to_json(plans).dump(2) << '\n';
     else if (command.csv) print_compare_csv(out, plans);
     else print_compare(out, plans, unit);
     return kExitOk;
@@ -74,6 +67,10 @@ int run_plan(const PlanCommand& command) {
     return kExitOk;
   }
   if (command.deepspeed_estimate) {
+    if (request.model.trainable_parameter_count() < request.model.parameter_count())
+      throw InputError("--deepspeed-estimate",
+                       "DeepSpeed's estimators count every parameter as trained; they do not "
+                       "apply to a frozen base (--lora-rank)");
     print_deepspeed_estimates(out, request, unit);
     return kExitOk;
   }

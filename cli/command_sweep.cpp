@@ -20,6 +20,7 @@
 #include "cli/table.hpp"
 #include "cli/timeline_options.hpp"
 #include "cli/validators.hpp"
+#include "sim/model/lora.hpp"
 #include "sim/predict/sweep.hpp"
 #include "sim/report/sweep_json.hpp"
 
@@ -230,6 +231,7 @@ void print_header(std::ostream& out, const SweepReport& report, const PlanReques
       << report.train_batch_size;
   if (report.families.size() == 1)
     out << " (" << report.batch_per_rank << " per data-parallel rank)";
+  if (const std::string lora = lora_summary(base.model); !lora.empty()) out << '\n' << lora;
   out << '\n'
       << report.evaluated << " configurations evaluated in " << fixed(seconds, 2) << " s ("
       << threads << (threads > 1 ? " threads" : " thread") << ")";

@@ -97,6 +97,26 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
                  "Dropout probability of a transformer (0: no dropout masks or outputs kept; "
                  "default: the model's)")
       ->check(CLI::Range(0.0, 0.999));
+  auto* lora = "LoRA fine-tuning";
+  app.add_option("--lora-rank", o.lora_rank,
+                 "LoRA: freeze the model and train adapters of this rank on --lora-targets (no "
+                 "gradients, master copy or optimizer states for the frozen base)")
+      ->check(integer_in(1, 65536))
+      ->group(lora);
+  app.add_option("--lora-targets", o.lora_targets,
+                 "LoRA: the modules adapted, PEFT's names as a comma list (q_proj,v_proj; c_attn "
+                 "for GPT-2; all-linear); default PEFT's for the family")
+      ->group(lora);
+  app.add_option("--quantize-base", o.quantize_base,
+                 "QLoRA: store the frozen base's linear weights as 4-bit NF4 with bitsandbytes' "
+                 "double quantization (nf4), without it (nf4-no-double-quant), or not (none)")
+      ->check(CLI::IsMember({"none", "nf4", "nf4-no-double-quant"}))
+      ->group(lora);
+  app.add_option("--lora-dropout", o.lora_dropout,
+                 "LoRA: PEFT's lora_dropout (default 0; above 0 each adapter keeps its dropout's "
+                 "mask and output)")
+      ->check(CLI::Range(0.0, 0.999))
+      ->group(lora);
   auto* zero = "DeepSpeed fields";
   app.add_option("-s,--stage", o.stage, "zero_optimization.stage (0 = plain data parallelism)")
       ->check(integer_in(0, 3))
@@ -137,8 +157,14 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
                  "train_batch_size (= micro x accumulation x ranks)")
       ->check(positive_integer())
       ->group(zero);
-  app.add_option("--seq-len", o.seq_len, "Sequence length (default: the model's maximum)")
+  app.add_option("--seq-len", o.seq_len,
+                 "Sequence length (default: the model's maximum); an encoder-decoder's source")
       ->check(positive_integer())
+      ->group(zero);
+  app.add_option("--target-seq-len", o.target_seq_len,
+                 "An encoder-decoder's (T5's) target sequence, its decoder's length (default: "
+                 "--seq-len)")
+      ->check(integer_in(1, std::int64_t(1) << 24))
       ->group(zero);
   add_named(app, "-p,--precision", "--precision", o.precision, parse_precision,
             "fp32|fp16|bf16 (sets the fp16/bf16 blocks; DeepSpeed's default is fp32)",

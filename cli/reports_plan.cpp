@@ -3,6 +3,7 @@
 
 #include "cli/reports.hpp"
 #include "cli/table.hpp"
+#include "sim/model/lora.hpp"
 
 namespace zerolens::cli {
 namespace {
@@ -204,13 +205,17 @@ std::string describe_setup(const Plan& plan) {
   } else {
     text += r.config.zero.description() + ", ";
   }
-  text += precision_label(r.config) + ", " + to_string(r.config.optimizer.type) + "; micro-batch " +
-          std::to_string(plan.batch.micro_batch_per_gpu) + " x seq " +
-          std::to_string(plan.seq_len) + ", gradient accumulation " +
-          std::to_string(plan.batch.gradient_accumulation_steps) + ", global batch " +
-          std::to_string(plan.batch.train_batch_size) + "; activation checkpointing " +
-          (r.config.activation_checkpointing.enabled ? "on" : "off") +
-          (r.options.model_states_only ? "; model states only" : "");
+  text +=
+      precision_label(r.config) + ", " + to_string(r.config.optimizer.type) + "; micro-batch " +
+      std::to_string(plan.batch.micro_batch_per_gpu) + " x seq " + std::to_string(plan.seq_len) +
+      (plan.schedule.context.target_seq_len > 0
+           ? " (target " + std::to_string(plan.schedule.context.target_seq_len) + ")"
+           : "") +
+      ", gradient accumulation " + std::to_string(plan.batch.gradient_accumulation_steps) +
+      ", global batch " + std::to_string(plan.batch.train_batch_size) +
+      "; activation checkpointing " + (r.config.activation_checkpointing.enabled ? "on" : "off") +
+      (r.options.model_states_only ? "; model states only" : "");
+  if (const std::string lora = lora_summary(r.model); !lora.empty()) text += "\n" + lora;
   return text;
 }
 

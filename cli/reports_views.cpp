@@ -4,6 +4,7 @@
 
 #include "cli/reports.hpp"
 #include "cli/table.hpp"
+#include "sim/model/lora.hpp"
 
 namespace zerolens::cli {
 namespace {
@@ -78,7 +79,10 @@ void print_max_models(std::ostream& out, const std::vector<MaxModel>& results, c
       << to_string(c.optimizer.type) << ", micro-batch " << c.batch.micro_batch_per_gpu.value_or(1)
       << " x seq " << (c.seq_len ? std::to_string(*c.seq_len) : std::string("its own default"))
       << ", activation checkpointing " << (c.activation_checkpointing.enabled ? "on" : "off")
-      << " (--precision, --micro-batch, --seq-len, --activation-checkpointing change it)\n\n";
+      << " (--precision, --micro-batch, --seq-len, --activation-checkpointing change it)\n";
+  if (const std::string lora = lora_summary(base.model); !lora.empty())
+    out << "each fine-tuned as the model given: " << lora << '\n';
+  out << '\n';
   Table table({"variant", "largest model", "parameters",
                "the next one stops at (GPU per rank, CPU/NVMe per node)"});
   for (const auto& result : results) {

@@ -29,13 +29,14 @@ void add_run_options(CLI::App& command, RunFlags& flags) {
   for (const char* name : {"--virtual-stages", "--shard-group", "--hpz", "--quantized-weights",
                            "--quantized-gradients", "--framework", "--reshard-after-forward",
                            "--reduce-dtype", "--cpu-checkpointing", "--dropout", "--ep",
-                           "--capacity-factor", "--min-capacity"})
+                           "--capacity-factor", "--min-capacity", "--lora-rank", "--lora-targets",
+                           "--quantize-base", "--lora-dropout", "--target-seq-len"})
     command.get_option(name)->group("");
   command.footer(
       "Flags of parallelism and frameworks the executor does not run (interleaved pipeline "
-      "stages, expert parallelism, ZeRO++, hybrid sharding, FSDP, CPU checkpointing, dropout) are "
-      "refused by name and not listed here; `zerolens plan --help` lists every planning flag. "
-      "--tp, --sp and --pp run on --device cpu: mpirun -np (DP x TP x PP) ranks.");
+      "stages, expert parallelism, ZeRO++, hybrid sharding, FSDP, CPU checkpointing, dropout, "
+      "LoRA) are refused by name and not listed here; `zerolens plan --help` lists every planning "
+      "flag. --tp, --sp and --pp run on --device cpu: mpirun -np (DP x TP x PP) ranks.");
   const char* group = "Training run";
   command.add_option("--steps", flags.training.steps, "Optimizer steps to run")
       ->capture_default_str()

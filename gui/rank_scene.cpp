@@ -31,6 +31,7 @@ constexpr std::array kStackOrder = {Component::CudaContext,
                                     Component::ParamsPartition,
                                     Component::ParamsPersistent,
                                     Component::ParamsSecondary,
+                                    Component::ParamsQuantizationState,
                                     Component::GradsFull,
                                     Component::GradsPartition,
                                     Component::MasterPartition,
@@ -43,6 +44,7 @@ constexpr std::array kStackOrder = {Component::CudaContext,
                                     Component::ReduceBucket,
                                     Component::Fp32GradCast,
                                     Component::OptimizerTemporaries,
+                                    Component::DequantizedWeight,
                                     Component::OffloadStaging,
                                     Component::NvmeSwapBuffers};
 static_assert(kStackOrder.size() == kComponentCount);
@@ -174,6 +176,10 @@ const char* block_label(Component component) {
       return "optimizer temp";
     case Component::ParamsSecondary:
       return "hpZ copy";
+    case Component::ParamsQuantizationState:
+      return "4-bit absmax";
+    case Component::DequantizedWeight:
+      return "dequantized";
     default:
       return category_label(category_of(component));
   }

@@ -16,6 +16,7 @@
 #include "sim/hardware/hardware.hpp"
 #include "sim/model/presets.hpp"
 #include "sim/plan/request.hpp"
+#include "sim/plan/variants.hpp"
 #include "sim/predict/prediction.hpp"
 #include "sim/predict/sweep.hpp"
 #include "sim/report/plan_json.hpp"
@@ -105,6 +106,20 @@ void set_keys(PlanInputs& inputs, const py::handle& value, const std::string& ke
   }
 }
 
+// lora_targets="q_proj,v_proj" as the CLI's flag, or a list of names as PEFT's target_modules.
+void set_lora_targets(PlanInputs& inputs, const py::handle& value, const std::string& keyword) {
+  if (py::isinstance<py::str>(value)) {
+    inputs.lora_targets = value.cast<std::string>();
+    return;
+  }
+  if (!py::isinstance<py::list>(value) && !py::isinstance<py::tuple>(value))
+    throw py::type_error(keyword + ": expected a str (comma list) or a list of module names");
+  std::string joined;
+  for (const auto& item : value)
+    joined += (joined.empty() ? "" : ",") + as<std::string>(item, keyword, "str module names");
+  inputs.lora_targets = joined;
+}
+
 const std::map<std::string, Setter>& plan_keywords() {
   static const std::map<std::string, Setter> keywords{
       {"model", ZL_FIELD(std::string, model, "str")},
@@ -116,6 +131,10 @@ const std::map<std::string, Setter>& plan_keywords() {
       {"gpus_per_node", ZL_FIELD(int, gpus_per_node, "int")},
       {"attention", ZL_FIELD(std::string, attention, "str")},
       {"dropout", ZL_FIELD(double, dropout, "float")},
+      {"lora_rank", ZL_FIELD(int, lora_rank, "int")},
+      {"lora_targets", set_lora_targets},
+      {"quantize_base", ZL_FIELD(std::string, quantize_base, "str")},
+      {"lora_dropout", ZL_FIELD(double, lora_dropout, "float")},
       {"framework", ZL_NAMED(framework, parse_framework)},
       {"reshard_after_forward", ZL_FIELD(bool, reshard_after_forward, "bool")},
       {"reduce_dtype", ZL_NAMED(reduce_dtype, parse_precision)},
@@ -139,6 +158,7 @@ const std::map<std::string, Setter>& plan_keywords() {
       {"grad_accum", ZL_FIELD(std::int64_t, grad_accum, "int")},
       {"train_batch", ZL_FIELD(std::int64_t, train_batch, "int")},
       {"seq_len", ZL_FIELD(std::int64_t, seq_len, "int")},
+      {"target_seq_len", ZL_FIELD(std::int64_t, target_seq_len, "int")},
       {"tp", ZL_FIELD(int, tensor_parallel, "int")},
       {"sp", ZL_FIELD(bool, sequence_parallel, "bool")},
       {"pp", ZL_FIELD(int, pipeline_parallel, "int")},
@@ -224,6 +244,19 @@ py::object plan(const py::kwargs& kwargs) {
   {
     const py::gil_scoped_release unlocked;
     document = plan_to_json(make_plan(request));
+  }
+  return to_python(document);
+}
+
+// DP, ZeRO-1/2/3 and each offload variant of the same job side by side (plan --compare --json).
+py::object compare(const py::kwargs& kwargs) {
+  py::dict rest;
+  const PlanRequest request = request_of(plan_inputs(kwargs, rest));
+  refuse_rest(rest, names_of(plan_keywords()));
+  nlohmann::json document;
+  {
+    const py::gil_scoped_release unlocked;
+    document = compare_to_json(compare_variants(request));
   }
   return to_python(document);
 }
@@ -365,7 +398,7 @@ PYBIND11_MODULE(zerolens, module) {
   using namespace zerolens;
   module.doc() =
       "zerolens: plan ZeRO data-parallel training (DeepSpeed, FSDP) before launch.\n"
-      "plan(), trace() and sweep() take the CLI's planning flags as keywords (stage=3, "
+      "plan(), compare(), trace() and sweep() take the CLI's planning flags as keywords (stage=3, "
       "offload_optimizer='cpu', deepspeed_config=<dict or path>, set={'dotted.key': value}) and "
       "return "
       "what `zerolens plan|trace|sweep --json` prints. Bad input raises ValueError (the key or "
@@ -385,5 +418,8 @@ PYBIND11_MODULE(zerolens, module) {
       "stages=, "
       "optimizer_offloads=, param_offloads=, micro_batches=, checkpointing=, tp_sizes=, pp_sizes=, "
       "virtual_stage_counts=, sequence_parallel=, zeropp=, search_parallelism=, jobs=, all=.");
+  module.def("compare", &compare,
+             "DP vs ZeRO-1/2/3 vs each offload variant of the same job, each variant's plan "
+             "(schema zerolens.compare: what `zerolens plan --compare --json` prints).");
   module.def("presets", &presets, "The model and cluster presets' names.");
 }

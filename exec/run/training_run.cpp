@@ -150,6 +150,12 @@ void require_checkpointable(const Plan& plan, const TrainingOptions& options) {
 }  // namespace
 
 void check_trainable(const Plan& plan) {
+  const Model& model = plan.request.model;
+  if (model.trainable_parameter_count() < model.parameter_count()) {
+    throw InputError("--lora-rank",
+                     "zerolens run trains every parameter of its GPT-2; LoRA and "
+                     "QLoRA are planned (zerolens plan, trace, sweep), not run");
+  }
   const int stages = std::max<int>(1, int(plan.pipeline_stages.size()));
   for (int stage = 0; stage < stages; ++stage)
     gpt2_layout(rank_model(plan, stage), gpt2_options(plan, 0, 0));

@@ -248,6 +248,8 @@ void TrainingConfig::validate() const {
   require(gradient_clipping >= 0, "gradient_clipping", "must not be negative");
   require(gradient_predivide_factor > 0, "gradient_predivide_factor", "must be positive");
   require(!seq_len || *seq_len >= 1, "--seq-len", "must be positive");
+  require(!target_seq_len || (*target_seq_len >= 1 && *target_seq_len <= (std::int64_t(1) << 24)),
+          "--target-seq-len", "must be between 1 and 2^24");
   require(optimizer.momentum >= 0 && optimizer.momentum < 1, "optimizer.params.momentum", "must be in [0, 1)");
   require(!is_fsdp() || zero.stage == 3, "--framework",
           std::string(to_string(framework)) + " shards parameters (stage 3; stage is " +

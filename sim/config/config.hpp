@@ -219,6 +219,9 @@ struct TrainingConfig {
   bool prescale_gradients = false;
   double gradient_predivide_factor = 1.0;
   std::optional<std::int64_t> seq_len;  // not a DeepSpeed key: from the CLI or the model default
+  // An encoder-decoder's target (decoder) sequence; unset: seq_len, the source's. Not a DeepSpeed
+  // key: --target-seq-len.
+  std::optional<std::int64_t> target_seq_len;
 
   // Checks cross-field rules (param offload below stage 3, nvme without nvme_path, ...). Throws
   // InputError naming the key.

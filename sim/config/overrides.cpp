@@ -253,6 +253,10 @@ void apply_overrides(TrainingConfig& config, const ConfigOverrides& overrides,
   if (overrides.seq_len) {
     config.seq_len = *overrides.seq_len == 0 ? std::nullopt : std::optional(*overrides.seq_len);
   }
+  if (overrides.target_seq_len) {
+    config.target_seq_len =
+        *overrides.target_seq_len == 0 ? std::nullopt : std::optional(*overrides.target_seq_len);
+  }
   apply_set(config, overrides.set, diagnostics, hidden_size);
 }
 

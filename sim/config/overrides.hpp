@@ -37,6 +37,7 @@ struct ConfigOverrides {
   // The micro-batch when neither the document nor these name a batch size (the CLI's 1).
   std::optional<std::int64_t> micro_batch_if_unset;
   std::optional<std::int64_t> seq_len;  // not a DeepSpeed key; 0: the model's default
+  std::optional<std::int64_t> target_seq_len;  // encoder-decoders' target; 0: seq_len
   // Tensor parallelism (tensor_parallel.autotp_size) and sequence parallelism (not a DeepSpeed
   // key).
   std::optional<int> tensor_parallel;

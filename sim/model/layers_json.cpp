@@ -5,6 +5,7 @@
 
 #include "sim/core/json_read.hpp"
 #include "sim/model/layers_json.hpp"
+#include "sim/model/lora.hpp"
 
 namespace zerolens {
 namespace {
@@ -36,10 +37,31 @@ constexpr TermField kTermFields[] = {
     {"forward_working_elements", &ActivationTerms::forward_working_elements},
     {"forward_working_fixed_bytes", &ActivationTerms::forward_working_fixed_bytes},
     {"backward_working_elements", &ActivationTerms::backward_working_elements},
-    {"backward_working_elements_per_position", &ActivationTerms::backward_working_elements_per_position},
+    {"backward_working_elements_per_position",
+     &ActivationTerms::backward_working_elements_per_position},
     {"backward_working_fixed_bytes", &ActivationTerms::backward_working_fixed_bytes},
     {"forward_upcast_elements", &ActivationTerms::forward_upcast_elements},
     {"backward_downcast_elements", &ActivationTerms::backward_downcast_elements},
+    {"fixed_bytes_per_position", &ActivationTerms::fixed_bytes_per_position},
+    {"elements_per_source_position", &ActivationTerms::elements_per_source_position},
+    {"fixed_bytes_per_source_position", &ActivationTerms::fixed_bytes_per_source_position},
+    {"mask_bytes_per_source_position", &ActivationTerms::mask_bytes_per_source_position},
+    {"source_elements", &ActivationTerms::source_elements},
+    {"backward_working_elements_per_source_position",
+     &ActivationTerms::backward_working_elements_per_source_position},
+};
+
+// The FLOP fields of a layer beyond its matmuls and attention (written when not 0).
+struct FlopField {
+  const char* key;
+  double Layer::*field;
+};
+constexpr FlopField kExtraFlopFields[] = {
+    {"frozen_matmul_flops_per_token", &Layer::frozen_matmul_flops_per_token},
+    {"attention_flops_per_token_source_position",
+     &Layer::attention_flops_per_token_source_position},
+    {"source_matmul_flops_per_token", &Layer::source_matmul_flops_per_token},
+    {"frozen_source_matmul_flops_per_token", &Layer::frozen_source_matmul_flops_per_token},
 };
 
 constexpr double kMaxPerToken = 1e12;
@@ -78,14 +100,33 @@ TensorSpec read_tensor(const json& object, const std::string& where) {
     }
   }
   if (numel > std::int64_t(1) << 50) throw InputError(join_key(where, "shape"), "tensor too large (over 2^50 elements)");
+  if (const json* trainable = member(object, "trainable"))
+    tensor.trainable = as_bool(*trainable, join_key(where, "trainable"));
+  if (const json* format = member(object, "format")) {
+    const std::string text = as_string(*format, join_key(where, "format"));
+    bool known = false;
+    for (const WeightFormat f :
+         {WeightFormat::TrainingDtype, WeightFormat::Nf4, WeightFormat::Nf4DoubleQuant}) {
+      if (text == to_string(f)) tensor.format = f, known = true;
+    }
+    if (!known)
+      throw InputError(
+          join_key(where, "format"),
+          "unknown format '" + text + "' (expected training_dtype, nf4 or nf4_double_quant)");
+  }
   return tensor;
 }
 
 Layer read_layer(const json& object, const std::string& where, const std::map<std::string, int>& earlier,
                  const std::vector<Layer>& layers, Diagnostics& diagnostics) {
   as_object(object, where);
-  warn_unknown_keys(object, {"name", "kind", "params", "shares_params_of", "activations", "matmul_flops_per_token",
-                             "attention_flops_per_token_position"}, where, diagnostics);
+  warn_unknown_keys(
+      object,
+      {"name", "kind", "params", "shares_params_of", "activations", "matmul_flops_per_token",
+       "attention_flops_per_token_position", "frozen_matmul_flops_per_token",
+       "attention_flops_per_token_source_position", "source_matmul_flops_per_token",
+       "frozen_source_matmul_flops_per_token", "on_target"},
+      where, diagnostics);
   Layer layer;
   const json* name = member(object, "name");
   if (!name) throw InputError(join_key(where, "name"), "missing");
@@ -123,6 +164,18 @@ Layer read_layer(const json& object, const std::string& where, const std::map<st
   if (const json* flops = member(object, "attention_flops_per_token_position")) {
     layer.attention_flops_per_token_position = as_double(*flops, join_key(where, "attention_flops_per_token_position"), 0, 1e15);
   }
+  for (const auto& f : kExtraFlopFields) {
+    if (const json* flops = member(object, f.key))
+      layer.*f.field = as_double(*flops, join_key(where, f.key), 0, 1e15);
+  }
+  if (layer.frozen_matmul_flops_per_token > layer.matmul_flops_per_token)
+    throw InputError(join_key(where, "frozen_matmul_flops_per_token"),
+                     "must not exceed matmul_flops_per_token");
+  if (layer.frozen_source_matmul_flops_per_token > layer.source_matmul_flops_per_token)
+    throw InputError(join_key(where, "frozen_source_matmul_flops_per_token"),
+                     "must not exceed source_matmul_flops_per_token");
+  if (const json* target = member(object, "on_target"))
+    layer.on_target = as_bool(*target, join_key(where, "on_target"));
   return layer;
 }
 
@@ -170,6 +223,19 @@ json shape_to_json(const TransformerShape& s) {
                     {"qk_rope_head_dim", a.qk_rope_head_dim},
                     {"qk_nope_head_dim", a.qk_nope_head_dim},
                     {"v_head_dim", a.v_head_dim}};
+  }
+  if (s.architecture != Architecture::Decoder) {
+    shape["architecture"] = to_string(s.architecture);
+    shape["token_types"] = s.token_types;
+    shape["decoder_layers"] = s.decoder_layers;
+    shape["relative_attention_buckets"] = s.relative_attention_buckets;
+    shape["loss_in_fp32"] = s.loss_in_fp32;
+  }
+  if (s.lora.active()) {
+    shape["lora"] = {{"rank", s.lora.rank},
+                     {"targets", s.lora.targets},
+                     {"base_format", to_string(s.lora.base_format)},
+                     {"dropout", s.lora.dropout}};
   }
   return shape;
 }
@@ -228,6 +294,40 @@ std::string one_of(const json& object, const std::string& key, const std::string
                    "unknown value '" + text + "' (expected " + expected + ")");
 }
 
+// A shape's LoRA (written whole when it has one), checked under the file's keys.
+LoraConfig lora_from_json(const json& object, TransformerShape shape, const std::string& where) {
+  as_object(object, where);
+  for (const char* key : {"rank", "targets", "base_format", "dropout"}) {
+    if (!object.contains(key))
+      throw InputError(join_key(where, key), "missing (LoRA is written whole)");
+  }
+  LoraConfig& lora = shape.lora;
+  lora.rank = int(as_int(object.at("rank"), join_key(where, "rank"), 1, 65536));
+  const json& targets = object.at("targets");
+  if (!targets.is_array())
+    throw InputError(join_key(where, "targets"), "must be an array of module names");
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    lora.targets.push_back(
+        as_string(targets[i], join_key(where, "targets[" + std::to_string(i) + "]")));
+  }
+  const std::string format = as_string(object.at("base_format"), join_key(where, "base_format"));
+  if (format == to_string(WeightFormat::Nf4)) {
+    lora.base_format = WeightFormat::Nf4;
+  } else if (format == to_string(WeightFormat::Nf4DoubleQuant)) {
+    lora.base_format = WeightFormat::Nf4DoubleQuant;
+  } else if (format != to_string(WeightFormat::TrainingDtype)) {
+    throw InputError(
+        join_key(where, "base_format"),
+        "unknown format '" + format + "' (expected training_dtype, nf4 or nf4_double_quant)");
+  }
+  lora.dropout = as_double(object.at("dropout"), join_key(where, "dropout"), 0, 0.999);
+  check_lora(shape, {.rank = join_key(where, "rank"),
+                     .targets = join_key(where, "targets"),
+                     .base_format = join_key(where, "base_format"),
+                     .dropout = join_key(where, "dropout")});
+  return lora;
+}
+
 // Every key is required: the shape is written whole, and a partial one would be a different model.
 TransformerShape shape_from_json(const json& object, const std::string& where) {
   as_object(object, where);
@@ -269,6 +369,24 @@ TransformerShape shape_from_json(const json& object, const std::string& where) {
   if (object.contains("sandwich_norms")) s.sandwich_norms = flag("sandwich_norms");
   if (object.contains("moe")) s.moe = moe_from_json(object.at("moe"), join_key(where, "moe"));
   if (object.contains("mla")) s.mla = mla_from_json(object.at("mla"), join_key(where, "mla"));
+  if (object.contains("architecture")) {  // then written with its fields
+    const std::string text =
+        one_of(object, "architecture", where, {"decoder", "encoder", "encoder_decoder"});
+    s.architecture = text == "encoder"           ? Architecture::Encoder
+                     : text == "encoder_decoder" ? Architecture::EncoderDecoder
+                                                 : Architecture::Decoder;
+    for (const char* key :
+         {"token_types", "decoder_layers", "relative_attention_buckets", "loss_in_fp32"}) {
+      if (!object.contains(key))
+        throw InputError(join_key(where, key), "missing (written with the architecture)");
+    }
+    s.token_types = integer("token_types", 0, 1 << 24);
+    s.decoder_layers = int(integer("decoder_layers", 0, 10'000));
+    s.relative_attention_buckets = integer("relative_attention_buckets", 0, 1 << 16);
+    s.loss_in_fp32 = flag("loss_in_fp32");
+  }
+  if (const json* lora = member(object, "lora"))
+    s.lora = lora_from_json(*lora, s, join_key(where, "lora"));
   s.validate(where);
   return s;
 }
@@ -327,7 +445,13 @@ json model_to_json(const Model& model) {
   for (const auto& layer : model.layers) {
     json entry = {{"name", layer.name}, {"kind", to_string(layer.kind)}};
     json params = json::array();
-    for (const auto& tensor : layer.params) params.push_back({{"name", tensor.name}, {"shape", tensor.shape}});
+    for (const auto& tensor : layer.params) {
+      json entry_tensor = {{"name", tensor.name}, {"shape", tensor.shape}};
+      if (!tensor.trainable) entry_tensor["trainable"] = false;
+      if (tensor.format != WeightFormat::TrainingDtype)
+        entry_tensor["format"] = to_string(tensor.format);
+      params.push_back(entry_tensor);
+    }
     entry["params"] = params;
     if (layer.shares_params_of >= 0) entry["shares_params_of"] = model.layers[std::size_t(layer.shares_params_of)].name;
     json terms = json::object();
@@ -337,6 +461,10 @@ json model_to_json(const Model& model) {
     entry["activations"] = terms;
     entry["matmul_flops_per_token"] = layer.matmul_flops_per_token;
     entry["attention_flops_per_token_position"] = layer.attention_flops_per_token_position;
+    for (const auto& f : kExtraFlopFields) {
+      if (layer.*f.field != 0) entry[f.key] = layer.*f.field;
+    }
+    if (layer.on_target) entry["on_target"] = true;
     layers.push_back(entry);
   }
   json out = {{"format", "zerolens.model"},

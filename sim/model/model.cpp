@@ -6,6 +6,8 @@
 
 #include "sim/core/error.hpp"
 #include "sim/model/moe.hpp"
+#include "sim/model/encoder_models.hpp"
+#include "sim/model/lora.hpp"
 
 namespace zerolens {
 
@@ -41,6 +43,24 @@ Elements Layer::numel() const {
   return count;
 }
 
+Elements Layer::trainable_numel() const {
+  Elements count = 0;
+  for (const auto& tensor : params) count += tensor.trainable ? tensor.numel() : 0;
+  return count;
+}
+
+const char* to_string(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::TrainingDtype:
+      return "training_dtype";
+    case WeightFormat::Nf4:
+      return "nf4";
+    case WeightFormat::Nf4DoubleQuant:
+      return "nf4_double_quant";
+  }
+  return "training_dtype";
+}
+
 namespace {
 // Activation figures are computed in double precision; anything past 2^60 bytes (1 EiB) is a
 // mistyped batch or sequence length, not a plan, and would overflow the 64-bit sums downstream.
@@ -54,15 +74,22 @@ Bytes activation_figure(double bytes) {
 }  // namespace
 
 ActivationBytes Layer::activation_bytes(std::int64_t micro_batch, std::int64_t seq_len,
-                                        Bytes activation_element_bytes) const {
-  const double tokens = double(micro_batch) * double(seq_len);
-  const double s = double(seq_len);
+                                        Bytes activation_element_bytes,
+                                        std::int64_t target_len) const {
+  const double s = double(own_len(seq_len, target_len));
+  const double tokens = double(micro_batch) * s;
+  const double source = double(seq_len);
   const double e = double(activation_element_bytes);
   const ActivationTerms& t = activations;
   ActivationBytes bytes;
   bytes.stored = activation_figure(
       tokens * (e * t.elements + t.mask_bytes +
-                s * (e * t.elements_per_position + t.mask_bytes_per_position) + t.fixed_bytes));
+                s * (e * t.elements_per_position + t.mask_bytes_per_position +
+                     t.fixed_bytes_per_position) +
+                source * (e * t.elements_per_source_position + t.mask_bytes_per_source_position +
+                          t.fixed_bytes_per_source_position) +
+                t.fixed_bytes) +
+      double(micro_batch) * source * e * t.source_elements);
   bytes.checkpoint = activation_figure(tokens * e * t.checkpoint_elements);
   const bool casts = activation_element_bytes < 4;
   const double upcast = casts ? 4 * t.forward_upcast_elements : 0;
@@ -72,7 +99,8 @@ ActivationBytes Layer::activation_bytes(std::int64_t micro_batch, std::int64_t s
   // A MoE layer's experts compute rows that do not follow the tokens linearly (capacity).
   const double rows = moe ? double(moe->rows(micro_batch * seq_len)) : 0;
   bytes.backward_working = activation_figure(
-      tokens * (e * (t.backward_working_elements + s * t.backward_working_elements_per_position) +
+      tokens * (e * (t.backward_working_elements + s * t.backward_working_elements_per_position +
+                     source * t.backward_working_elements_per_source_position) +
                 t.backward_working_fixed_bytes + downcast) +
       rows * e * (moe ? moe->row_backward_working_elements : 0));
   if (moe) {
@@ -82,11 +110,24 @@ ActivationBytes Layer::activation_bytes(std::int64_t micro_batch, std::int64_t s
   return bytes;
 }
 
-double Layer::forward_flops(std::int64_t micro_batch, std::int64_t seq_len) const {
-  const double tokens = double(micro_batch) * double(seq_len);
+double Layer::forward_flops(std::int64_t micro_batch, std::int64_t seq_len,
+                            std::int64_t target_len) const {
+  const double s = double(own_len(seq_len, target_len));
+  const double tokens = double(micro_batch) * s;
+  const double source_tokens = double(micro_batch) * double(seq_len);
   const double rows = moe ? double(moe->rows(micro_batch * seq_len)) * moe->row_flops : 0;
-  return tokens * (matmul_flops_per_token + double(seq_len) * attention_flops_per_token_position) +
-         rows;
+  return tokens * (matmul_flops_per_token + s * attention_flops_per_token_position +
+                   double(seq_len) * attention_flops_per_token_source_position) +
+         source_tokens * source_matmul_flops_per_token + rows;
+}
+
+double Layer::backward_flops(std::int64_t micro_batch, std::int64_t seq_len,
+                             std::int64_t target_len) const {
+  const double tokens = double(micro_batch) * double(own_len(seq_len, target_len));
+  const double source_tokens = double(micro_batch) * double(seq_len);
+  return 2 * forward_flops(micro_batch, seq_len, target_len) -
+         tokens * frozen_matmul_flops_per_token -
+         source_tokens * frozen_source_matmul_flops_per_token;
 }
 
 void TransformerShape::validate(const std::string& where) const {
@@ -116,6 +157,14 @@ void TransformerShape::validate(const std::string& where) const {
   require(dropout >= 0 && dropout < 1, "dropout", "must be in [0, 1)");
   require(extra_params >= 0, "extra_params", "must not be negative");
   validate_mixture(*this, where);
+  require(token_types >= 0 && token_types <= (1 << 24), "token_types",
+          "must be between 0 and 2^24");
+  require(relative_attention_buckets >= 0 && relative_attention_buckets <= (1 << 16),
+          "relative_attention_buckets", "must be between 0 and 2^16");
+  const bool encoder_decoder = architecture == Architecture::EncoderDecoder;
+  require(encoder_decoder ? decoder_layers > 0 && decoder_layers <= 10'000 : decoder_layers == 0,
+          "decoder_layers",
+          encoder_decoder ? "must be between 1 and 10000" : "applies to encoder-decoders only");
 }
 
 namespace {
@@ -391,6 +440,15 @@ const char* to_string(TensorSplit split) {
 Model build_transformer(const std::string& name, const TransformerShape& shape,
                         const TensorParallelism& tp, const ExpertParallelism& ep) {
   shape.validate("model");
+  if (shape.architecture != Architecture::Decoder) {
+    if (tp.active())
+      throw InputError("--tp", "tensor parallelism of " + shape.family + " (" +
+                                   to_string(shape.architecture) + ") is not modelled");
+    Model model = shape.architecture == Architecture::Encoder ? build_masked_lm(name, shape)
+                                                              : build_encoder_decoder(name, shape);
+    if (shape.lora.active()) apply_lora(model, shape);
+    return model;
+  }
   check_tensor_parallel(shape, tp);
   const Split split = make_split(shape, tp);
   Model model;
@@ -406,6 +464,7 @@ Model build_transformer(const std::string& name, const TransformerShape& shape,
   }
   model.layers.push_back(final_norm_layer(shape, split));
   model.layers.push_back(lm_head_layer(shape, 0, split));
+  if (shape.lora.active()) apply_lora(model, shape);
   return model;
 }
 
@@ -455,6 +514,10 @@ Model pipeline_stage_model(const Model& model, const PipelineParallelism& pipeli
   if (!model.shape) {
     throw InputError("--pp", "pipeline parallelism splits a transformer's blocks: model '" +
                                  model.name + "' is a layer list without a transformer shape");
+  }
+  if (model.shape->architecture != Architecture::Decoder) {
+    throw InputError("--pp", "pipeline parallelism of " + model.shape->family + " (" +
+                                 to_string(model.shape->architecture) + ") is not modelled");
   }
   const int blocks = model.shape->layers;
   if (blocks % chunks != 0) {
@@ -541,6 +604,12 @@ Elements Model::active_parameter_count() const {
   return count;
 }
 
+Elements Model::trainable_parameter_count() const {
+  Elements count = 0;
+  for (const auto& layer : layers) count += layer.trainable_numel();
+  return count;
+}
+
 Elements Model::largest_layer_params() const {
   Elements largest = 0;
   for (const auto& layer : layers) {
@@ -550,10 +619,27 @@ Elements Model::largest_layer_params() const {
   return largest;
 }
 
-double Model::forward_flops_per_step(std::int64_t micro_batch, std::int64_t seq_len) const {
+double Model::forward_flops_per_step(std::int64_t micro_batch, std::int64_t seq_len,
+                                     std::int64_t target_len) const {
   double flops = 0;
-  for (const auto& layer : layers) flops += layer.forward_flops(micro_batch, seq_len);
+  for (const auto& layer : layers) flops += layer.forward_flops(micro_batch, seq_len, target_len);
   return flops;
+}
+
+bool Model::has_target_sequence() const {
+  return std::any_of(layers.begin(), layers.end(), [](const Layer& l) { return l.on_target; });
+}
+
+const char* to_string(Architecture architecture) {
+  switch (architecture) {
+    case Architecture::Decoder:
+      return "decoder";
+    case Architecture::Encoder:
+      return "encoder";
+    case Architecture::EncoderDecoder:
+      return "encoder_decoder";
+  }
+  return "decoder";
 }
 
 }  // namespace zerolens

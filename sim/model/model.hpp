@@ -33,6 +33,13 @@ AttentionImpl parse_attention_impl(const std::string& text);  // "eager" | "flas
 enum class TensorSplit : std::uint8_t { Replicated, Column, Row, Vocab };
 const char* to_string(TensorSplit split);
 
+// How a parameter tensor is stored. Nf4 and Nf4DoubleQuant: QLoRA's frozen base weights as
+// bitsandbytes keeps them (functional.py quantize_4bit, blocksize 64): two 4-bit NormalFloat codes
+// a byte, packed into elements of the training dtype (quant_storage, which ZeRO-3 partitions like
+// any parameter), plus the quantization constants (sim/model/lora.hpp).
+enum class WeightFormat : std::uint8_t { TrainingDtype, Nf4, Nf4DoubleQuant };
+const char* to_string(WeightFormat format);
+
 struct TensorSpec {
   std::string name;
   std::vector<std::int64_t> shape;  // this rank's shard (the whole tensor without TP)
@@ -44,6 +51,9 @@ struct TensorSpec {
   // A routed expert's parameter (sim/model/moe_shape.hpp): under expert parallelism each rank
   // holds its EP rank's experts, data-parallel over the expert-data-parallel group.
   bool expert = false;
+  // False: frozen (LoRA's base model): no gradient, no fp32 master copy, no optimizer state.
+  bool trainable = true;
+  WeightFormat format = WeightFormat::TrainingDtype;
   Elements numel() const;
 };
 
@@ -86,6 +96,18 @@ struct ActivationTerms {
   // many in backward (e bytes each). With fp32 activations there is nothing to cast.
   double forward_upcast_elements = 0;
   double backward_downcast_elements = 0;
+  // Bytes per position of the own sequence that do not scale with the activation dtype (T5's
+  // softmax, taken in fp32).
+  double fixed_bytes_per_position = 0;
+  // An encoder-decoder's cross-attention (a decoder layer): per token of the layer's own (target)
+  // sequence and position of the source sequence, elements, dtype-independent bytes and mask bytes
+  // (the scores, their fp32 softmax, dropout), and per token of the source the elements the layer
+  // keeps of the encoder's output (its keys and values); the score gradient in backward.
+  double elements_per_source_position = 0;
+  double fixed_bytes_per_source_position = 0;
+  double mask_bytes_per_source_position = 0;
+  double source_elements = 0;
+  double backward_working_elements_per_source_position = 0;
 };
 
 struct ActivationBytes {
@@ -105,6 +127,16 @@ struct Layer {
   // score/value products of 4*h per token per position (no causal discount, as in Megatron/PaLM).
   double matmul_flops_per_token = 0;
   double attention_flops_per_token_position = 0;
+  // Encoder-decoders: the layer runs over the target (decoder) sequence instead of the source; its
+  // cross-attention's score/value products per token and source position, and its key and value
+  // projections of the encoder output per source token.
+  bool on_target = false;
+  double attention_flops_per_token_source_position = 0;
+  double source_matmul_flops_per_token = 0;
+  // The part of matmul_flops_per_token whose weights are frozen: their backward computes the
+  // input's gradient only (half of a trainable matmul's two products).
+  double frozen_matmul_flops_per_token = 0;
+  double frozen_source_matmul_flops_per_token = 0;
   // Tensor parallelism: what the forward (repeated by a recompute) and the backward issue.
   std::vector<TpCollective> tp_forward, tp_backward;
   // A mixture-of-experts layer: the rows its experts compute follow from the micro-batch's tokens
@@ -112,12 +144,46 @@ struct Layer {
   std::optional<MoeRouting> moe;
 
   Elements numel() const;
+  // `seq_len` is the step's sequence (an encoder-decoder's source); `target_len` the decoder's
+  // (0: seq_len), which layers on_target run over.
   ActivationBytes activation_bytes(std::int64_t micro_batch, std::int64_t seq_len,
-                                   Bytes activation_element_bytes) const;
-  double forward_flops(std::int64_t micro_batch, std::int64_t seq_len) const;
+                                   Bytes activation_element_bytes,
+                                   std::int64_t target_len = 0) const;
+  double forward_flops(std::int64_t micro_batch, std::int64_t seq_len,
+                       std::int64_t target_len = 0) const;
+  // 2 x forward, less the weight gradients of frozen matmuls.
+  double backward_flops(std::int64_t micro_batch, std::int64_t seq_len,
+                        std::int64_t target_len = 0) const;
+  // The sequence the layer runs over: seq_len, or target_len for a decoder layer of an
+  // encoder-decoder.
+  std::int64_t own_len(std::int64_t seq_len, std::int64_t target_len) const {
+    return on_target && target_len > 0 ? target_len : seq_len;
+  }
+  // Parameters with gradients (LoRA: the adapters).
+  Elements trainable_numel() const;
 };
 
-// Shape of a decoder-only transformer; presets, Hugging Face configs and dense:N all build from it.
+// LoRA (Hu et al. 2021) as PEFT applies it: every parameter frozen, and on each target module a
+// trainable pair A [rank x in], B [out x rank] beside its weight. With `base_format` a 4-bit format
+// the frozen linear weights of the blocks are stored quantized (QLoRA, Dettmers et al. 2023).
+struct LoraConfig {
+  int rank = 0;  // 0: off (every parameter trained)
+  // PEFT module names (q_proj, v_proj, c_attn, all-linear, ...); empty: PEFT's default for the
+  // family (sim/model/lora.hpp).
+  std::vector<std::string> targets;
+  WeightFormat base_format = WeightFormat::TrainingDtype;
+  // PEFT's lora_dropout (default 0: nn.Identity). Above 0 each adapter keeps its own dropout mask
+  // and output for backward instead of sharing the module's input.
+  double dropout = 0;
+  bool active() const { return rank > 0; }
+};
+
+// What a transformer is: decoder-only (GPT, LLaMA and the families built like it), an encoder with
+// a masked-LM head (BERT, RoBERTa), or an encoder-decoder (T5, mT5).
+enum class Architecture : std::uint8_t { Decoder, Encoder, EncoderDecoder };
+const char* to_string(Architecture architecture);
+
+// Shape of a transformer; presets, Hugging Face configs and dense:N all build from it.
 struct TransformerShape {
   std::string family = "gpt2";  // "gpt2", "llama", "dense"
   int layers = 12;
@@ -149,6 +215,19 @@ struct TransformerShape {
   // Mixtral, Qwen2-MoE, Qwen3-MoE (sim/model/moe.cpp builds their blocks).
   std::optional<MoeShape> moe;
   std::optional<MlaShape> mla;
+  // Fine-tuning with LoRA adapters (off by default); build_transformer applies it.
+  LoraConfig lora;
+  // Encoders and encoder-decoders (sim/model/encoder_models.hpp). BERT's token-type embeddings
+  // (type_vocab_size; 0: none); T5's decoder blocks (num_decoder_layers) and its relative position
+  // buckets (relative_attention_num_buckets), one table of buckets x heads in the first block of
+  // each stack.
+  Architecture architecture = Architecture::Decoder;
+  std::int64_t token_types = 0;
+  int decoder_layers = 0;
+  std::int64_t relative_attention_buckets = 0;
+  // The loss upcasts the logits to fp32 (transformers' ForCausalLMLoss: logits.float()), or takes
+  // them in the activation dtype (BERT's and T5's nn.CrossEntropyLoss on the logits as they are).
+  bool loss_in_fp32 = true;
 
   std::int64_t effective_head_dim() const { return head_dim > 0 ? head_dim : hidden / heads; }
   // Throws InputError(where, why) when a dimension is invalid.
@@ -188,8 +267,12 @@ struct Model {
   Elements active_parameter_count() const;
   // The routed experts' parameters (those expert parallelism splits).
   Elements expert_parameter_count() const;
+  Elements trainable_parameter_count() const;  // those with gradients (all but LoRA's base)
   Elements largest_layer_params() const;
-  double forward_flops_per_step(std::int64_t micro_batch, std::int64_t seq_len) const;
+  double forward_flops_per_step(std::int64_t micro_batch, std::int64_t seq_len,
+                                std::int64_t target_len = 0) const;
+  // Whether some layer runs over a target sequence (an encoder-decoder).
+  bool has_target_sequence() const;
 };
 
 // The model, or with `tp` the shard one rank of a tensor-parallel group holds (parameters,

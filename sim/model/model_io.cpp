@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/core/json_read.hpp"
+#include "sim/model/hf_encoders.hpp"
 #include "sim/model/layers_json.hpp"
 #include "sim/model/moe_io.hpp"
 #include "sim/model/presets.hpp"
@@ -153,6 +154,7 @@ Model model_from_hf_config(const json& config, Diagnostics& diagnostics, const s
   std::string supported = "gpt2";
   for (const std::string& family : llama_like_families()) supported += ", " + family;
   supported += ", mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3";
+  for (const std::string& family : encoder_families()) supported += ", " + family;
   if (!type_value)
     throw InputError(join_key(where, "model_type"), "missing; expected one of: " + supported);
   const std::string type = as_string(*type_value, join_key(where, "model_type"));
@@ -166,6 +168,8 @@ Model model_from_hf_config(const json& config, Diagnostics& diagnostics, const s
     // The MoE families: their base family's attention, then their experts (sim/model/moe_io.cpp).
     shape = llama_like_from_hf(config, where, base, diagnostics);
     read_mixture(config, where, type, shape, diagnostics);
+  } else if (const auto encoder = encoder_shape_from_hf(config, where, type, diagnostics)) {
+    shape = *encoder;
   } else {
     throw InputError(join_key(where, "model_type"),
                      "unsupported model type '" + type + "'; supported: " + supported);

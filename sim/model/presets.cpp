@@ -43,6 +43,41 @@ TransformerShape llama_shape(int layers, std::int64_t hidden, int heads, int kv_
   return s;
 }
 
+// BERT and RoBERTa base (their config.json: BertConfig's and RobertaConfig's keys as
+// sim/model/hf_encoders.cpp reads them).
+TransformerShape bert_shape(const char* family, std::int64_t vocab, std::int64_t positions,
+                            std::int64_t token_types) {
+  TransformerShape s = gpt2_shape(12, 768, 12, positions);
+  s.family = family;
+  s.architecture = Architecture::Encoder;
+  s.vocab = vocab;
+  s.token_types = token_types;
+  s.loss_in_fp32 = false;
+  return s;
+}
+
+// T5 v1.0 (t5-small, t5-base): ReLU feed-forward, tied embeddings, 32 relative position buckets.
+TransformerShape t5_shape(int layers, std::int64_t d_model, int heads, std::int64_t d_ff) {
+  TransformerShape s = llama_shape(layers, d_model, heads, heads, d_ff, 32128, 512);
+  s.family = "t5";
+  s.architecture = Architecture::EncoderDecoder;
+  s.decoder_layers = layers;
+  s.head_dim = 64;
+  s.relative_attention_buckets = 32;
+  s.tied_embeddings = true;
+  s.mlp = MlpKind::Gelu;  // wi, wo
+  s.dropout = 0.1;
+  s.loss_in_fp32 = false;
+  return s;
+}
+
+void add_encoder_presets(std::map<std::string, TransformerShape>& t) {
+  t["bert-base-uncased"] = bert_shape("bert", 30522, 512, 2);
+  t["roberta-base"] = bert_shape("roberta", 50265, 514, 1);
+  t["t5-small"] = t5_shape(6, 512, 8, 2048);
+  t["t5-base"] = t5_shape(12, 768, 12, 3072);
+}
+
 // Shapes from the published configs (Hugging Face config.json of each checkpoint; GPT-3 from
 // Brown et al. 2020, Table 2.1).
 const std::map<std::string, TransformerShape>& presets() {
@@ -57,6 +92,7 @@ const std::map<std::string, TransformerShape>& presets() {
     t["gpt2-1.5b"] = gpt2_shape(48, 1600, 25, 1024);
     t["gpt3-175b"] = gpt2_shape(96, 12288, 96, 2048);
     t["gpt3-175b"].family = "gpt3";
+    add_encoder_presets(t);
     t["llama2-7b"] = llama_shape(32, 4096, 32, 32, 11008, 32000, 4096);
     t["llama2-13b"] = llama_shape(40, 5120, 40, 40, 13824, 32000, 4096);
     t["llama2-70b"] = llama_shape(80, 8192, 64, 8, 28672, 32000, 4096);
@@ -148,6 +184,10 @@ const std::map<std::string, std::string>& preset_aliases() {
       {"gpt2-medium", "gpt2-355m"},
       {"gpt2-large", "gpt2-774m"},
       {"gpt2-xl", "gpt2-1.5b"},
+      {"google-bert/bert-base-uncased", "bert-base-uncased"},
+      {"facebookai/roberta-base", "roberta-base"},
+      {"google-t5/t5-small", "t5-small"},
+      {"google-t5/t5-base", "t5-base"},
       {"openai-community/gpt2", "gpt2-124m"},
       {"openai-community/gpt2-medium", "gpt2-355m"},
       {"openai-community/gpt2-large", "gpt2-774m"},
@@ -196,6 +236,7 @@ std::string lower_case(std::string text) {
                        "; presets: gpt2-124m, gpt2-355m, gpt2-774m, gpt2-1.5b, gpt3-175b, "
                        "llama2-7b, llama2-13b, llama2-70b, llama3-8b, llama3-70b, "
                        "mistral-7b, qwen2-7b, qwen3-8b, gemma-7b, gemma2-2b, phi3-mini, "
+                       "bert-base-uncased, roberta-base, t5-small, t5-base, "
                        "gpt2-tiny, dense:<N>, or a Hugging Face id of one of them" +
                        hub);
 }

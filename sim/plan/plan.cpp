@@ -5,6 +5,7 @@
 #include <string>
 
 #include "sim/core/error.hpp"
+#include "sim/model/lora.hpp"
 #include "sim/schedule/builder.hpp"
 #include "sim/schedule/memory_replay.hpp"
 
@@ -99,12 +100,13 @@ void add_notes(Plan& plan) {
 
 // The schedule sums activation bytes in 64 bits; a step that needs more than 2^60 bytes is a
 // mistyped batch or sequence length and is rejected before it can overflow.
-void check_activation_total(const Model& model, std::int64_t micro_batch, std::int64_t seq_len) {
+void check_activation_total(const Model& model, std::int64_t micro_batch, std::int64_t seq_len,
+                            std::int64_t target_len) {
   if (seq_len > (std::int64_t(1) << 24)) throw InputError("seq_len", "must be at most 2^24");
   if (micro_batch > (std::int64_t(1) << 30)) throw InputError("train_micro_batch_size_per_gpu", "must be at most 2^30");
   double total = 0;
   for (const auto& layer : model.layers) {
-    const ActivationBytes bytes = layer.activation_bytes(micro_batch, seq_len, 4);
+    const ActivationBytes bytes = layer.activation_bytes(micro_batch, seq_len, 4, target_len);
     total += double(bytes.stored) + double(bytes.forward_working) + double(bytes.backward_working);
   }
   if (!(total < 0x1p60)) {
@@ -216,6 +218,37 @@ void add_moe_notes(Plan& plan) {
                        "), at least min_capacity " + std::to_string(r.min_capacity) + ")");
 }
 
+// A frozen base (LoRA) and a 4-bit one (QLoRA), in what zerolens plans them with: DeepSpeed's ZeRO,
+// whose optimizer keeps the trainable parameters only and whose stage 3 partitions the packed 4-bit
+// codes as parameters of the training dtype (bitsandbytes' quant_storage; PEFT's "Use PEFT QLoRA
+// and DeepSpeed with ZeRO3"). What it does not model is refused by name.
+void check_frozen_base(const PlanRequest& request) {
+  const Model& model = request.model;
+  const bool quantized = has_quantized_weights(model);
+  const bool frozen = model.trainable_parameter_count() < model.parameter_count();
+  if (!frozen && !quantized) return;
+  const std::string key = quantized ? "--quantize-base" : "--lora-rank";
+  const TrainingConfig& config = request.config;
+  if (model.trainable_parameter_count() == 0)
+    throw InputError(key, "the model has no trainable parameter");
+  if (config.is_fsdp()) {
+    throw InputError(key,
+                     std::string("frozen parameters under FSDP are not modelled (FSDP keeps ") +
+                         "its shards in fp32 as the optimizer's master, which a frozen base "
+                         "is not); plan LoRA with --framework deepspeed");
+  }
+  if (!quantized) return;
+  if (config.zero.effective_offload(OffloadKind::Param) != OffloadDevice::None)
+    throw InputError(key,
+                     "4-bit base weights with zero_optimization.offload_param are not "
+                     "modelled; plan them on the GPU (--offload-param none)");
+  if (config.zero.partitions_parameters() && config.zero.zeropp())
+    throw InputError(key,
+                     "ZeRO++ over 4-bit base weights is not modelled (qwZ would quantize "
+                     "packed codes); plan them without --hpz, --quantized-weights and "
+                     "--quantized-gradients");
+}
+
 // Ranks are placed TP innermost: a TP group is a node's consecutive ranks, or whole nodes.
 void check_placement(const PlanRequest& request) {
   const int tp = request.config.tensor_parallel.size;
@@ -304,7 +337,13 @@ Plan make_plan(PlanRequest request, ReplayDetail detail, MemoryTimeline& replay)
   check_expert_parallel(
       request, std::max(1, std::min(request.dp_size, request.cluster.node.gpus_per_node /
                                                          request.config.tensor_parallel.size)));
-  check_activation_total(plan.rank_model, plan.batch.micro_batch_per_gpu, plan.seq_len);
+  check_frozen_base(request);
+  if (request.config.target_seq_len && !plan.rank_model.has_target_sequence()) {
+    throw InputError("--target-seq-len", "applies to encoder-decoder models (T5, mT5): '" +
+                                             request.model.name + "' has one sequence (--seq-len)");
+  }
+  check_activation_total(plan.rank_model, plan.batch.micro_batch_per_gpu, plan.seq_len,
+                         request.config.target_seq_len.value_or(plan.seq_len));
   const int gpus_per_node = request.cluster.node.gpus_per_node;
   ScheduleOptions options = request.options;
   // The allocator may reserve what the GPU has beyond the memory it does not manage.

@@ -4,6 +4,7 @@
 
 #include "sim/core/json_read.hpp"
 #include "sim/hardware/cluster_json.hpp"
+#include "sim/model/lora.hpp"
 #include "sim/model/model_io.hpp"
 
 namespace zerolens {
@@ -12,6 +13,28 @@ namespace {
 using nlohmann::json;
 using PlanOptions = PlanInputs;
 
+// --lora-rank and the settings of its adapters; a setting without adapters is refused by name.
+Model with_plan_lora(const Model& model, const PlanOptions& o) {
+  LoraConfig lora;
+  if (o.quantize_base) lora.base_format = parse_weight_format(*o.quantize_base, "--quantize-base");
+  if (!o.lora_rank) {
+    const char* flag = o.lora_targets                                    ? "--lora-targets"
+                       : o.lora_dropout                                  ? "--lora-dropout"
+                       : lora.base_format != WeightFormat::TrainingDtype ? "--quantize-base"
+                                                                         : nullptr;
+    if (flag)
+      throw InputError(flag,
+                       "needs LoRA adapters (--lora-rank): a frozen base alone has "
+                       "nothing to train");
+    return model;
+  }
+  lora.rank = *o.lora_rank;
+  if (lora.rank < 1) throw InputError("--lora-rank", "must be between 1 and 65536");
+  if (o.lora_targets) lora.targets = parse_lora_targets(*o.lora_targets, "--lora-targets");
+  lora.dropout = o.lora_dropout.value_or(0);
+  return with_lora(model, lora);
+}
+
 Model load_plan_model(const PlanOptions& o, Diagnostics& diagnostics) {
   Model model = o.hf_config
                     ? model_from_hf_config(json_read::parse_json_file(*o.hf_config, "--hf-config"),
@@ -19,7 +42,7 @@ Model load_plan_model(const PlanOptions& o, Diagnostics& diagnostics) {
                     : load_model(o.model, diagnostics);
   if (o.attention) model = with_attention(model, parse_attention_impl(*o.attention));
   if (o.dropout) model = with_dropout(model, *o.dropout);
-  return model;
+  return with_plan_lora(model, o);
 }
 
 // The file (DeepSpeed or ColossalAI) with the flags on top, read by sim in one pass; without any

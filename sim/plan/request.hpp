@@ -25,6 +25,13 @@ struct PlanInputs : ConfigOverrides {
   std::optional<int> gpus_per_node;
   std::optional<std::string> attention;
   std::optional<double> dropout;
+  // LoRA fine-tuning (sim/model/lora.hpp): the adapters' rank, the modules they adapt (a comma
+  // list of PEFT names; default PEFT's for the family), the base's storage (none|nf4|
+  // nf4-no-double-quant) and PEFT's lora_dropout.
+  std::optional<int> lora_rank;
+  std::optional<std::string> lora_targets;
+  std::optional<std::string> quantize_base;
+  std::optional<double> lora_dropout;
   // Accounting.
   bool model_states_only = false;
   std::optional<double> cuda_context_gib, workspace_gib, fragmentation;

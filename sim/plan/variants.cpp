@@ -5,6 +5,7 @@
 
 #include "sim/config/overrides.hpp"
 #include "sim/core/error.hpp"
+#include "sim/model/lora.hpp"
 #include "sim/model/presets.hpp"
 
 namespace zerolens {
@@ -55,9 +56,14 @@ std::vector<std::string> family_presets(const std::string& family) {
   throw InputError("max-model", "unknown family '" + family + "' (expected one of: dense, gpt2, llama2, llama3, presets)");
 }
 
+// Candidates are fine-tuned as the base model is (LoRA's rank, targets and base format).
+Model candidate(const PlanRequest& base, const Model& model) {
+  return fine_tuned_like(model, base.model);
+}
+
 MaxModel largest_preset(const PlanRequest& base, const Variant& v, std::vector<std::string> names) {
   std::vector<Model> models;
-  for (const auto& name : names) models.push_back(model_from_preset(name));
+  for (const auto& name : names) models.push_back(candidate(base, model_from_preset(name)));
   std::sort(models.begin(), models.end(), [](const Model& a, const Model& b) {
     return a.parameter_count() < b.parameter_count();
   });
@@ -89,21 +95,22 @@ double floor_three_digits(double value) {
 MaxModel largest_dense(const PlanRequest& base, const Variant& v) {
   constexpr double kSmallest = 1e6, kLargest = 1e15;
   MaxModel result{.variant = v};
-  if (!fits_with(base, v, model_from_dense(kSmallest))) {
-    result.binding = binding_of(base, v, model_from_dense(kSmallest));
+  const auto dense = [&](double count) { return candidate(base, model_from_dense(count)); };
+  if (!fits_with(base, v, dense(kSmallest))) {
+    result.binding = binding_of(base, v, dense(kSmallest));
     return result;
   }
   double low = kSmallest, high = kLargest;
-  if (fits_with(base, v, model_from_dense(kLargest))) {
+  if (fits_with(base, v, dense(kLargest))) {
     low = kLargest;
   } else {
     while (high / low > 1.0005) {
       const double middle = std::round(std::sqrt(low * high));
-      (fits_with(base, v, model_from_dense(middle)) ? low : high) = middle;
+      (fits_with(base, v, dense(middle)) ? low : high) = middle;
     }
   }
   const double reported = floor_three_digits(low);
-  if (low < kLargest) result.binding = binding_of(base, v, model_from_dense(high));
+  if (low < kLargest) result.binding = binding_of(base, v, dense(high));
   result.found = true;
   result.model_name = model_from_dense(reported).name;
   result.parameter_count = Elements(reported);
@@ -142,9 +149,19 @@ TrainingConfig apply_variant(TrainingConfig config, const Variant& v) {
   return config;
 }
 
+// The variants a model can run: a 4-bit base stays on the GPU (docs/memory-model.md).
+std::vector<Variant> variants_for(const PlanRequest& base) {
+  std::vector<Variant> variants = variants_for(base.config);
+  if (has_quantized_weights(base.model)) {
+    std::erase_if(variants,
+                  [](const Variant& v) { return v.offload_param != OffloadDevice::None; });
+  }
+  return variants;
+}
+
 std::vector<VariantPlan> compare_variants(const PlanRequest& base) {
   std::vector<VariantPlan> plans;
-  for (const auto& v : variants_for(base.config)) {
+  for (const auto& v : variants_for(base)) {
     PlanRequest request = base;
     request.config = apply_variant(base.config, v);
     plans.push_back({v, make_plan(std::move(request))});
@@ -158,7 +175,7 @@ std::vector<MaxModel> find_max_models(const PlanRequest& base, const std::string
   std::vector<MaxModel> results;
   const std::vector<std::string> presets =
       family == "dense" ? std::vector<std::string>{} : family_presets(family);
-  for (const auto& v : variants_for(base.config)) {
+  for (const auto& v : variants_for(base)) {
     results.push_back(family == "dense" ? largest_dense(base, v) : largest_preset(base, v, presets));
   }
   return results;

@@ -22,6 +22,8 @@ std::vector<Variant> standard_variants();
 // The variants of the config's framework: DeepSpeed's above, or FSDP's FULL_SHARD, SHARD_GRAD_OP
 // and FULL_SHARD with CPUOffloadPolicy.
 std::vector<Variant> variants_for(const TrainingConfig& config);
+// Those of them `base`'s model can run (a 4-bit base is not offloaded).
+std::vector<Variant> variants_for(const PlanRequest& base);
 // The config with the variant's stage and offload devices (NVMe variants get nvme_path
 // "/local_nvme" when the config has none, so they validate).
 TrainingConfig apply_variant(TrainingConfig config, const Variant& variant);

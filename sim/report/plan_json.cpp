@@ -3,6 +3,7 @@
 #include "sim/config/deepspeed_json.hpp"
 #include "sim/core/error.hpp"
 #include "sim/hardware/cluster_json.hpp"
+#include "sim/model/lora.hpp"
 #include "sim/schedule/memory_replay.hpp"
 
 namespace zerolens {
@@ -159,23 +160,26 @@ json moe_json(const Plan& plan) {
 
 json run_json(const Plan& plan) {
   const auto& options = plan.request.options;
-  return {{"framework", to_string(plan.request.config.framework)},
-          {"dp_size", plan.request.dp_size},
-          {"tensor_parallel", plan.request.config.tensor_parallel.size},
-          {"sequence_parallel", plan.request.config.tensor_parallel.sequence_parallel},
-          {"pipeline_parallel", plan.request.config.pipeline.size},
-          {"expert_parallel", plan.request.config.expert_parallel.size},
-          {"gpus_per_node", plan.request.cluster.node.gpus_per_node},
-          {"nodes", plan.request.cluster.nodes},
-          {"seq_len", plan.seq_len},
-          {"micro_batch_per_gpu", plan.batch.micro_batch_per_gpu},
-          {"gradient_accumulation_steps", plan.batch.gradient_accumulation_steps},
-          {"train_batch_size", plan.batch.train_batch_size},
-          {"model_states_only", options.model_states_only},
-          {"cuda_context_bytes", options.cuda_context_bytes},
-          {"library_workspace_bytes", options.library_workspace_bytes},
-          {"allocator", to_string(options.allocator.kind)},
-          {"fragmentation_fraction", options.allocator.fragmentation_fraction}};
+  json run = {{"framework", to_string(plan.request.config.framework)},
+              {"dp_size", plan.request.dp_size},
+              {"tensor_parallel", plan.request.config.tensor_parallel.size},
+              {"sequence_parallel", plan.request.config.tensor_parallel.sequence_parallel},
+              {"pipeline_parallel", plan.request.config.pipeline.size},
+              {"expert_parallel", plan.request.config.expert_parallel.size},
+              {"gpus_per_node", plan.request.cluster.node.gpus_per_node},
+              {"nodes", plan.request.cluster.nodes},
+              {"seq_len", plan.seq_len},
+              {"micro_batch_per_gpu", plan.batch.micro_batch_per_gpu},
+              {"gradient_accumulation_steps", plan.batch.gradient_accumulation_steps},
+              {"train_batch_size", plan.batch.train_batch_size},
+              {"model_states_only", options.model_states_only},
+              {"cuda_context_bytes", options.cuda_context_bytes},
+              {"library_workspace_bytes", options.library_workspace_bytes},
+              {"allocator", to_string(options.allocator.kind)},
+              {"fragmentation_fraction", options.allocator.fragmentation_fraction}};
+  if (plan.schedule.context.target_seq_len > 0)
+    run["target_seq_len"] = plan.schedule.context.target_seq_len;
+  return run;
 }
 
 Bytes integer_at(const json& object, const std::string& key, const std::string& where) {
@@ -192,6 +196,14 @@ const json& object_at(const json& object, const std::string& key, const std::str
   return object.at(key);
 }
 
+// The adapters as planned: the modules PEFT's targets resolve to, and the base's storage.
+json lora_json(const TransformerShape& shape) {
+  return {{"rank", shape.lora.rank},
+          {"modules", lora_adapted_modules(shape)},
+          {"base_format", to_string(shape.lora.base_format)},
+          {"dropout", shape.lora.dropout}};
+}
+
 }  // namespace
 
 json plan_to_json(const Plan& plan) {
@@ -205,8 +217,10 @@ json plan_to_json(const Plan& plan) {
                   {"parameter_count", model.parameter_count()},
                   {"parameters_per_rank", plan.rank_model.parameter_count()},
                   {"active_parameter_count", model.active_parameter_count()},
+                  {"trainable_parameter_count", model.trainable_parameter_count()},
                   {"layers", model.layers.size()}};
   if (const json moe = moe_json(plan); !moe.is_null()) out["moe"] = moe;
+  if (model.shape && model.shape->lora.active()) out["model"]["lora"] = lora_json(*model.shape);
   out["config"] = to_deepspeed_json(plan.request.config);
   out["run"] = run_json(plan);
   out["cluster"] = cluster_to_json(plan.request.cluster);
@@ -218,6 +232,14 @@ json plan_to_json(const Plan& plan) {
   out["fits"] = plan.fits();
   out["notes"] = plan.notes;
   return out;
+}
+
+json compare_to_json(const std::vector<VariantPlan>& plans) {
+  json rows = json::array();
+  for (const auto& [variant, plan] : plans) {
+    rows.push_back({{"variant", variant.label}, {"plan", plan_to_json(plan)}});
+  }
+  return {{"schema", "zerolens.compare"}, {"version", kPlanJsonVersion}, {"variants", rows}};
 }
 
 PlanFigures plan_figures(const Plan& plan) {

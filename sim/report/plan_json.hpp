@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/plan/plan.hpp"
+#include "sim/plan/variants.hpp"
 #include "sim/schedule/memory_replay.hpp"
 
 namespace zerolens {
@@ -13,6 +14,8 @@ namespace zerolens {
 inline constexpr int kPlanJsonVersion = 1;
 
 nlohmann::json plan_to_json(const Plan& plan);
+// `plan --compare --json` (schema "zerolens.compare"): each variant's label and plan, in order.
+nlohmann::json compare_to_json(const std::vector<VariantPlan>& plans);
 
 // The figures of a plan as read back from its JSON (for consumers and round-trip checks).
 struct PlanFigures {

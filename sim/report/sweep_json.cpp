@@ -88,6 +88,7 @@ json sweep_to_json(const SweepReport& report, const PlanRequest& base) {
           {"version", kSweepJsonVersion},
           {"model", base.model.name},
           {"parameter_count", base.model.parameter_count()},
+          {"trainable_parameter_count", base.model.trainable_parameter_count()},
           {"cluster", base.cluster.name},
           {"dp_size", base.dp_size},
           {"precision", to_string(base.config.precision.precision)},

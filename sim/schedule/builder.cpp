@@ -56,6 +56,8 @@ class ScheduleBuilder {
     c.stage = zero_.stage;
     c.micro_batch = batch.micro_batch_per_gpu;
     c.seq_len = seq_len;
+    // An encoder-decoder's decoder layers run over the target (default: as long as the source).
+    if (model.has_target_sequence()) c.target_seq_len = config.target_seq_len.value_or(seq_len);
     c.grad_accumulation = batch.gradient_accumulation_steps;
     c.precision = config.precision.precision;
     c.optimizer_device = zero_.effective_offload(OffloadKind::Optimizer);
@@ -77,7 +79,7 @@ class ScheduleBuilder {
     }
     // Hybrid sharding partitions every state over a shard group instead of all data-parallel ranks.
     schedule_.layout = make_param_layout(model, zero_, c.shard_size(), options.model_states_only,
-                                         c.expert_parallel);
+                                         config.precision.param_bytes(), c.expert_parallel);
     schedule_.allocator = options.allocator;
     if (options.model_states_only) schedule_.allocator = AllocatorSpec{.kind = AllocatorKind::Flat};
     param_bytes_ = config.precision.param_bytes();
@@ -106,9 +108,15 @@ class ScheduleBuilder {
     prefetched_until_.assign(layers, -1);
     secondary_.assign(layers, false);
     grads_touched_.assign(layers, false);
-    layer_numel_.assign(layers, 0);
+    layer_stored_.assign(layers, 0);
+    layer_trainable_.assign(layers, 0);
+    layer_dequantized_.assign(layers, 0);
     for (std::size_t t = 0; t < params().tensor_numel.size(); ++t) {
-      layer_numel_[std::size_t(params().tensor_layer[t])] += params().tensor_numel[t];
+      const auto layer = std::size_t(params().tensor_layer[t]);
+      layer_stored_[layer] += params().tensor_stored[t];
+      if (params().tensor_trainable[t]) layer_trainable_[layer] += params().tensor_numel[t];
+      if (params().tensor_quantization_state[t] > 0)
+        layer_dequantized_[layer] = std::max(layer_dequantized_[layer], params().tensor_numel[t]);
     }
     reserve_capacity();
   }
@@ -185,10 +193,21 @@ class ScheduleBuilder {
   // the kept checkpoint in place (torch.utils.checkpoint detaches it, sharing its storage).
   static Bytes recomputed_bytes(const ActivationBytes& act) { return std::max<Bytes>(0, act.stored - act.checkpoint); }
   ActivationBytes activations(std::size_t layer) const {
-    return model_.layers[layer].activation_bytes(schedule_.context.micro_batch,
-                                                 schedule_.context.seq_len, param_bytes_);
+    const auto& c = schedule_.context;
+    return model_.layers[layer].activation_bytes(c.micro_batch, c.seq_len, param_bytes_,
+                                                 c.target_seq_len);
   }
-  Elements owner_numel(int owner) const { return layer_numel_[std::size_t(owner)]; }
+  // Elements an owner's tensors are stored in (what is gathered, read and reused), and those of
+  // its trainable ones (what has gradients).
+  Elements owner_numel(int owner) const { return layer_stored_[std::size_t(owner)]; }
+  Elements owner_trainable(int owner) const { return layer_trainable_[std::size_t(owner)]; }
+  // bitsandbytes' MatMul4Bit dequantizes a 4-bit weight into a new 16-bit tensor for its matmul,
+  // in forward and again in backward (autograd/_functions.py, 0.49: F.linear(A,
+  // dequantize_4bit(B).t()); grad_A = matmul(grad_output, dequantize_4bit(B).t())), freed after
+  // it: the owner's largest such weight at once.
+  Bytes dequantized_bytes(int owner) const {
+    return layer_dequantized_[std::size_t(owner)] * param_bytes_;
+  }
   // Stage 3: elements gathered for an owner (non-persistent tensors, padded to dp partitions).
   Elements gathered_elements(int owner) const {
     Elements total = 0;
@@ -233,7 +252,7 @@ class ScheduleBuilder {
   void add_resident() {
     const ParamLayout& p = params();
     if (!zero_.partitions_parameters()) {
-      resident(Device::Gpu, Component::ParamsFull, p.total * param_bytes_);
+      resident(Device::Gpu, Component::ParamsFull, p.stored * param_bytes_);
     } else {
       Elements partition = 0;
       for (const auto part : p.tensor_partition) partition += part;
@@ -244,6 +263,9 @@ class ScheduleBuilder {
                  Bytes(zero_.offload_param.buffer_count) * zero_.offload_param.buffer_size * param_bytes_);
       }
     }
+    // The 4-bit weights' constants are tensors of their quant_state, not parameters: whole on every
+    // rank whatever the stage.
+    resident(Device::Gpu, Component::ParamsQuantizationState, p.quantization_state);
     resident(optimizer_device_, Component::MasterPartition, p.owned * master_bytes_);
     resident(optimizer_device_, Component::OptimizerStatePartition, p.owned * state_bytes_);
     if (zero_.partitions_optimizer_states() && optimizer_device_ != Device::Gpu) {
@@ -276,9 +298,9 @@ class ScheduleBuilder {
   void add_initialization() {
     const ParamLayout& p = params();
     // (An FSDP module is built in fp32 and cast per unit by the all-gather.)
-    const Bytes whole = p.total * (fsdp_ ? 4 : param_bytes_);
+    const Bytes whole = p.stored * (fsdp_ ? 4 : param_bytes_);
     Bytes largest_layer = 0;
-    for (const Elements numel : layer_numel_)
+    for (const Elements numel : layer_stored_)
       largest_layer = std::max(largest_layer, numel * param_bytes_);
     for (std::size_t mode = 0; mode < 2; ++mode) {
       auto& init = schedule_.initialization[mode];
@@ -458,10 +480,12 @@ class ScheduleBuilder {
     } else {
       fx.add(Device::Gpu, Component::ActivationsStored, act.stored);
     }
+    const int owner = owner_of(layer);
+    add_dequantized(fx, owner);
     fx.add(Device::Gpu, Component::ActivationWorking, act.forward_working);
     fx.add(Device::Gpu, Component::ActivationWorking, -act.forward_working);
-    const int owner = owner_of(layer);
-    const double flops = spec.forward_flops(schedule_.context.micro_batch, schedule_.context.seq_len);
+    const auto& c = schedule_.context;
+    const double flops = spec.forward_flops(c.micro_batch, c.seq_len, c.target_seq_len);
     const Bytes touched = owner_numel(owner) * param_bytes_ + act.stored + act.forward_working;
     const auto op = emit(Op{.kind = OpKind::Forward,
                             .stream = Stream::Compute,
@@ -481,6 +505,11 @@ class ScheduleBuilder {
               .link = Link::PcieD2H, .bytes = act.checkpoint},
            moved, {op});
     }
+  }
+
+  void add_dequantized(Effects& fx, int owner) const {
+    fx.add(Device::Gpu, Component::DequantizedWeight, dequantized_bytes(owner));
+    fx.add(Device::Gpu, Component::DequantizedWeight, -dequantized_bytes(owner));
   }
 
   std::uint32_t gather_dep(int owner) const {
@@ -504,8 +533,8 @@ class ScheduleBuilder {
     const ActivationBytes act = activations(layer);
     const Layer& spec = model_.layers[layer];
     const int owner = owner_of(layer);
-    const double forward_flops =
-        spec.forward_flops(schedule_.context.micro_batch, schedule_.context.seq_len);
+    const auto& c = schedule_.context;
+    const double forward_flops = spec.forward_flops(c.micro_batch, c.seq_len, c.target_seq_len);
     std::uint32_t recompute = kNoOp;
     if (checkpointed(layer)) recompute = recompute_layer(layer, act, forward_flops);
     // Effects in the order they happen: buffers and gradients appear, the working set comes and
@@ -517,6 +546,7 @@ class ScheduleBuilder {
     }
     add_gradient_allocation(fx, owner);
     fx.add(Device::Gpu, Component::ActivationWorking, act.backward_working);
+    add_dequantized(fx, owner);
     fx.add(Device::Gpu, Component::ActivationWorking, -act.backward_working);
     if (checkpointed(layer)) {
       fx.add(Device::Gpu, Component::ActivationWorking, -recomputed_bytes(act));
@@ -533,13 +563,14 @@ class ScheduleBuilder {
       fx.add(Device::Gpu, Component::UnreducedGrads, -copied_at_hook(owner) * grad_bytes_);
     }
     const Bytes touched = 2 * (owner_numel(owner) * param_bytes_ + act.stored) + act.backward_working;
-    const auto op = emit(Op{.kind = OpKind::Backward,
-                            .stream = Stream::Compute,
-                            .phase = Phase::Backward,
-                            .layer = int(layer),
-                            .flops = 2 * forward_flops,
-                            .memory_bytes_touched = touched},
-                         fx, {gather_dep(owner), recompute, blocking_reduce_, tp_wait_});
+    const auto op =
+        emit(Op{.kind = OpKind::Backward,
+                .stream = Stream::Compute,
+                .phase = Phase::Backward,
+                .layer = int(layer),
+                .flops = spec.backward_flops(c.micro_batch, c.seq_len, c.target_seq_len),
+                .memory_bytes_touched = touched},
+             fx, {gather_dep(owner), recompute, blocking_reduce_, tp_wait_});
     blocking_reduce_ = kNoOp;
     tensor_parallel_collectives(layer, spec.tp_backward, Phase::Backward, op);
     expert_exchanges(layer, Phase::Backward, op);
@@ -584,6 +615,7 @@ class ScheduleBuilder {
     copy = gather_partitioned_checkpoint(layer, act, copy);
     Effects fx = effects();
     fx.add(Device::Gpu, Component::ActivationWorking, recomputed_bytes(act));
+    add_dequantized(fx, owner_of(layer));
     const Bytes touched = owner_numel(owner_of(layer)) * param_bytes_ + act.stored;
     const auto op = emit(Op{.kind = OpKind::Recompute,
                             .stream = Stream::Compute,
@@ -689,8 +721,10 @@ class ScheduleBuilder {
     const auto& c = schedule_.context;
     const bool first = c.pipeline_stage == 0;
     const Layer& holder = first ? model_.layers.front() : model_.layers.back();
-    const Elements elements =
-        holder.params.empty() ? 0 : (first ? holder.params.front() : holder.params.back()).numel();
+    const TensorSpec* tied =
+        holder.params.empty() ? nullptr : &(first ? holder.params.front() : holder.params.back());
+    if (!tied || !tied->trainable) return before;  // a frozen embedding has no gradient to sum
+    const Elements elements = tied->numel();
     return emit(Op{.kind = OpKind::AllReduce,
                    .stream = Stream::Collective,
                    .phase = Phase::Reduce,
@@ -776,7 +810,7 @@ class ScheduleBuilder {
     Elements elements = 0;
     for (const auto& layer : model_.layers) {
       for (const auto& tensor : layer.params) {
-        if (tensor.sequence_parallel_grad) elements += tensor.numel();
+        if (tensor.sequence_parallel_grad && tensor.trainable) elements += tensor.numel();
       }
     }
     if (elements == 0) return before;
@@ -796,7 +830,7 @@ class ScheduleBuilder {
   // The owner's gradients are complete at the backward of the lowest-indexed layer using them.
   bool layer_makes_grads_ready(std::size_t layer) const {
     const int owner = owner_of(layer);
-    return int(layer) == owner && !model_.layers[layer].params.empty();
+    return int(layer) == owner && owner_trainable(owner) > 0;
   }
 
   // Stages 2-3 with contiguous_gradients: the gradient hook copies a gradient into the reduce
@@ -813,7 +847,8 @@ class ScheduleBuilder {
     for (auto t = params().layer_first_tensor[std::size_t(owner)];
          t < params().layer_first_tensor[std::size_t(owner) + 1]; ++t) {
       const Elements numel = params().tensor_numel[std::size_t(t)];
-      if (hook_copies_into_bucket(numel)) copied += numel;
+      if (params().tensor_trainable[std::size_t(t)] && hook_copies_into_bucket(numel))
+        copied += numel;
     }
     return copied;
   }
@@ -830,8 +865,9 @@ class ScheduleBuilder {
   }
 
   void add_gradient_allocation(Effects& fx, int owner) {
-    if (model_.layers[std::size_t(owner)].params.empty()) return;
-    const Bytes bytes = owner_numel(owner) * grad_bytes_;
+    // Frozen tensors get no gradient (DeepSpeed hooks only parameters that require grad).
+    if (owner_trainable(owner) == 0) return;
+    const Bytes bytes = owner_trainable(owner) * grad_bytes_;
     if (zero_.reduces_at_boundary()) {
       // Stages 0-1: full gradients, allocated at the first backward touching them, kept (and
       // accumulated) until the boundary.
@@ -850,6 +886,7 @@ class ScheduleBuilder {
     const auto first = params().layer_first_tensor[std::size_t(owner)];
     const auto last = params().layer_first_tensor[std::size_t(owner) + 1];
     for (auto t = last; t-- > first;) {
+      if (!params().tensor_trainable[std::size_t(t)]) continue;
       const Elements numel = params().tensor_numel[std::size_t(t)];
       // DeepSpeed reduces a full bucket from the hook of the gradient that does not fit, so the
       // reduction waits for the backward that produced that gradient.
@@ -907,11 +944,12 @@ class ScheduleBuilder {
   Elements flat_offset(std::int32_t tensor) const {
     if (flat_offsets_.empty()) {
       flat_offsets_.resize(params().tensor_numel.size());
+      // The flat buffers hold the trainable tensors (bit16_groups), experts in a group of their own.
       Elements offset = 0, expert_offset = 0;
       for (std::size_t t = 0; t < flat_offsets_.size(); ++t) {
         Elements& running = is_expert(std::int32_t(t)) ? expert_offset : offset;
         flat_offsets_[t] = running;
-        running += params().tensor_numel[t];
+        if (params().tensor_trainable[t]) running += params().tensor_numel[t];
       }
     }
     return flat_offsets_[std::size_t(tensor)];
@@ -1111,6 +1149,7 @@ class ScheduleBuilder {
     // The reduction starts after the last backward of the last micro-step.
     bucket_producer_ = schedule_.ops.empty() ? kNoOp : std::uint32_t(schedule_.ops.size() - 1);
     for (std::size_t t = tensors.size(); t-- > 0;) {
+      if (!params().tensor_trainable[t]) continue;
       const Elements numel = tensors[t];
       if (!pending_.empty() &&
           (bucket_.elements + numel > zero_.reduce_bucket_size || changes_group(std::int32_t(t))))
@@ -1198,7 +1237,7 @@ class ScheduleBuilder {
   // the gradient partition (stages 1-2) and the reduce buffers (stages 1-2).
   void free_step_gradients(Effects& fx) {
     if (!zero_.partitions_optimizer_states()) {
-      fx.add(Device::Gpu, Component::GradsFull, -params().total * grad_bytes_);
+      fx.add(Device::Gpu, Component::GradsFull, -params().trainable * grad_bytes_);
     }
     fx.add(Device::Gpu, Component::GradsPartition, -grads_partition_bytes_);
     grads_partition_bytes_ = 0;
@@ -1375,7 +1414,9 @@ class ScheduleBuilder {
     Elements end = 0;
     Bytes bytes = 0;
     std::int32_t requests = 0;
-    for (const Elements partition : p.tensor_partition) {
+    for (std::size_t t = 0; t < p.tensor_partition.size(); ++t) {
+      if (!p.tensor_trainable[t]) continue;  // frozen: in no sub-group, never rewritten
+      const Elements partition = p.tensor_partition[t];
       end += partition;
       if (partition == 0 || (end - 1) / group_elements != group) continue;
       bytes += partition * param_bytes_;
@@ -1402,13 +1443,14 @@ class ScheduleBuilder {
                   effects(), {after});
     }
     if (param_device_ == Device::Nvme) {
-      // Every tensor's partition (persistent ones too) is written as it is updated.
+      // Every trainable tensor's partition (persistent ones too) is written as it is updated.
+      const auto& trainable = params().tensor_trainable;
       return emit(Op{.kind = OpKind::NvmeWrite,
                      .stream = Stream::Nvme,
                      .phase = Phase::Optimizer,
                      .link = Link::NvmeWrite,
                      .bytes = bytes,
-                     .io_requests = std::int32_t(params().tensor_numel.size()),
+                     .io_requests = std::int32_t(std::count(trainable.begin(), trainable.end(), true)),
                      .swapped = Swapped::Parameters},
                   effects(), {after});
     }
@@ -1495,7 +1537,9 @@ class ScheduleBuilder {
   std::vector<bool> grads_touched_;
   Bucket bucket_;
   std::vector<std::int32_t> pending_;  // tensors of the bucket being filled
-  std::vector<Elements> layer_numel_;  // per layer: elements of the tensors it owns
+  // Per layer, of the tensors it owns: their stored elements, their trainable elements, and the
+  // largest 4-bit one's elements (dequantized around its matmul).
+  std::vector<Elements> layer_stored_, layer_trainable_, layer_dequantized_;
   std::uint32_t bucket_producer_ = kNoOp;
   std::uint32_t tp_wait_ =
       kNoOp;  // the last tensor-parallel collective: the next compute waits for it

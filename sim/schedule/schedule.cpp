@@ -48,6 +48,8 @@ const char* to_string(Component component) {
     case Component::ParamsPersistent: return "params_persistent";
     case Component::ParamsSecondary:
       return "params_secondary";
+    case Component::ParamsQuantizationState:
+      return "params_quantization_state";
     case Component::GradsFull: return "grads_full";
     case Component::GradsPartition: return "grads_partition";
     case Component::MasterPartition: return "master_params_partition";
@@ -60,6 +62,8 @@ const char* to_string(Component component) {
     case Component::ReduceBucket: return "reduce_bucket";
     case Component::Fp32GradCast: return "fp32_grad_cast";
     case Component::OptimizerTemporaries: return "optimizer_temporaries";
+    case Component::DequantizedWeight:
+      return "dequantized_weight";
     case Component::OffloadStaging: return "offload_staging";
     case Component::NvmeSwapBuffers: return "nvme_swap_buffers";
     case Component::CudaContext: return "cuda_context";
@@ -75,6 +79,7 @@ Category category_of(Component component) {
     case Component::ParamsPartition:
     case Component::ParamsPersistent:
     case Component::ParamsSecondary:
+    case Component::ParamsQuantizationState:
       return Category::Params;
     case Component::GradsFull:
     case Component::GradsPartition: return Category::Grads;
@@ -88,6 +93,7 @@ Category category_of(Component component) {
     case Component::ReduceBucket:
     case Component::Fp32GradCast:
     case Component::OptimizerTemporaries:
+    case Component::DequantizedWeight:
     case Component::OffloadStaging:
     case Component::NvmeSwapBuffers: return Category::Buffers;
     case Component::CudaContext:
@@ -109,6 +115,7 @@ Sharing sharing_of(Component component) {
       return Sharing::Partitioned;
     case Component::ParamsFull:
     case Component::ParamsPersistent:
+    case Component::ParamsQuantizationState:
     case Component::GradsFull:
     case Component::GatheredParams:
     case Component::UnreducedGrads:

@@ -39,10 +39,11 @@ enum class Component : std::uint8_t {
   ParamsPartition,   // Params: this rank's partition (stage 3)
   ParamsPersistent,  // Params: stage-3 parameters below the persistence threshold, kept whole
   ParamsSecondary,   // Params: ZeRO++ hpZ's secondary partition (forward to the step's end)
-  GradsFull,         // Grads: replicated gradients (stage 0-1)
-  GradsPartition,    // Grads: this rank's reduced gradient partition (stage 2-3, stage 1 after
-                     // reduce)
-  MasterPartition,   // MasterParams
+  ParamsQuantizationState,  // Params: 4-bit base weights' quantization constants, whole per rank
+  GradsFull,                // Grads: replicated gradients (stage 0-1)
+  GradsPartition,   // Grads: this rank's reduced gradient partition (stage 2-3, stage 1 after
+                    // reduce)
+  MasterPartition,  // MasterParams
   OptimizerStatePartition,  // OptimizerStates
   ActivationsStored,        // Activations: kept for backward
   ActivationCheckpoints,    // Activations: checkpointed layer inputs
@@ -52,13 +53,14 @@ enum class Component : std::uint8_t {
   ReduceBucket,             // Buffers: gradient reduce buckets
   Fp32GradCast,             // Buffers: flattened and fp32 gradient copies for the optimizer step
   OptimizerTemporaries,  // Buffers: tensors the optimizer kernel makes in its step (foreach sqrt)
+  DequantizedWeight,     // Buffers: a 4-bit weight dequantized to 16 bits around its matmul
   OffloadStaging,        // Buffers: host-device staging for offload
   NvmeSwapBuffers,       // Buffers: pinned host buffers for NVMe swapping
   CudaContext,           // Overhead
   LibraryWorkspace,      // Overhead: cuBLAS / NCCL workspaces
   Fragmentation,         // Overhead: allocator fragmentation allowance (added to the peak)
 };
-inline constexpr int kComponentCount = 21;
+inline constexpr int kComponentCount = 23;
 
 // TensorParallel: the TP group's collectives (Megatron issues them on their own communicator; the
 // next layer waits for them).
@@ -246,7 +248,8 @@ struct ScheduleContext {
   int gpus_per_node = 1;
   int stage = 0;
   std::int64_t micro_batch = 1;
-  std::int64_t seq_len = 1;
+  std::int64_t seq_len = 1;         // an encoder-decoder's source sequence
+  std::int64_t target_seq_len = 0;  // an encoder-decoder's target sequence (0: none)
   std::int64_t grad_accumulation = 1;
   Precision precision = Precision::Fp32;
   OffloadDevice optimizer_device = OffloadDevice::None;

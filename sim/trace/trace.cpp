@@ -31,6 +31,7 @@ TraceRun run_of(const Plan& plan) {
   run.stage = c.stage;
   run.micro_batch = c.micro_batch;
   run.seq_len = c.seq_len;
+  run.target_seq_len = c.target_seq_len;
   run.grad_accumulation = c.grad_accumulation;
   run.inputs = TraceInputs{plan.request.model, plan.request.config, plan.request.cluster, plan.request.options};
   return run;
@@ -173,6 +174,7 @@ json run_json(const TraceRun& r) {
           {"precision", r.precision}, {"optimizer_device", r.optimizer_device}, {"param_device", r.param_device},
           {"dp_size", r.dp_size}, {"gpus_per_node", r.gpus_per_node}, {"stage", r.stage},
           {"micro_batch", r.micro_batch}, {"seq_len", r.seq_len}, {"grad_accumulation", r.grad_accumulation}};
+  if (r.target_seq_len > 0) run["target_seq_len"] = r.target_seq_len;
   if (r.inputs) run["inputs"] = inputs_json(*r.inputs);
   return run;
 }
@@ -193,9 +195,12 @@ TraceRun read_run(const json& object) {
   r.micro_batch = as_int(required(object, "micro_batch", w), "run.micro_batch", 1);
   r.seq_len = as_int(required(object, "seq_len", w), "run.seq_len", 1);
   r.grad_accumulation = as_int(required(object, "grad_accumulation", w), "run.grad_accumulation", 1);
+  if (const json* target = member(object, "target_seq_len"))
+    r.target_seq_len = as_int(*target, "run.target_seq_len", 1, std::int64_t(1) << 24);
   if (const json* inputs = member(object, "inputs")) {
     r.inputs = read_inputs(*inputs);
-    r.inputs->config.seq_len = r.seq_len;  // not a DeepSpeed field
+    r.inputs->config.seq_len = r.seq_len;  // not DeepSpeed fields
+    if (r.target_seq_len > 0) r.inputs->config.target_seq_len = r.target_seq_len;
   }
   return r;
 }

@@ -45,6 +45,7 @@ struct TraceRun {
   Elements parameter_count = 0;
   int dp_size = 1, gpus_per_node = 1, stage = 0;
   std::int64_t micro_batch = 1, seq_len = 1, grad_accumulation = 1;
+  std::int64_t target_seq_len = 0;  // an encoder-decoder's target sequence (0: none)
   std::optional<TraceInputs> inputs;
 };
 

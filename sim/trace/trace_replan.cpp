@@ -40,6 +40,7 @@ TrainingConfig config_for_run(const TraceRun& run, TrainingConfig config) {
   config.batch = BatchConfig{.micro_batch_per_gpu = run.micro_batch,
                              .gradient_accumulation_steps = run.grad_accumulation};
   config.seq_len = run.seq_len;
+  if (run.target_seq_len > 0) config.target_seq_len = run.target_seq_len;
   return config;
 }
 

@@ -321,3 +321,79 @@ TEST(CliMessages, TheNamesANewcomerTypes) {
 }
 
 }  // namespace
+
+namespace {
+
+// LoRA and QLoRA (issue 21) through the binary: the flags in --help, the count PEFT prints, the
+// refusals by flag, and the executor's.
+TEST(CliMessages, LoraFlagsCountsAndRefusals) {
+  const Result help = run("plan --help");
+  for (const char* flag : {"--lora-rank", "--lora-targets", "--quantize-base", "--lora-dropout"})
+    EXPECT_TRUE(contains(help.output, flag)) << flag;
+  const Result plan = run("plan -m llama2-7b --gpus 8 -s 2 -p bf16 --lora-rank 8");
+  EXPECT_EQ(plan.exit_code, 0) << plan.output;
+  EXPECT_TRUE(contains(plan.output,
+                       "LoRA r=8 on q_proj, v_proj: 4,194,304 trainable of "
+                       "6,742,609,920 parameters (0.0622 %)"))
+      << plan.output;
+  const Result qlora = run("plan -m llama2-7b --gpus 1 -p bf16 --lora-rank 8 --quantize-base nf4");
+  EXPECT_EQ(qlora.exit_code, 0) << qlora.output;
+  EXPECT_TRUE(contains(qlora.output, "base weights in NF4 with double quantization"))
+      << qlora.output;
+  const std::pair<const char*, const char*> refusals[] = {
+      {"plan -m llama2-7b --lora-rank 8 --lora-targets q_prj,v_proj",
+       "--lora-targets: 'q_prj' is no module of llama2's blocks (did you mean 'q_proj'?)"},
+      {"plan -m gpt2-124m --lora-rank 8 --lora-targets q_proj", "did you mean 'c_proj'?"},
+      {"plan -m llama2-7b --quantize-base nf4", "--quantize-base: needs LoRA adapters"},
+      {"plan -m llama2-7b --lora-targets q_proj", "--lora-targets: needs LoRA adapters"},
+      {"plan -m llama2-7b --lora-rank 8 --tp 2", "--lora-rank: LoRA with tensor parallelism"},
+      {"plan -m llama2-7b --lora-rank 8 --framework fsdp2",
+       "--lora-rank: frozen parameters under FSDP"},
+      {"plan -m llama2-7b -s 3 --lora-rank 8 --quantize-base nf4 --offload-param cpu",
+       "--quantize-base: 4-bit base weights with zero_optimization.offload_param"},
+      {"plan -m llama2-7b --lora-rank 0", "--lora-rank"},
+      {"plan -m llama2-7b --lora-rank 8 --quantize-base int4", "--quantize-base"},
+      {"run -m gpt2-tiny --lora-rank 4 --steps 1",
+       "--lora-rank: zerolens run trains every parameter"},
+  };
+  for (const auto& [command, message] : refusals) {
+    const Result refused = run(command);
+    EXPECT_EQ(refused.exit_code, 2) << command << "\n" << refused.output;
+    EXPECT_TRUE(contains(refused.output, message)) << command << "\n" << refused.output;
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// BERT and T5 (issue 21) through the binary: presets and configs, the target sequence in the
+// header, refusals by flag.
+TEST(CliMessages, EncoderModelsAndTheTargetSequence) {
+  const Result help = run("plan --help");
+  EXPECT_TRUE(contains(help.output, "--target-seq-len")) << help.output;
+  const Result t5 =
+      run("plan -m google-t5/t5-base --gpus 8 -s 2 -p bf16 -b 8 --seq-len 512 "
+          "--target-seq-len 128");
+  EXPECT_EQ(t5.exit_code, 0) << t5.output;
+  EXPECT_TRUE(contains(t5.output, "t5-base (222.9M parameters)")) << t5.output;
+  EXPECT_TRUE(contains(t5.output, "micro-batch 8 x seq 512 (target 128)")) << t5.output;
+  const Result bert = run("plan -m bert-base-uncased --gpus 1 --lora-rank 8");
+  EXPECT_EQ(bert.exit_code, 0) << bert.output;
+  EXPECT_TRUE(contains(bert.output, "LoRA r=8 on query, value: 294,912 trainable")) << bert.output;
+  const std::pair<const char*, const char*> refusals[] = {
+      {"plan -m llama2-7b --target-seq-len 128", "--target-seq-len: applies to encoder-decoder"},
+      {"plan -m t5-small --attention flash", "--attention: T5's relative position bias"},
+      {"plan -m t5-small --gpus 8 --tp 2", "--tp: tensor parallelism of t5"},
+      {"plan -m bert-base-uncased --gpus 8 -s 1 --pp 2 --grad-accum 4",
+       "--pp: pipeline parallelism of bert"},
+      {"plan -m t5-small --lora-rank 8 --lora-targets wi_0", "'wi_0' is no module of t5's blocks"},
+  };
+  for (const auto& [command, message] : refusals) {
+    const Result refused = run(command);
+    EXPECT_EQ(refused.exit_code, 2) << command << "\n" << refused.output;
+    EXPECT_TRUE(contains(refused.output, message)) << command << "\n" << refused.output;
+  }
+}
+
+}  // namespace

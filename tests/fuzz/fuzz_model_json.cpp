@@ -34,6 +34,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     check(model);
     const auto copy = zerolens::model_from_layers_json(zerolens::model_to_json(model), diagnostics, "copy");
     if (copy.parameter_count() != model.parameter_count()) std::abort();
+    if (copy.trainable_parameter_count() != model.trainable_parameter_count()) std::abort();
   } catch (const zerolens::InputError&) {
   }
   return 0;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ctest python.module: the Python module against the CLI (a second front end over the same sim):
-plan(), trace() and sweep() return what `zerolens plan|trace|sweep --json` prints for the same
-flags; a DeepSpeed config given as a dict plans as the same file; bad keywords and values raise
+plan(), compare(), trace() and sweep() return what `zerolens plan [--compare]|trace|sweep --json`
+prints for the same flags; a DeepSpeed config given as a dict plans as the same file; bad keywords and values raise
 TypeError or zerolens.InputError (a ValueError) naming them.
 usage: check_module.py ZEROLENS   (the module on PYTHONPATH)"""
 import json
@@ -48,6 +48,18 @@ def main(binary):
                     activation_checkpointing=True)
     check(zerolens.plan(**keywords) == cli_json(binary, "plan", *flags, "--json"), "plan() differs from plan --json")
 
+    compared = zerolens.compare(**keywords)
+    check(compared == cli_json(binary, "plan", *flags, "--compare", "--json"),
+          "compare() differs from plan --compare --json")
+    check([v["variant"] for v in compared["variants"]][:4] == ["DP", "ZeRO-1", "ZeRO-2", "ZeRO-3"],
+          f"compare() variants {[v['variant'] for v in compared['variants']]}")
+    expect_compare_error = [False]
+    try:
+        zerolens.compare(stagee=3)
+    except TypeError as error:
+        expect_compare_error[0] = "did you mean 'stage'" in str(error)
+    check(expect_compare_error[0], "compare() took an unknown keyword")
+
     trace = zerolens.trace(**keywords, ranks=2, compute_efficiency=0.4)
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, "trace.json")
@@ -80,6 +92,26 @@ def main(binary):
                                 "off", "--jobs", "1", "--json", "-q"), "a sweep without a batch differs from the CLI's")
     check(defaulted["train_batch_size"] == 64 and "8 per GPU" in defaulted["notes"][0], str(defaulted["notes"]))
 
+    # LoRA and QLoRA: the same keywords, targets also as PEFT's list of module names.
+    lora_flags = ["--model", "llama2-7b", "--gpus", "2", "--stage", "3", "--precision", "bf16", "--lora-rank", "16",
+                  "--lora-targets", "q_proj,k_proj,v_proj,o_proj", "--quantize-base", "nf4", "--json"]
+    lora = zerolens.plan(model="llama2-7b", gpus=2, stage=3, precision="bf16", lora_rank=16,
+                         lora_targets=["q_proj", "k_proj", "v_proj", "o_proj"], quantize_base="nf4")
+    check(lora == cli_json(binary, "plan", *lora_flags), "plan(lora_...) differs from plan --lora-rank --json")
+    check(lora["model"]["trainable_parameter_count"] == 32 * 4 * 16 * (4096 + 4096),
+          f"trainable {lora['model']['trainable_parameter_count']}")
+    expect_error(ValueError, ["--lora-targets", "did you mean 'q_proj'"], model="llama2-7b", lora_rank=8,
+                 lora_targets="q_prj")
+    expect_error(ValueError, ["--quantize-base", "--lora-rank"], quantize_base="nf4")
+    expect_error(TypeError, ["lora_targets"], lora_rank=8, lora_targets=3)
+
+    # T5: the target sequence as a keyword.
+    t5 = zerolens.plan(model="t5-small", gpus=2, stage=2, precision="bf16", seq_len=512, target_seq_len=64)
+    check(t5 == cli_json(binary, "plan", "--model", "t5-small", "--gpus", "2", "--stage", "2", "--precision", "bf16",
+                         "--seq-len", "512", "--target-seq-len", "64", "--json"),
+          "plan(target_seq_len=...) differs from plan --target-seq-len --json")
+    check(t5["run"]["target_seq_len"] == 64, f"run {t5['run']}")
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         zerolens.plan(set={"zero_optimization.not_a_key": 1})
@@ -106,7 +138,7 @@ def main(binary):
 
     if failures:
         sys.exit("FAIL:\n  " + "\n  ".join(failures))
-    print("ok: plan, trace and sweep agree with the CLI; errors name the keyword or key")
+    print("ok: plan, compare, trace and sweep agree with the CLI; errors name the keyword or key")
 
 
 if __name__ == "__main__":

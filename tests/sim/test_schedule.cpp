@@ -68,11 +68,38 @@ TrainingConfig config_of(const Case& c) {
   return config;
 }
 
+// Also with a frozen base: LoRA (every case) and QLoRA (4-bit weights stay on the GPU).
 TEST(ScheduleInvariants, HoldForEveryStageOffloadAndOption) {
-  const Model model = small_transformer();
-  for (const auto& c : cases()) {
-    SCOPED_TRACE(name_of(c));
-    const Plan plan = testing::plan_of(model, config_of(c), 4);
+  const Model full = small_transformer();
+  TransformerShape lora_shape = *full.shape;
+  lora_shape.lora.rank = 4;
+  const Model lora = build_transformer("small-lora", lora_shape);
+  lora_shape.lora.base_format = WeightFormat::Nf4DoubleQuant;
+  const Model qlora = build_transformer("small-qlora", lora_shape);
+  // An encoder-decoder (T5's layers: two stacks, a shared embedding used three times).
+  TransformerShape t5_shape = *full.shape;
+  t5_shape.family = "t5";
+  t5_shape.architecture = Architecture::EncoderDecoder;
+  t5_shape.layers = 2;
+  t5_shape.decoder_layers = 2;
+  t5_shape.relative_attention_buckets = 32;
+  t5_shape.norm = NormKind::RmsNorm;
+  t5_shape.qkv_bias = t5_shape.out_proj_bias = t5_shape.mlp_bias = false;
+  t5_shape.learned_positions = false;
+  t5_shape.loss_in_fp32 = false;
+  const Model t5 = build_transformer("small-t5", t5_shape);
+  for (const auto& [c, model] : [&] {
+         std::vector<std::pair<Case, const Model*>> all;
+         for (const auto& c : cases()) {
+           all.push_back({c, &full});
+           all.push_back({c, &lora});
+           all.push_back({c, &t5});
+           if (c.param == OffloadDevice::None) all.push_back({c, &qlora});
+         }
+         return all;
+       }()) {
+    SCOPED_TRACE(name_of(c) + " " + model->name);
+    const Plan plan = testing::plan_of(*model, config_of(c), 4);
     const Schedule& schedule = plan.schedule;
     const MemoryTimeline memory = replay_memory(schedule, true);
     ASSERT_FALSE(schedule.ops.empty());
@@ -104,8 +131,12 @@ TEST(ScheduleInvariants, HoldForEveryStageOffloadAndOption) {
       for (const auto tensor : schedule.tensors_of(bucket)) reductions[tensor]++;
     }
     const int expected = c.stage >= 2 ? c.grad_accumulation : 1;
-    ASSERT_EQ(reductions.size(), schedule.layout.tensor_numel.size());
-    for (const auto& [tensor, count] : reductions) EXPECT_EQ(count, expected) << "tensor " << tensor;
+    const auto& trainable = schedule.layout.tensor_trainable;
+    ASSERT_EQ(reductions.size(), std::size_t(std::count(trainable.begin(), trainable.end(), true)));
+    for (const auto& [tensor, count] : reductions) {
+      EXPECT_EQ(count, expected) << "tensor " << tensor;
+      EXPECT_TRUE(trainable[std::size_t(tensor)]) << "tensor " << tensor;
+    }
 
     // Dependencies point backwards (program order is a valid topological order).
     for (std::size_t i = 0; i < schedule.ops.size(); ++i) {

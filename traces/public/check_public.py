@@ -76,6 +76,11 @@ def row_of(zerolens, case):
             "before_error": before.get("error_vs_measured"), "error": predicted / measured - 1}
 
 
+def before_fits(before):
+    # None: the case could not be planned before (its flags came later)
+    return "-" if before is None else ("fits" if before else "does not fit")
+
+
 def gib(value):
     return f"{value / 2**30:.2f}"
 
@@ -105,7 +110,7 @@ def main():
                 failures.append(case["id"])
             print(f"| {case['id']} | fits | {'fits' if row['measured'] else 'does not fit'} | "
                   f"{'fits' if row['predicted'] else 'does not fit'} | - | "
-                  f"{'fits' if row['before'] else 'does not fit'} | {held} |")
+                  f"{before_fits(row['before'])} | {held} |")
             continue
         hold = case.get("hold")
         error = row["error"]
