@@ -90,7 +90,12 @@ void add_notes(Plan& plan) {
   }
   add_offload_ratio_note(plan);
   add_positions_note(plan);
-  if (config.zero.partitions_parameters()) {
+  if (config.is_colossalai()) {
+    plan.notes.push_back(
+        "ColossalAI: ZeroHook gathers each module's parameters before it runs and shards them "
+        "after; zerolens's ops are per layer, so a layer's modules are planned gathered together "
+        "(an upper bound by the layer's size less its largest module's)");
+  } else if (config.zero.partitions_parameters()) {
     plan.notes.push_back("stage 3: parameters are gathered per layer; prefetch and release follow "
                          "stage3_prefetch_bucket_size, stage3_max_live_parameters and "
                          "stage3_max_reuse_distance in steady state (after the first step's trace)");
@@ -122,8 +127,8 @@ void check_zeropp(const PlanRequest& request) {
       "zero_optimization." + std::string(zero.hpz_partition_size > 1 ? "zero_hpz_partition_size"
                                          : zero.quantized_weights    ? "zero_quantized_weights"
                                                                      : "zero_quantized_gradients");
-  if (request.config.is_fsdp())
-    throw InputError(key, "ZeRO++ is DeepSpeed's; FSDP has no such option");
+  if (request.config.is_fsdp() || request.config.is_colossalai())
+    throw InputError(key, "ZeRO++ is DeepSpeed's; FSDP and ColossalAI have no such option");
   if (request.config.tensor_parallel.active() || request.config.pipeline.active())
     throw InputError(key,
                      "ZeRO++ with tensor or pipeline parallelism is not modelled (DeepSpeed groups "

@@ -4,8 +4,10 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "sim/schedule/builder.hpp"
+#include "sim/schedule/colossalai.hpp"
 #include "sim/schedule/param_layout.hpp"
 #include "sim/schedule/pipeline_order.hpp"
 #include "sim/schedule/zeropp.hpp"
@@ -49,6 +51,8 @@ class ScheduleBuilder {
         config_(config),
         zero_(config.effective_zero()),
         fsdp_(config.is_fsdp()),
+        colossalai_(config.is_colossalai()),
+        delayed_update_(zero_.delay_param_update),
         options_(options) {
     auto& c = schedule_.context;
     c.dp_size = dp_size;
@@ -98,6 +102,11 @@ class ScheduleBuilder {
       const Precision reduce = config.fsdp.reduce_dtype.value_or(config.precision.precision);
       reduce_bytes_ = reduce == Precision::Fp32 ? 4 : 2;
     }
+    shard_on_host_.assign(schedule_.layout.tensor_numel.size(), param_device_ == Device::Cpu);
+    if (colossalai_) {
+      bucket_row_ = colossalai_bucket_row_elements(
+          config.colossalai.reduce_scatter_bucket_size_mb, grad_bytes_, dp_size);
+    }
     const std::size_t layers = model.layers.size();
     live_.assign(layers, false);
     gather_op_.assign(layers, kNoOp);
@@ -116,12 +125,17 @@ class ScheduleBuilder {
     add_initialization();
     if (model_.pipeline.active()) return build_pipeline_stage();
     build_use_order();
+    if (delayed_update_) delayed_host_optimizer();
     const auto micro_steps = schedule_.context.grad_accumulation;
     for (std::int64_t micro = 0; micro < micro_steps; ++micro) {
       micro_ = std::int32_t(micro);
       forward();
       backward();
-      if (!zero_.reduces_at_boundary()) flush_bucket();
+      if (colossalai_) {
+        end_colossalai_backward();
+      } else if (!zero_.reduces_at_boundary()) {
+        flush_bucket();
+      }
       if (zero_.partitions_parameters()) release_all_gathered();
     }
     if (zero_.reduces_at_boundary()) reduce_at_boundary();
@@ -244,7 +258,10 @@ class ScheduleBuilder {
     }
     resident(optimizer_device_, Component::MasterPartition, p.owned * master_bytes_);
     resident(optimizer_device_, Component::OptimizerStatePartition, p.owned * state_bytes_);
-    if (zero_.partitions_optimizer_states() && optimizer_device_ != Device::Gpu) {
+    if (colossalai_) {
+      // ColossalAI saves each gradient shard as its reduction ends (sharded_model_v2.py _save_grad)
+      // and frees it after the step.
+    } else if (zero_.partitions_optimizer_states() && optimizer_device_ != Device::Gpu) {
       // DeepSpeed keeps the fp32 gradient partition in (pinned) host memory when offloading.
       resident(Device::Cpu, Component::GradsPartition, p.owned * 4);
     } else if (zero_.partitions_parameters() && !fsdp_) {
@@ -280,7 +297,10 @@ class ScheduleBuilder {
       largest_layer = std::max(largest_layer, numel * param_bytes_);
     for (std::size_t mode = 0; mode < 2; ++mode) {
       auto& init = schedule_.initialization[mode];
-      const bool whole_first = zero_.partitions_parameters() && mode == Schedule::kInitWholeModel;
+      // ShardedModelV2 asserts every module was built inside ZeroInitContext, which shards each
+      // module's parameters as its constructor returns (init_context.py _post_init_method).
+      const bool whole_first =
+          zero_.partitions_parameters() && mode == Schedule::kInitWholeModel && !colossalai_;
       const Bytes transient = zero_.partitions_parameters() && !whole_first ? largest_layer : 0;
       // The parameters first (the whole model is freed once partitioned), then the optimizer's.
       const auto is_params = [](const MemEffect& e) {
@@ -300,8 +320,8 @@ class ScheduleBuilder {
       for (const auto& effect : schedule_.resident) {
         if (!is_params(effect)) init.push_back(effect);
       }
-      if (!options_.model_states_only && p.owned > 0 &&
-          !fsdp_) {  // torch creates states at its first step
+      // torch's optimizers and ColossalAI's HybridAdam create their states at their first step.
+      if (!options_.model_states_only && p.owned > 0 && !fsdp_ && !colossalai_) {
         init.push_back({optimizer_device_, Component::Fp32GradCast, fp32_gradient_elements() * 4});
         init.push_back({optimizer_device_, Component::Fp32GradCast, -fp32_gradient_elements() * 4});
       }
@@ -321,6 +341,7 @@ class ScheduleBuilder {
   }
 
   std::uint32_t gather(int owner, Phase phase) {
+    if (colossalai_) return gather_colossalai(owner, phase);
     const Elements partition = owner_partition_elements(owner);
     const Elements full = gathered_elements(owner);
     std::uint32_t copy_op = kNoOp;
@@ -377,6 +398,7 @@ class ScheduleBuilder {
   }
 
   void release(int owner, Phase phase) {
+    if (colossalai_) return release_colossalai(owner, phase);
     const Elements full = gathered_elements(owner);
     Effects freed = effects();
     // hpZ: partitioning a gathered parameter copies this rank's slice of the group's secondary
@@ -512,6 +534,8 @@ class ScheduleBuilder {
       pending_ipg_alloc_ = false;
     }
     add_gradient_allocation(fx, owner);
+    const bool ready = layer_makes_grads_ready(layer);
+    if (ready && colossalai_) add_colossalai_hooks(fx, owner);
     fx.add(Device::Gpu, Component::ActivationWorking, act.backward_working);
     fx.add(Device::Gpu, Component::ActivationWorking, -act.backward_working);
     if (checkpointed(layer)) {
@@ -520,7 +544,6 @@ class ScheduleBuilder {
     } else {
       fx.add(Device::Gpu, Component::ActivationsStored, -act.stored);
     }
-    const bool ready = layer_makes_grads_ready(layer);
     if (ready && pending_ipg_alloc_) {  // the first gradient hook allocates the reduce buffers
       fx.add(Device::Gpu, Component::ReduceBucket, ipg_bytes_);
       pending_ipg_alloc_ = false;
@@ -536,9 +559,14 @@ class ScheduleBuilder {
                             .flops = 2 * forward_flops,
                             .memory_bytes_touched = touched},
                          fx, {gather_dep(owner), recompute, blocking_reduce_, tp_wait_});
+    last_backward_ = op;
     blocking_reduce_ = kNoOp;
     tensor_parallel_collectives(layer, spec.tp_backward, Phase::Backward, op);
-    if (ready && !zero_.reduces_at_boundary()) add_to_buckets(owner, op);
+    if (ready && colossalai_) {
+      reduce_colossalai(owner, op);
+    } else if (ready && !zero_.reduces_at_boundary()) {
+      add_to_buckets(owner, op);
+    }
   }
 
   // DeepSpeed's partition_activations (activation_checkpointing/checkpointing.py): each
@@ -903,10 +931,12 @@ class ScheduleBuilder {
     if (!zero_.overlap() && !boundary_reduce) blocking_reduce_ = last_reduce_;
     if (stage.partitions_optimizer_states() && optimizer_device_ != Device::Gpu) {
       // ZeRO-Offload: the reduced low-precision gradient partition crosses PCIe to the host.
+      // With the delayed update, the host's gradient partition is the previous step's until the
+      // CPU step that reads it ends.
       last_d2h_ = emit(Op{.kind = OpKind::CopyD2H, .stream = Stream::D2H, .phase = phase,
                           .bucket = std::int32_t(schedule_.buckets.size()), .link = Link::PcieD2H,
                           .bytes = owned * grad_bytes_},
-                       effects(), {reduce});
+                       effects(), {reduce, delayed_step_});
     }
     record_bucket();
   }
@@ -1052,8 +1082,294 @@ class ScheduleBuilder {
     flush_bucket();
   }
 
+  // ---- ColossalAI: ZeroHook's gathers (sim/schedule/colossalai.hpp) ------------------------
+  const ColossalAiConfig& colossal() const { return config_.colossalai; }
+  std::vector<ColossalGather> colossal_gathers(int owner) const {
+    return colossalai_gathers(model_, params(), std::size_t(owner), colossal().shard_strategy,
+                              dp());
+  }
+  // The device of each parameter shard now: the GPU unless placement "cpu" (or Gemini, or
+  // reuse_fp16_shard's gradient) put it on the host.
+  Device shard_device(std::int32_t tensor) const {
+    return shard_on_host_[std::size_t(tensor)] ? Device::Cpu : Device::Gpu;
+  }
+  Bytes shard_bytes(std::int32_t tensor) const {
+    return params().tensor_partition[std::size_t(tensor)] * param_bytes_;
+  }
+
+  // StatefulTensorMgr.adjust_layout moves a module's shards in COMPUTE state to the GPU, and the
+  // "cpu" policy evicts every held shard at the next adjustment: one copy each way per use (the
+  // layer's shards together here).
+  std::uint32_t move_shards(int owner, Phase phase, bool to_gpu) {
+    Bytes moved = 0;
+    Effects fx = effects();
+    const auto first = params().layer_first_tensor[std::size_t(owner)];
+    const auto end = params().layer_first_tensor[std::size_t(owner) + 1];
+    for (auto t = first; t < end; ++t) {
+      if (shard_on_host_[std::size_t(t)] != to_gpu) continue;
+      moved += shard_bytes(t);
+      shard_on_host_[std::size_t(t)] = !to_gpu;
+    }
+    if (moved == 0) return kNoOp;
+    fx.add(to_gpu ? Device::Cpu : Device::Gpu, Component::ParamsPartition, -moved);
+    fx.add(to_gpu ? Device::Gpu : Device::Cpu, Component::ParamsPartition, moved);
+    return emit(Op{.kind = to_gpu ? OpKind::CopyH2D : OpKind::CopyD2H,
+                   .stream = to_gpu ? Stream::H2D : Stream::D2H,
+                   .phase = phase,
+                   .layer = owner,
+                   .link = to_gpu ? Link::PcieH2D : Link::PcieD2H,
+                   .bytes = moved},
+                fx, {});
+  }
+
+  // Each gather replaces its shards by the gathered tensors (payload_reset frees them); the bucket
+  // strategy's N buffers live until it returns.
+  std::uint32_t gather_colossalai(int owner, Phase phase) {
+    std::uint32_t last = move_shards(owner, phase, true);
+    for (const ColossalGather& g : colossal_gathers(owner)) {
+      Bytes shards = 0;
+      for (auto t = g.first_tensor; t < g.first_tensor + g.tensor_count; ++t) shards += shard_bytes(t);
+      Effects fx = effects();
+      fx.add(Device::Gpu, Component::GatheredParams, g.transient * param_bytes_);
+      fx.add(Device::Gpu, Component::GatheredParams, g.gathered * param_bytes_);
+      fx.add(Device::Gpu, Component::ParamsPartition, -shards);
+      fx.add(Device::Gpu, Component::GatheredParams, -g.transient * param_bytes_);
+      last = emit(Op{.kind = OpKind::AllGather,
+                     .stream = Stream::Collective,
+                     .phase = phase,
+                     .layer = owner,
+                     .group_size = dp(),
+                     .link = Link::Network,
+                     .bytes = g.gathered * param_bytes_,
+                     .wire_element_bytes = std::int32_t(param_bytes_),
+                     .first_tensor = g.first_tensor,
+                     .tensor_count = g.tensor_count},
+                  fx, {last});
+    }
+    live_[std::size_t(owner)] = true;
+    live_elements_ += gathered_elements(owner);
+    gather_op_[std::size_t(owner)] = last;
+    return last;
+  }
+
+  // The post hooks shard the gathered tensors again: get_shard makes new shards, payload_reset
+  // frees the gathered ones; placement "cpu" then evicts the shards.
+  void release_colossalai(int owner, Phase phase) {
+    Effects fx = effects();
+    fx.add(Device::Gpu, Component::ParamsPartition,
+           owner_partition_elements(owner) * param_bytes_);
+    fx.add(Device::Gpu, Component::GatheredParams, -gathered_elements(owner) * param_bytes_);
+    emit(Op{.kind = OpKind::Release, .stream = Stream::Compute, .phase = phase, .layer = owner}, fx,
+         {});
+    live_[std::size_t(owner)] = false;
+    live_elements_ -= gathered_elements(owner);
+    if (colossal().placement == PlacementPolicy::Cpu) move_shards(owner, phase, false);
+  }
+
+  // ---- ColossalAI: gradient hooks and the ReduceScatterBucketer -----------------------------
+  Bytes colossal_bucket_bytes() const { return Elements(dp() + 1) * bucket_row_ * grad_bytes_; }
+  Device grads_device() const { return optimizer_device_; }
+  Bytes saved_grad_bytes_per_element() const { return colossal().reuse_fp16_shard ? 2 : 4; }
+
+  // _grad_post_backward_hook clones each gradient, chunk_and_pad pads it, and the bucketer stacks
+  // it into its bucket (allocated at the first append) or, for a chunk larger than a row,
+  // concatenates it and makes the output of a reduce-scatter of its own. The hooks run one after
+  // another: the largest one's temporaries are the layer's peak; autograd's gradients go with them.
+  void add_colossalai_hooks(Effects& fx, int owner) {
+    Bytes peak = 0;
+    bool bucketed = false;
+    const auto first = params().layer_first_tensor[std::size_t(owner)];
+    const auto end = params().layer_first_tensor[std::size_t(owner) + 1];
+    for (auto t = first; t < end; ++t) {
+      const Elements numel = params().tensor_numel[std::size_t(t)];
+      const ColossalChunks c = colossalai_chunks(numel, dp(), bucket_row_);
+      const Elements made = numel + c.padding_made + dp() * c.chunk + (c.direct ? c.chunk : 0);
+      peak = std::max(peak, made * grad_bytes_);
+      bucketed = bucketed || !c.direct;
+    }
+    if (bucketed && !colossal_bucket_allocated_) {
+      fx.add(Device::Gpu, Component::ReduceBucket, colossal_bucket_bytes());
+      colossal_bucket_allocated_ = true;
+    }
+    fx.add(Device::Gpu, Component::UnreducedGrads, peak);
+    fx.add(Device::Gpu, Component::UnreducedGrads, -peak);
+    fx.add(Device::Gpu, Component::UnreducedGrads, -owner_numel(owner) * grad_bytes_);
+  }
+
+  void reduce_colossalai(int owner, std::uint32_t producer) {
+    const auto first = params().layer_first_tensor[std::size_t(owner)];
+    const auto last = params().layer_first_tensor[std::size_t(owner) + 1];
+    for (auto t = last; t-- > first;) {
+      const ColossalChunks c =
+          colossalai_chunks(params().tensor_numel[std::size_t(t)], dp(), bucket_row_);
+      if (c.direct) {
+        const std::vector<std::int32_t> held = std::exchange(pending_, {t});
+        const Elements held_chunks = std::exchange(colossal_pending_chunks_, c.chunk);
+        const Elements held_numel = std::exchange(bucket_.elements, params().tensor_numel[std::size_t(t)]);
+        emit_colossalai_reduce(producer);
+        pending_ = held;
+        colossal_pending_chunks_ = held_chunks;
+        bucket_.elements = held_numel;
+        continue;
+      }
+      if (!pending_.empty() && colossal_pending_chunks_ + c.chunk > bucket_row_)
+        emit_colossalai_reduce(producer);
+      pending_.push_back(t);
+      colossal_pending_chunks_ += c.chunk;
+      bucket_.elements += params().tensor_numel[std::size_t(t)];
+    }
+    grads_touched_[std::size_t(owner)] = false;
+  }
+
+  // A reduce-scatter of the pending chunks, then each gradient's _save_grad: moved to the host
+  // unless placement is "cuda" (a copy of the fp16 shard), cast to fp32 there, or with
+  // reuse_fp16_shard kept in fp16 in place of the parameter shard. Later micro-steps add into the
+  // saved gradient.
+  void emit_colossalai_reduce(std::uint32_t producer) {
+    if (pending_.empty()) return;
+    const Elements chunks = colossal_pending_chunks_;
+    Effects saved = effects();
+    if (micro_ == 0) {
+      saved.add(grads_device(), Component::GradsPartition, chunks * saved_grad_bytes_per_element());
+      if (colossal().reuse_fp16_shard) {
+        for (const auto t : pending_) {
+          saved.add(shard_device(t), Component::ParamsPartition, -shard_bytes(t));
+          shard_on_host_[std::size_t(t)] = grads_device() == Device::Cpu;  // where it returns
+        }
+      }
+      colossal_saved_grad_bytes_ += chunks * saved_grad_bytes_per_element();
+    }
+    const bool to_host = grads_device() != Device::Gpu;
+    const auto reduce = emit(Op{.kind = OpKind::ReduceScatter,
+                                .stream = Stream::Collective,
+                                .phase = Phase::Backward,
+                                .bucket = std::int32_t(schedule_.buckets.size()),
+                                .group_size = dp(),
+                                .link = Link::Network,
+                                .bytes = dp() * chunks * grad_bytes_,
+                                .wire_element_bytes = std::int32_t(grad_bytes_)},
+                             to_host ? effects() : saved, {producer});
+    last_reduce_ = reduce;
+    if (to_host) {
+      last_d2h_ = emit(Op{.kind = OpKind::CopyD2H,
+                          .stream = Stream::D2H,
+                          .phase = Phase::Backward,
+                          .bucket = std::int32_t(schedule_.buckets.size()),
+                          .link = Link::PcieD2H,
+                          .bytes = chunks * grad_bytes_},
+                       saved, {reduce});
+    }
+    colossal_pending_chunks_ = 0;
+    record_bucket();
+  }
+
+  // _post_backward_operations: the bucket is flushed and its buffers freed (reducer.free()).
+  void end_colossalai_backward() {
+    emit_colossalai_reduce(last_reduce_producer());
+    if (!colossal_bucket_allocated_) return;
+    Effects fx = effects();
+    fx.add(Device::Gpu, Component::ReduceBucket, -colossal_bucket_bytes());
+    colossal_bucket_allocated_ = false;
+    emit(Op{.kind = OpKind::Release, .stream = Stream::Compute, .phase = Phase::Backward}, fx,
+         {last_reduce_});
+  }
+  std::uint32_t last_reduce_producer() const {
+    return schedule_.ops.empty() ? kNoOp : std::uint32_t(schedule_.ops.size() - 1);
+  }
+
+  // ShardedOptimizerV2.step (sharded_optim_v2.py): the overflow flag all-reduced; HybridAdam on the
+  // fp32 master shards where they live (colossal_C's fused Adam on the GPU, CPU Adam on the host);
+  // _copy_master_model_to_model_fp16 casts each updated shard to fp16 (one tensor at a time) and
+  // copies it into the parameter shard wherever that is, frees the saved gradient, or with
+  // reuse_fp16_shard hands its storage back to the parameter.
+  void colossalai_optimizer_step() {
+    std::uint32_t before = last_d2h_ != kNoOp ? last_d2h_ : last_reduce_;
+    before = emit(Op{.kind = OpKind::OverflowCheck, .stream = Stream::Collective,
+                     .phase = Phase::Optimizer, .group_size = dp(), .link = Link::Network,
+                     .bytes = 4},
+                  effects(), {before});
+    if (config_.gradient_clipping > 0) {  // the engine's clip_grad_norm
+      before = emit(Op{.kind = OpKind::GradNorm, .stream = Stream::Collective,
+                       .phase = Phase::Optimizer, .group_size = dp(), .link = Link::Network,
+                       .bytes = 4},
+                    effects(), {before});
+    }
+    const ParamLayout& p = params();
+    Effects fx = effects();
+    Elements largest = 0;
+    for (const auto part : p.tensor_partition) largest = std::max(largest, part);
+    fx.add(optimizer_device_, Component::Fp32GradCast, largest * param_bytes_);  // p.half()
+    fx.add(optimizer_device_, Component::Fp32GradCast, -largest * param_bytes_);
+    fx.add(grads_device(), Component::GradsPartition, -colossal_saved_grad_bytes_);
+    Bytes to_gpu = 0;
+    for (std::size_t t = 0; t < p.tensor_partition.size(); ++t) {
+      if (colossal().reuse_fp16_shard) {
+        fx.add(grads_device(), Component::ParamsPartition, shard_bytes(std::int32_t(t)));
+      } else if (!shard_on_host_[t] && optimizer_device_ == Device::Cpu) {
+        to_gpu += shard_bytes(std::int32_t(t));
+      }
+    }
+    colossal_saved_grad_bytes_ = 0;
+    const bool host = optimizer_device_ != Device::Gpu;
+    const auto step = emit(
+        Op{.kind = OpKind::OptimizerStep, .stream = host ? Stream::Cpu : Stream::Compute,
+           .phase = Phase::Optimizer, .flops = double(p.owned) * optimizer_flops_per_element(),
+           .memory_bytes_touched = p.owned * (saved_grad_bytes_per_element() + 2 * (master_bytes_ + state_bytes_) + param_bytes_)},
+        fx, {before});
+    if (to_gpu > 0) {
+      emit(Op{.kind = OpKind::CopyH2D, .stream = Stream::H2D, .phase = Phase::Optimizer,
+              .link = Link::PcieH2D, .bytes = to_gpu},
+           effects(), {step});
+    }
+    emit(Op{.kind = OpKind::LossScaleUpdate, .stream = Stream::Compute, .phase = Phase::Optimizer},
+         effects(), {});
+  }
+
+  // ---- ZeRO-Offload's delayed parameter update (Ren et al. 2021, section 5.2) ---------------
+  // The step starts with the CPU update of the previous step's gradients (their overflow check and
+  // norm first, as the DPU fork's step_with_param_delay does). The forward and backward run on the
+  // parameters written back a step earlier, one step stale; this step's gradients cross to the host
+  // once that update has read the previous ones (flush_bucket); the updated parameters cross to the
+  // GPU once this step's backward no longer reads them, for the next step (finish_delayed_update).
+  void delayed_host_optimizer() {
+    std::uint32_t before = kNoOp;
+    if (config_.precision.precision == Precision::Fp16) {
+      before = emit(Op{.kind = OpKind::OverflowCheck, .stream = Stream::Collective,
+                       .phase = Phase::Optimizer, .group_size = dp(), .link = Link::Network,
+                       .bytes = 1},
+                    effects(), {});
+    }
+    before = emit(Op{.kind = OpKind::GradNorm, .stream = Stream::Collective,
+                     .phase = Phase::Optimizer, .group_size = dp(), .link = Link::Network,
+                     .bytes = 4},
+                  effects(), {before});
+    const Elements owned = params().owned;
+    delayed_step_ = emit(
+        Op{.kind = OpKind::OptimizerStep, .stream = Stream::Cpu, .phase = Phase::Optimizer,
+           .flops = double(owned) * optimizer_flops_per_element(),
+           .memory_bytes_touched = owned * (4 + 2 * (master_bytes_ + state_bytes_) + param_bytes_),
+           .delayed = true},
+        effects(), {before});
+  }
+
+  void finish_delayed_update() {
+    Effects fx = effects();
+    free_step_gradients(fx);
+    const auto written = emit(Op{.kind = OpKind::CopyH2D, .stream = Stream::H2D,
+                                 .phase = Phase::Optimizer, .link = Link::PcieH2D,
+                                 .bytes = params().owned * param_bytes_},
+                              fx, {delayed_step_, last_backward_});
+    allgather_updated_params(written);
+    if (config_.precision.precision == Precision::Fp16 && config_.precision.loss_scale.dynamic()) {
+      emit(Op{.kind = OpKind::LossScaleUpdate, .stream = Stream::Compute, .phase = Phase::Optimizer},
+           effects(), {});
+    }
+  }
+
   // ---- optimizer ---------------------------------------------------------------------------
   void optimizer_step() {
+    if (colossalai_) return colossalai_optimizer_step();
+    if (delayed_update_) return finish_delayed_update();
     std::uint32_t before = sequence_parallel_gradients(last_reduce_);
     if (config_.precision.precision == Precision::Fp16 && zero_.partitions_optimizer_states()) {
       before = emit(Op{.kind = OpKind::OverflowCheck, .stream = Stream::Collective, .phase = Phase::Optimizer,
@@ -1295,6 +1611,8 @@ class ScheduleBuilder {
   const TrainingConfig& config_;
   const ZeroConfig zero_;  // as the framework runs it (TrainingConfig::effective_zero)
   const bool fsdp_;        // PyTorch FSDP: fp32 shards, per-unit reduce-scatter buffers
+  const bool colossalai_;  // ColossalAI's ShardedModelV2 (sim/schedule/colossalai.hpp)
+  const bool delayed_update_;  // ZeRO-Offload's delayed parameter update
   ScheduleOptions options_;
   Schedule schedule_;
   Bytes param_bytes_ = 2, grad_bytes_ = 2, master_bytes_ = 4, state_bytes_ = 8;
@@ -1323,6 +1641,14 @@ class ScheduleBuilder {
   bool pending_ipg_alloc_ = false;
   Bytes ipg_bytes_ = 0;
   mutable std::vector<Elements> flat_offsets_;
+  // ColossalAI
+  Elements bucket_row_ = 0;                 // the bucketer's row (per rank), elements
+  Elements colossal_pending_chunks_ = 0;    // the bucket's filled part of a row
+  bool colossal_bucket_allocated_ = false;  // the bucket's buffers exist (this backward)
+  Bytes colossal_saved_grad_bytes_ = 0;     // gradient shards saved this step
+  std::vector<bool> shard_on_host_;         // per tensor: its parameter shard is in host memory
+  // the delayed update's CPU step (the previous step's gradients); the step's last backward
+  std::uint32_t delayed_step_ = kNoOp, last_backward_ = kNoOp;
 };
 
 }  // namespace

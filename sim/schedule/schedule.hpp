@@ -172,6 +172,13 @@ struct Op {
   // Collectives: bytes of one element on the wire (4: fp32; 2: fp16 or bf16); 0 for other ops and
   // scalar collectives.
   std::int32_t wire_element_bytes = 0;
+  // ColossalAI's per-tensor or per-module gathers and shard moves: the global parameter tensors
+  // [first_tensor, first_tensor + tensor_count) of `layer` (tensor_count 0: all of the layer's).
+  std::int32_t first_tensor = -1;
+  std::int32_t tensor_count = 0;
+  // ZeRO-Offload's delayed parameter update: this host optimizer step updates the previous step's
+  // gradients, beside this step's forward and backward.
+  bool delayed = false;
   std::uint32_t effects_begin = 0, effects_count = 0;
   std::uint32_t deps_begin = 0, deps_count = 0;
 };
