@@ -58,6 +58,29 @@ void add_offload_ratio_note(Plan& plan) {
   }
 }
 
+std::string gigabytes(Bytes bytes) {
+  std::ostringstream text;
+  text.precision(3);
+  text << double(bytes) / 1e9 << " GB";
+  return text.str();
+}
+
+// ColossalAI's Gemini: what the warm-up step moved, what each later step moves, or why it fails.
+void add_gemini_note(Plan& plan) {
+  const GeminiReport& g = plan.schedule.gemini;
+  if (!g.active) return;
+  if (!g.failure.empty()) {
+    plan.notes.push_back("Gemini (tensor_placement_policy auto) cannot place the parameter "
+                         "shards: ColossalAI raises '" + g.failure + "'");
+    return;
+  }
+  plan.notes.push_back(
+      "Gemini (tensor_placement_policy auto): the warm-up step, which measures the non-model "
+      "memory, evicts " + gigabytes(g.warmup_evicted) + " of parameter shards to the host and "
+      "fetches " + gigabytes(g.warmup_fetched) + "; each later step (planned here) evicts " +
+      gigabytes(g.steady_evicted) + " and fetches " + gigabytes(g.steady_fetched));
+}
+
 // A learned position table (GPT-2's wpe) has max_positions rows: a longer sequence cannot run.
 void add_positions_note(Plan& plan) {
   const auto& shape = plan.request.model.shape;
@@ -241,6 +264,7 @@ Plan make_plan(PlanRequest request, ReplayDetail detail, MemoryTimeline& replay)
   const int gpus_per_node = request.cluster.node.gpus_per_node;
   ScheduleOptions options = request.options;
   // The allocator may reserve what the GPU has beyond the memory it does not manage.
+  options.gpu_capacity = request.cluster.gpu.memory_bytes;
   options.allocator.device_limit =
       std::max<Bytes>(0, request.cluster.gpu.memory_bytes - options.cuda_context_bytes -
                              options.library_workspace_bytes);
@@ -260,8 +284,10 @@ Plan make_plan(PlanRequest request, ReplayDetail detail, MemoryTimeline& replay)
   plan.devices[std::size_t(Device::Gpu)].allocator_out_of_memory =
       replay.gpu.allocator_out_of_memory;
   plan.comm = summarize_comm(plan.schedule);
+  plan.devices[std::size_t(Device::Gpu)].placement_failed = !plan.schedule.gemini.failure.empty();
   plan.request = std::move(request);
   add_notes(plan);
+  add_gemini_note(plan);
   return plan;
 }
 

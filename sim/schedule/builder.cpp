@@ -8,6 +8,8 @@
 
 #include "sim/schedule/builder.hpp"
 #include "sim/schedule/colossalai.hpp"
+#include "sim/schedule/gemini.hpp"
+#include "sim/schedule/memory_replay.hpp"
 #include "sim/schedule/param_layout.hpp"
 #include "sim/schedule/pipeline_order.hpp"
 #include "sim/schedule/zeropp.hpp"
@@ -46,14 +48,15 @@ class ScheduleBuilder {
  public:
   ScheduleBuilder(const Model& model, const TrainingConfig& config, const ResolvedBatch& batch,
                   std::int64_t seq_len, int dp_size, int gpus_per_node,
-                  const ScheduleOptions& options)
+                  const ScheduleOptions& options, const GeminiStep* gemini = nullptr)
       : model_(model),
         config_(config),
         zero_(config.effective_zero()),
         fsdp_(config.is_fsdp()),
         colossalai_(config.is_colossalai()),
         delayed_update_(zero_.delay_param_update),
-        options_(options) {
+        options_(options),
+        gemini_(gemini) {
     auto& c = schedule_.context;
     c.dp_size = dp_size;
     c.gpus_per_node = gpus_per_node;
@@ -78,6 +81,10 @@ class ScheduleBuilder {
       c.quantized_weights = zero_.quantized_weights;
       c.quantized_gradients = zero_.quantized_gradients;
     }
+    c.colossalai = config.is_colossalai();
+    c.shard_strategy = config.colossalai.shard_strategy;
+    c.placement = config.colossalai.placement;
+    c.delayed_update = zero_.delay_param_update;
     // Hybrid sharding partitions every state over a shard group instead of all data-parallel ranks.
     schedule_.layout = make_param_layout(model, zero_, c.shard_size(), options.model_states_only);
     schedule_.allocator = options.allocator;
@@ -102,7 +109,16 @@ class ScheduleBuilder {
       const Precision reduce = config.fsdp.reduce_dtype.value_or(config.precision.precision);
       reduce_bytes_ = reduce == Precision::Fp32 ? 4 : 2;
     }
-    shard_on_host_.assign(schedule_.layout.tensor_numel.size(), param_device_ == Device::Cpu);
+    // Shards start where placement "cpu" keeps them, where Gemini's steady step finds them, or
+    // (auto with reuse_fp16_shard) in host memory, where the previous step's relay left them.
+    const bool reuse_offloaded = colossalai_ && config.colossalai.reuse_fp16_shard &&
+                                 optimizer_device_ != Device::Gpu;
+    shard_on_host_.assign(schedule_.layout.tensor_numel.size(),
+                          param_device_ == Device::Cpu || reuse_offloaded);
+    if (gemini_) {
+      for (std::size_t t = 0; t < shard_on_host_.size(); ++t)
+        shard_on_host_[t] = !gemini_->start_on_gpu[t];
+    }
     if (colossalai_) {
       bucket_row_ = colossalai_bucket_row_elements(
           config.colossalai.reduce_scatter_bucket_size_mb, grad_bytes_, dp_size);
@@ -118,6 +134,43 @@ class ScheduleBuilder {
       layer_numel_[std::size_t(params().tensor_layer[t])] += params().tensor_numel[t];
     }
     reserve_capacity();
+  }
+
+  // Gemini's inputs from a built schedule (its first pass): the uses of the first micro-step, each
+  // with its sampling period's non-model peak (memstats_collector.py), the GPU's capacity and
+  // where the shards start.
+  GeminiInput gemini_input(const Schedule& schedule) const {
+    GeminiInput input;
+    // (build() has handed this builder's schedule over: read the built one.)
+    for (const Elements partition : schedule.layout.tensor_partition)
+      input.shard_bytes.push_back(partition * param_bytes_);
+    input.uses = gemini_uses_;
+    input.capacity = options_.gpu_capacity;
+    input.on_gpu_at_start = !(colossal().reuse_fp16_shard && optimizer_device_ != Device::Gpu);
+    input.shards_to_host_after_step = !input.on_gpu_at_start;
+    const MemoryTimeline replay = replay_memory(schedule, ReplayDetail::Components);
+    Bytes outside = 0;  // the CUDA context and workspaces: not max_memory_allocated's
+    for (const auto& effect : schedule.resident) {
+      if (effect.device == Device::Gpu && category_of(effect.component) == Category::Overhead)
+        outside += effect.bytes;
+    }
+    std::vector<Bytes> first_micro;
+    for (std::size_t use = 0; use < gemini_uses_.size() && gemini_micro_[use] == 0; ++use) {
+      const std::size_t end = use + 1 < gemini_uses_.size() && gemini_micro_[use + 1] == 0
+                                  ? gemini_period_[use + 1]
+                                  : gemini_backward_end_;
+      Bytes high = 0;
+      for (std::size_t op = gemini_period_[use]; op < end; ++op)
+        high = std::max(high, replay.high_during_op[op][std::size_t(Device::Gpu)]);
+      const auto& sampled = replay.states[gemini_sample_[use]][std::size_t(Device::Gpu)];
+      const Bytes model = sampled[std::size_t(Component::ParamsPartition)] +
+                          sampled[std::size_t(Component::GradsPartition)] +
+                          sampled[std::size_t(Component::MasterPartition)];
+      first_micro.push_back(std::max<Bytes>(0, high - outside - model));
+    }
+    for (std::size_t use = 0; use < gemini_uses_.size(); ++use)
+      input.non_model.push_back(first_micro.empty() ? 0 : first_micro[use % first_micro.size()]);
+    return input;
   }
 
   Schedule build() {
@@ -247,9 +300,13 @@ class ScheduleBuilder {
     if (!zero_.partitions_parameters()) {
       resident(Device::Gpu, Component::ParamsFull, p.total * param_bytes_);
     } else {
-      Elements partition = 0;
-      for (const auto part : p.tensor_partition) partition += part;
-      resident(param_device_, Component::ParamsPartition, partition * partition_param_bytes_);
+      std::array<Elements, kDeviceCount> partition{};
+      for (std::size_t t = 0; t < p.tensor_partition.size(); ++t) {
+        const Device device = colossalai_ ? shard_device(std::int32_t(t)) : param_device_;
+        partition[std::size_t(device)] += p.tensor_partition[t];
+      }
+      for (int d = 0; d < kDeviceCount; ++d)
+        resident(Device(d), Component::ParamsPartition, partition[std::size_t(d)] * partition_param_bytes_);
       resident(Device::Gpu, Component::ParamsPersistent, p.persistent * param_bytes_);
       if (param_device_ == Device::Nvme) {
         resident(Device::Cpu, Component::NvmeSwapBuffers,
@@ -1122,10 +1179,42 @@ class ScheduleBuilder {
                 fx, {});
   }
 
+  // Gemini (placement "auto"; sim/schedule/gemini.hpp): before a layer's shards come to the GPU,
+  // the shards the steady step's policy evicts go to the host. Each use is recorded for the
+  // simulation: the layer, its tensors, and where its sampling period begins.
+  void gemini_adjust(int owner, Phase phase) {
+    const std::size_t use = gemini_uses_.size();
+    GeminiUse record{.layer = owner};
+    for (auto t = params().layer_first_tensor[std::size_t(owner)];
+         t < params().layer_first_tensor[std::size_t(owner) + 1]; ++t)
+      record.tensors.push_back(t);
+    gemini_uses_.push_back(std::move(record));
+    gemini_period_.push_back(schedule_.ops.size());
+    gemini_micro_.push_back(micro_);
+    if (!gemini_ || use >= gemini_->evict.size()) return;
+    // One copy per layer whose shards leave (the op names their layer).
+    std::vector<Bytes> leaving(model_.layers.size(), 0);
+    for (const auto t : gemini_->evict[use]) {
+      leaving[std::size_t(params().tensor_layer[std::size_t(t)])] += shard_bytes(t);
+      shard_on_host_[std::size_t(t)] = true;
+    }
+    for (std::size_t layer = 0; layer < leaving.size(); ++layer) {
+      if (leaving[layer] == 0) continue;
+      Effects fx = effects();
+      fx.add(Device::Gpu, Component::ParamsPartition, -leaving[layer]);
+      fx.add(Device::Cpu, Component::ParamsPartition, leaving[layer]);
+      emit(Op{.kind = OpKind::CopyD2H, .stream = Stream::D2H, .phase = phase,
+              .layer = std::int32_t(layer), .link = Link::PcieD2H, .bytes = leaving[layer]},
+           fx, {});
+    }
+  }
+
   // Each gather replaces its shards by the gathered tensors (payload_reset frees them); the bucket
   // strategy's N buffers live until it returns.
   std::uint32_t gather_colossalai(int owner, Phase phase) {
+    if (colossal().placement == PlacementPolicy::Auto) gemini_adjust(owner, phase);
     std::uint32_t last = move_shards(owner, phase, true);
+    if (colossal().placement == PlacementPolicy::Auto) gemini_sample_.push_back(schedule_.ops.size());
     for (const ColossalGather& g : colossal_gathers(owner)) {
       Bytes shards = 0;
       for (auto t = g.first_tensor; t < g.first_tensor + g.tensor_count; ++t) shards += shard_bytes(t);
@@ -1265,6 +1354,7 @@ class ScheduleBuilder {
 
   // _post_backward_operations: the bucket is flushed and its buffers freed (reducer.free()).
   void end_colossalai_backward() {
+    if (micro_ == 0) gemini_backward_end_ = schedule_.ops.size();
     emit_colossalai_reduce(last_reduce_producer());
     if (!colossal_bucket_allocated_) return;
     Effects fx = effects();
@@ -1647,16 +1737,39 @@ class ScheduleBuilder {
   bool colossal_bucket_allocated_ = false;  // the bucket's buffers exist (this backward)
   Bytes colossal_saved_grad_bytes_ = 0;     // gradient shards saved this step
   std::vector<bool> shard_on_host_;         // per tensor: its parameter shard is in host memory
+  // Gemini: the steady step's moves (null: none), and the uses recorded for its simulation
+  const GeminiStep* gemini_ = nullptr;
+  std::vector<GeminiUse> gemini_uses_;
+  std::vector<std::size_t> gemini_period_, gemini_sample_;  // per use: first op, op after adjust
+  std::vector<std::int32_t> gemini_micro_;
+  std::size_t gemini_backward_end_ = 0;  // the first micro-step's post-backward
   // the delayed update's CPU step (the previous step's gradients); the step's last backward
   std::uint32_t delayed_step_ = kNoOp, last_backward_ = kNoOp;
 };
 
 }  // namespace
 
+// Placement "auto": a first pass without evictions gives Gemini its warm-up statistics; the
+// schedule is the steady step the simulated policy settles into.
 Schedule build_schedule(const Model& model, const TrainingConfig& config, const ResolvedBatch& batch,
                         std::int64_t seq_len, int dp_size, int gpus_per_node,
                         const ScheduleOptions& options) {
-  return ScheduleBuilder(model, config, batch, seq_len, dp_size, gpus_per_node, options).build();
+  if (!config.is_colossalai() || config.colossalai.placement != PlacementPolicy::Auto)
+    return ScheduleBuilder(model, config, batch, seq_len, dp_size, gpus_per_node, options).build();
+  ScheduleBuilder first(model, config, batch, seq_len, dp_size, gpus_per_node, options);
+  const Schedule statistics = first.build();
+  const GeminiPlacement placement = simulate_gemini(first.gemini_input(statistics));
+  Schedule schedule =
+      ScheduleBuilder(model, config, batch, seq_len, dp_size, gpus_per_node, options,
+                      &placement.steady)
+          .build();
+  schedule.gemini = {.active = true,
+                     .warmup_evicted = placement.warmup.evicted_bytes,
+                     .warmup_fetched = placement.warmup.fetched_bytes,
+                     .steady_evicted = placement.steady.evicted_bytes,
+                     .steady_fetched = placement.steady.fetched_bytes,
+                     .failure = placement.steady.failure};
+  return schedule;
 }
 
 }  // namespace zerolens

@@ -206,7 +206,10 @@ struct AllocatorSpec {
 };
 
 struct ScheduleOptions {
-  bool model_states_only = false;  // drop activations, buffers and overhead (ZeRO paper accounting)
+  bool model_states_only = false;
+  // The GPU's memory, which ColossalAI's Gemini places shards against (make_plan sets it from the
+  // cluster).
+  Bytes gpu_capacity = 0;  // drop activations, buffers and overhead (ZeRO paper accounting)
   Bytes cuda_context_bytes = Bytes{512} << 20;
   Bytes library_workspace_bytes = Bytes{256} << 20;
   AllocatorSpec allocator;
@@ -234,6 +237,11 @@ struct ScheduleContext {
   int hpz_group = 0;       // ZeRO++ hpZ: ranks of a secondary partition group (0: off)
   bool quantized_weights = false;    // ZeRO++ qwZ
   bool quantized_gradients = false;  // ZeRO++ qgZ
+  // ColossalAI's ShardedModelV2 (its strategy and placement); ZeRO-Offload's delayed update.
+  bool colossalai = false;
+  ShardStrategy shard_strategy = ShardStrategy::Tensor;
+  PlacementPolicy placement = PlacementPolicy::Cuda;
+  bool delayed_update = false;
 
   ZeroStage zero_stage() const { return {stage}; }
   // Ranks of the job on one node (they share its CPU memory and NVMe).
@@ -248,8 +256,18 @@ struct ScheduleContext {
   int replicas() const { return dp_size / shard_size(); }
 };
 
+// What ColossalAI's Gemini (placement "auto", sim/schedule/gemini.hpp) moved: the warm-up step
+// that collects its statistics, and the steady step this schedule is (its moves are ops).
+struct GeminiReport {
+  bool active = false;
+  Bytes warmup_evicted = 0, warmup_fetched = 0;  // shards to the host, to the GPU
+  Bytes steady_evicted = 0, steady_fetched = 0;
+  std::string failure;  // non-empty: the policy cannot make room ("Adjust layout failed!")
+};
+
 struct Schedule {
   ScheduleContext context;
+  GeminiReport gemini;
   ParamLayout layout;
   std::vector<MemEffect> resident;  // allocated at initialisation, before the step
   // Initialisation in order, from process start to the step (what is left is `resident`):

@@ -189,6 +189,82 @@ TEST(ColossalAi, CpuPlacementMovesShardsPerUseAndOffloadsGradients) {
   EXPECT_TRUE(host_step);
 }
 
+// Two layers of one 50-element tensor, each keeping 100 bytes of activations (fp16), on one rank
+// (a shard is the whole tensor: 100 bytes). Bucketing off: each gradient is reduced at once.
+Model two_small_layers() {
+  Model model;
+  model.name = "two-small-layers";
+  model.source = "test";
+  for (int i = 0; i < 2; ++i) {
+    Layer layer;
+    layer.name = "layer" + std::to_string(i);
+    layer.params.push_back({"layer" + std::to_string(i) + ".w", {50}});
+    layer.activations.elements = 50;
+    model.layers.push_back(layer);
+  }
+  return model;
+}
+
+Plan gemini_plan(Bytes gpu_memory) {
+  PlanRequest request;
+  request.model = two_small_layers();
+  request.config = colossalai(ShardStrategy::Tensor, PlacementPolicy::Auto);
+  request.config.colossalai.reduce_scatter_bucket_size_mb = 0;
+  request.cluster = testing::test_cluster(1, gpu_memory);
+  request.cluster.nodes = 1;
+  request.dp_size = 1;
+  request.options.cuda_context_bytes = request.options.library_workspace_bytes = 0;
+  request.options.allocator = {.kind = AllocatorKind::Flat};
+  return make_plan(request);
+}
+
+// Gemini by hand. The GPU holds the shards t0, t1 (100 bytes each) and the activations; a gather
+// replaces a shard by the gathered tensor (+100 -100), the post hook makes a new shard first
+// (+100 then -100); a backward adds the gradient (+100) and its hook's clone, torch.cat and output
+// (3 x 100) at once. With every shard on the GPU the step peaks in layer 1's backward: 200 shards
+// + 200 activations + 100 gradient + 300 hook = 800 bytes.
+// The warm-up step's non-model peaks (peak allocated in the period less the shards when it began,
+// 200): F0 400 - 200 = 200, F1 500 - 200 = 300, B1 800 - 200 = 600, B0 700 - 200 = 500.
+// Capacity 780. Warm-up (model data may use 0.2 x 780 = 156, evicting in registration order):
+//   F0: 200 held, 156 allowed: evict t1 (room 44 short); F1: fetch t1 (room 56 < 100): evict t0;
+//   B1: t1 there; B0: fetch t0: evict t1. Evicted 300 bytes, fetched 200; ends with {t0}.
+// Steady (0.9 x 780 = 702 less the period's non-model bytes; farthest next use evicted first):
+//   step 1 from {t0}: F1 has 402 - 100: fetch t1; B1 has 102 for 200 held: evict t0 (next used
+//   in B0); B0 has 202 for t1: fetch t0. Ends with {t0, t1}; step 2 from {t0, t1} does the same
+//   (evict t0 at B1, fetch it at B0) and ends as it began: 100 bytes each way a step. Its peak is
+//   layer 1's backward without t0: 700 bytes <= 780, where 800 would not fit.
+TEST(ColossalAi, GeminiFitsAModelOnlyByMovingShardsAsWorkedByHand) {
+  const Plan plan = gemini_plan(780);
+  const GeminiReport& g = plan.schedule.gemini;
+  ASSERT_TRUE(g.active);
+  EXPECT_EQ(g.failure, "");
+  EXPECT_EQ(g.warmup_evicted, 300);
+  EXPECT_EQ(g.warmup_fetched, 200);
+  EXPECT_EQ(g.steady_evicted, 100);
+  EXPECT_EQ(g.steady_fetched, 100);
+  EXPECT_EQ(plan.gpu.allocated, 700);
+  EXPECT_TRUE(plan.fits());
+  // The moves are host-device copies of layer 0's shard: out before layer 1's backward, back
+  // before layer 0's.
+  std::vector<std::pair<OpKind, int>> moves;
+  for (const Op& op : plan.schedule.ops) {
+    if ((op.kind == OpKind::CopyD2H || op.kind == OpKind::CopyH2D) && op.phase == Phase::Backward &&
+        op.bucket < 0)
+      moves.emplace_back(op.kind, op.layer);
+  }
+  EXPECT_EQ(moves, (std::vector<std::pair<OpKind, int>>{{OpKind::CopyD2H, 0}, {OpKind::CopyH2D, 0}}));
+
+  // With room for everything nothing moves and the step peaks at 800 bytes.
+  const Plan roomy = gemini_plan(10'000);
+  EXPECT_EQ(roomy.schedule.gemini.steady_evicted, 0);
+  EXPECT_EQ(roomy.gpu.allocated, 800);
+  // At 750 bytes layer 1's backward has 0.9 x 750 - 600 = 75 bytes for its 100-byte shard: no
+  // eviction makes room, and ColossalAI raises "Adjust layout failed!".
+  const Plan tight = gemini_plan(750);
+  EXPECT_NE(tight.schedule.gemini.failure.find("Adjust layout failed"), std::string::npos);
+  EXPECT_FALSE(tight.fits());
+}
+
 // The seed's high-level config as JSON (zero = dict(model_config=..., optimizer_config=...)).
 json seed_config() {
   return json::parse(R"({
