@@ -73,6 +73,11 @@ EngineContext::EngineContext(const Plan& plan_, Communicator& comm_, MemoryLedge
       has_master(plans_master(plan_.schedule)),
       optimizer_device(device_of(plan_.schedule.context.optimizer_device)),
       param_device(device_of(plan_.schedule.context.param_device)),
+      writes_back_params(std::any_of(plan_.schedule.ops.begin(), plan_.schedule.ops.end(),
+                                     [](const Op& op) {
+                                       return op.kind == OpKind::CopyH2D &&
+                                              op.phase == Phase::Optimizer && op.layer < 0;
+                                     })),
       offsets(tensor_offsets(layout)),
       segments(owned_segments(layout, stage, rank)) {}
 

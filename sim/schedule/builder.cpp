@@ -1192,19 +1192,25 @@ class ScheduleBuilder {
     gemini_period_.push_back(schedule_.ops.size());
     gemini_micro_.push_back(micro_);
     if (!gemini_ || use >= gemini_->evict.size()) return;
-    // One copy per layer whose shards leave (the op names their layer).
-    std::vector<Bytes> leaving(model_.layers.size(), 0);
-    for (const auto t : gemini_->evict[use]) {
-      leaving[std::size_t(params().tensor_layer[std::size_t(t)])] += shard_bytes(t);
-      shard_on_host_[std::size_t(t)] = true;
-    }
-    for (std::size_t layer = 0; layer < leaving.size(); ++layer) {
-      if (leaving[layer] == 0) continue;
+    // One copy per run of consecutive shards of one layer (the op names them).
+    std::vector<std::int32_t> leaving = gemini_->evict[use];
+    std::sort(leaving.begin(), leaving.end());
+    for (std::size_t i = 0; i < leaving.size();) {
+      const std::int32_t first = leaving[i];
+      const std::int32_t layer = params().tensor_layer[std::size_t(first)];
+      Bytes moved = 0;
+      std::int32_t count = 0;
+      for (; i < leaving.size() && leaving[i] == first + count &&
+             params().tensor_layer[std::size_t(leaving[i])] == layer;
+           ++i, ++count) {
+        moved += shard_bytes(leaving[i]);
+        shard_on_host_[std::size_t(leaving[i])] = true;
+      }
       Effects fx = effects();
-      fx.add(Device::Gpu, Component::ParamsPartition, -leaving[layer]);
-      fx.add(Device::Cpu, Component::ParamsPartition, leaving[layer]);
-      emit(Op{.kind = OpKind::CopyD2H, .stream = Stream::D2H, .phase = phase,
-              .layer = std::int32_t(layer), .link = Link::PcieD2H, .bytes = leaving[layer]},
+      fx.add(Device::Gpu, Component::ParamsPartition, -moved);
+      fx.add(Device::Cpu, Component::ParamsPartition, moved);
+      emit(Op{.kind = OpKind::CopyD2H, .stream = Stream::D2H, .phase = phase, .layer = layer,
+              .link = Link::PcieD2H, .bytes = moved, .first_tensor = first, .tensor_count = count},
            fx, {});
     }
   }
