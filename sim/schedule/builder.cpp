@@ -124,6 +124,7 @@ class ScheduleBuilder {
           config.colossalai.reduce_scatter_bucket_size_mb, grad_bytes_, dp_size);
     }
     const std::size_t layers = model.layers.size();
+    shard_op_.assign(layers, kNoOp);
     live_.assign(layers, false);
     gather_op_.assign(layers, kNoOp);
     prefetched_until_.assign(layers, -1);
@@ -209,6 +210,7 @@ class ScheduleBuilder {
     }
     op.deps_count = std::uint32_t(schedule_.dependencies.size()) - op.deps_begin;
     schedule_.ops.push_back(op);
+    if (op.stream == Stream::Compute) last_compute_ = std::uint32_t(schedule_.ops.size() - 1);
     return std::uint32_t(schedule_.ops.size() - 1);
   }
   Effects effects() const { return Effects(options_.model_states_only); }
@@ -1156,7 +1158,8 @@ class ScheduleBuilder {
 
   // StatefulTensorMgr.adjust_layout moves a module's shards in COMPUTE state to the GPU, and the
   // "cpu" policy evicts every held shard at the next adjustment: one copy each way per use (the
-  // layer's shards together here).
+  // layer's shards together here). The moves are synchronous `.to(device)` calls in the hooks:
+  // they wait for the compute before them, and the gathers (then the compute) wait for them.
   std::uint32_t move_shards(int owner, Phase phase, bool to_gpu) {
     Bytes moved = 0;
     Effects fx = effects();
@@ -1170,13 +1173,14 @@ class ScheduleBuilder {
     if (moved == 0) return kNoOp;
     fx.add(to_gpu ? Device::Cpu : Device::Gpu, Component::ParamsPartition, -moved);
     fx.add(to_gpu ? Device::Gpu : Device::Cpu, Component::ParamsPartition, moved);
-    return emit(Op{.kind = to_gpu ? OpKind::CopyH2D : OpKind::CopyD2H,
-                   .stream = to_gpu ? Stream::H2D : Stream::D2H,
-                   .phase = phase,
-                   .layer = owner,
-                   .link = to_gpu ? Link::PcieH2D : Link::PcieD2H,
-                   .bytes = moved},
-                fx, {});
+    return shard_op_[std::size_t(owner)] =
+               emit(Op{.kind = to_gpu ? OpKind::CopyH2D : OpKind::CopyD2H,
+                       .stream = to_gpu ? Stream::H2D : Stream::D2H,
+                       .phase = phase,
+                       .layer = owner,
+                       .link = to_gpu ? Link::PcieH2D : Link::PcieD2H,
+                       .bytes = moved},
+                    fx, {shard_op_[std::size_t(owner)], last_compute_});
   }
 
   // Gemini (placement "auto"; sim/schedule/gemini.hpp): before a layer's shards come to the GPU,
@@ -1209,9 +1213,11 @@ class ScheduleBuilder {
       Effects fx = effects();
       fx.add(Device::Gpu, Component::ParamsPartition, -moved);
       fx.add(Device::Cpu, Component::ParamsPartition, moved);
-      emit(Op{.kind = OpKind::CopyD2H, .stream = Stream::D2H, .phase = phase, .layer = layer,
-              .link = Link::PcieD2H, .bytes = moved, .first_tensor = first, .tensor_count = count},
-           fx, {});
+      shard_op_[std::size_t(layer)] =
+          emit(Op{.kind = OpKind::CopyD2H, .stream = Stream::D2H, .phase = phase, .layer = layer,
+                  .link = Link::PcieD2H, .bytes = moved, .first_tensor = first,
+                  .tensor_count = count},
+               fx, {shard_op_[std::size_t(layer)], last_compute_});
     }
   }
 
@@ -1254,8 +1260,9 @@ class ScheduleBuilder {
     fx.add(Device::Gpu, Component::ParamsPartition,
            owner_partition_elements(owner) * param_bytes_);
     fx.add(Device::Gpu, Component::GatheredParams, -gathered_elements(owner) * param_bytes_);
-    emit(Op{.kind = OpKind::Release, .stream = Stream::Compute, .phase = phase, .layer = owner}, fx,
-         {});
+    shard_op_[std::size_t(owner)] = emit(
+        Op{.kind = OpKind::Release, .stream = Stream::Compute, .phase = phase, .layer = owner}, fx,
+        {});
     live_[std::size_t(owner)] = false;
     live_elements_ -= gathered_elements(owner);
     if (colossal().placement == PlacementPolicy::Cpu) move_shards(owner, phase, false);
@@ -1743,6 +1750,9 @@ class ScheduleBuilder {
   bool colossal_bucket_allocated_ = false;  // the bucket's buffers exist (this backward)
   Bytes colossal_saved_grad_bytes_ = 0;     // gradient shards saved this step
   std::vector<bool> shard_on_host_;         // per tensor: its parameter shard is in host memory
+  // per layer: the last op that made, moved or released its shards (a move waits for it)
+  std::vector<std::uint32_t> shard_op_;
+  std::uint32_t last_compute_ = kNoOp;  // the last op emitted on the compute stream
   // Gemini: the steady step's moves (null: none), and the uses recorded for its simulation
   const GeminiStep* gemini_ = nullptr;
   std::vector<GeminiUse> gemini_uses_;

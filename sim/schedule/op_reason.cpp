@@ -158,6 +158,10 @@ std::string op_reason(const Schedule& schedule, std::size_t index, const Model& 
       if (op.layer < 0)
         return "ColossalAI's ReduceScatterBucketer frees its bucket after the backward "
                "(reducer.free())";
+      if (c.colossalai)
+        return "ColossalAI's post hook shards " + name_of(model, op.layer) +
+               "'s parameters again: each rank keeps its " + share(c) +
+               " (get_shard makes it anew) and the gathered tensors are freed";
       return "ZeRO-3 frees " + name_of(model, op.layer) +
              "'s gathered parameters once they are used: only the " + "rank's " + share(c) +
              " partition stays";
