@@ -17,7 +17,7 @@ Variant variant(int stage, OffloadDevice optimizer = OffloadDevice::None,
   zero.stage = stage;
   zero.offload_optimizer.device = optimizer;
   zero.offload_param.device = param;
-  return {zero.label(), stage, optimizer, param, std::nullopt};
+  return {zero.label(), stage, optimizer, param, std::nullopt, std::nullopt, std::nullopt};
 }
 
 Plan plan_with(const PlanRequest& base, const Variant& v, Model model) {
@@ -139,9 +139,9 @@ std::vector<Variant> variants_for(const TrainingConfig& config) {
   if (config.is_colossalai()) return colossalai_variants();
   if (!config.is_fsdp()) return standard_variants();
   const auto cpu = OffloadDevice::Cpu, none = OffloadDevice::None;
-  return {{"FULL_SHARD", 3, none, none, true},
-          {"SHARD_GRAD_OP", 3, none, none, false},
-          {"FULL_SHARD + CPUOffload", 3, cpu, cpu, true}};
+  return {{"FULL_SHARD", 3, none, none, true, std::nullopt, std::nullopt},
+          {"SHARD_GRAD_OP", 3, none, none, false, std::nullopt, std::nullopt},
+          {"FULL_SHARD + CPUOffload", 3, cpu, cpu, true, std::nullopt, std::nullopt}};
 }
 
 TrainingConfig apply_variant(TrainingConfig config, const Variant& v) {

@@ -1401,8 +1401,9 @@ class ScheduleBuilder {
     Effects fx = effects();
     Elements largest = 0;
     for (const auto part : p.tensor_partition) largest = std::max(largest, part);
-    fx.add(optimizer_device_, Component::Fp32GradCast, largest * param_bytes_);  // p.half()
-    fx.add(optimizer_device_, Component::Fp32GradCast, -largest * param_bytes_);
+    // p.half() of one master shard at a time, made by the step
+    fx.add(optimizer_device_, Component::OptimizerTemporaries, largest * param_bytes_);
+    fx.add(optimizer_device_, Component::OptimizerTemporaries, -largest * param_bytes_);
     fx.add(grads_device(), Component::GradsPartition, -colossal_saved_grad_bytes_);
     Bytes to_gpu = 0;
     for (std::size_t t = 0; t < p.tensor_partition.size(); ++t) {
