@@ -275,7 +275,8 @@ void mark_delayed_update(const Trace& trace, TimelineItems& items) {
           text->setText(words);
           if (text->boundingRect().width() <= item->rect().width() - 4) break;
         }
-        if (text->boundingRect().width() > item->rect().width() - 4) text->setText("optimizer_step");
+        if (text->boundingRect().width() > item->rect().width() - 4)
+          text->setText("optimizer_step");
       }
     }
   }

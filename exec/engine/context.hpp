@@ -63,8 +63,8 @@ struct EngineContext {
                             // a host optimizer with the parameters on the device (fp32 too)
   Device optimizer_device = Device::Gpu, param_device = Device::Gpu;
   // The schedule copies the host-updated parameters to the device after the step (CopyH2D);
-  // otherwise (parameters offloaded, or ColossalAI's shards left on the host) they are updated where
-  // they are.
+  // otherwise (parameters offloaded, or ColossalAI's shards left on the host) they are updated
+  // where they are.
   bool writes_back_params = false;
   TensorOffsets offsets;
   std::vector<OwnedSegment> segments;

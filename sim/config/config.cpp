@@ -92,8 +92,8 @@ std::string ZeroConfig::description() const {
     text += std::string(", param offload ") + to_string(offload_param.device);
   }
   if (delay_param_update) {
-    text += ", delayed parameter update after " + std::to_string(delay_param_update_warmup) +
-            " steps";
+    text +=
+        ", delayed parameter update after " + std::to_string(delay_param_update_warmup) + " steps";
   }
   return text;
 }
@@ -277,8 +277,7 @@ void TrainingConfig::validate_colossalai() const {
               std::to_string(batch.gradient_accumulation_steps.value_or(1)) + ")");
   require(c.gpu_margin_mem_ratio >= 0 && c.gpu_margin_mem_ratio <= 1,
           "zero.optimizer_config.gpu_margin_mem_ratio", "must be in [0, 1]");
-  require(c.reduce_scatter_bucket_size_mb >= 0,
-          "zero.model_config.reduce_scatter_bucket_size_mb",
+  require(c.reduce_scatter_bucket_size_mb >= 0, "zero.model_config.reduce_scatter_bucket_size_mb",
           "must not be negative (0 reduces every gradient alone)");
   require(!tensor_parallel.active() && !pipeline.active(), "--framework",
           "ColossalAI's ZeRO with tensor or pipeline parallelism is not modelled");
@@ -350,7 +349,8 @@ ShardStrategy parse_shard_strategy(const std::string& text, const std::string& w
 
 // TensorPlacementPolicyFactory.create: 'cpu', 'cuda' or 'auto', else TypeError.
 PlacementPolicy parse_placement_policy(const std::string& text, const std::string& where) {
-  for (const auto placement : {PlacementPolicy::Cuda, PlacementPolicy::Cpu, PlacementPolicy::Auto}) {
+  for (const auto placement :
+       {PlacementPolicy::Cuda, PlacementPolicy::Cpu, PlacementPolicy::Auto}) {
     if (text == to_string(placement)) return placement;
   }
   throw InputError(where, "unknown tensor placement policy '" + text + "' (cuda, cpu or auto)");

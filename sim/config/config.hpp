@@ -217,7 +217,7 @@ enum class ShardStrategy : std::uint8_t { Tensor, BucketTensor };
 // Auto: Gemini's StatefulTensorMgr moves parameter shards between the GPU and the host from the
 // memory statistics of the first (warm-up) step; gradients and optimizer states on the host.
 enum class PlacementPolicy : std::uint8_t { Cuda, Cpu, Auto };
-const char* to_string(ShardStrategy strategy);  // "TensorShardStrategy", ...
+const char* to_string(ShardStrategy strategy);     // "TensorShardStrategy", ...
 const char* to_string(PlacementPolicy placement);  // "cuda", "cpu", "auto"
 // Takes ColossalAI's class names and zerolens's flag values ("tensor", "bucket-tensor").
 ShardStrategy parse_shard_strategy(const std::string& text, const std::string& where);
@@ -231,8 +231,8 @@ struct ColossalAiConfig {
   bool reuse_fp16_shard = false;
   std::int64_t reduce_scatter_bucket_size_mb = 25;  // ReduceScatterBucketer's bucket, MiB
   bool fp32_reduce_scatter = false;
-  // Auto only: the fraction of the GPU's margin (its capacity less the warm-up step's peak) in which
-  // the optimizer's fp32 shards are placed (ShardedOptimizerV2 _maybe_move_fp32_shards).
+  // Auto only: the fraction of the GPU's margin (its capacity less the warm-up step's peak) in
+  // which the optimizer's fp32 shards are placed (ShardedOptimizerV2 _maybe_move_fp32_shards).
   double gpu_margin_mem_ratio = 0;
 };
 

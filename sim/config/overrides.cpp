@@ -82,9 +82,9 @@ void apply_zero(ZeroConfig& z, const ConfigOverrides& o, OverridePolicy policy) 
   if (o.reduce_scatter) z.reduce_scatter = *o.reduce_scatter;
   if (o.delayed_param_update) z.delay_param_update = *o.delayed_param_update;
   if (o.delayed_param_update_warmup) {
-    z.delay_param_update_warmup = json_read::as_int(
-        json(*o.delayed_param_update_warmup), "zero_optimization.delay_param_update_warmup", 0,
-        std::int64_t(1) << 40);
+    z.delay_param_update_warmup =
+        json_read::as_int(json(*o.delayed_param_update_warmup),
+                          "zero_optimization.delay_param_update_warmup", 0, std::int64_t(1) << 40);
   }
   if (policy == OverridePolicy::Interactive) settle_offloads(z, o);
 }

@@ -70,14 +70,19 @@ void add_gemini_note(Plan& plan) {
   const GeminiReport& g = plan.schedule.gemini;
   if (!g.active) return;
   if (!g.failure.empty()) {
-    plan.notes.push_back("Gemini (tensor_placement_policy auto) cannot place the parameter "
-                         "shards: ColossalAI raises '" + g.failure + "'");
+    plan.notes.push_back(
+        "Gemini (tensor_placement_policy auto) cannot place the parameter "
+        "shards: ColossalAI raises '" +
+        g.failure + "'");
     return;
   }
   plan.notes.push_back(
       "Gemini (tensor_placement_policy auto): the warm-up step, which measures the non-model "
-      "memory, evicts " + gigabytes(g.warmup_evicted) + " of parameter shards to the host and "
-      "fetches " + gigabytes(g.warmup_fetched) + "; each later step (planned here) evicts " +
+      "memory, evicts " +
+      gigabytes(g.warmup_evicted) +
+      " of parameter shards to the host and "
+      "fetches " +
+      gigabytes(g.warmup_fetched) + "; each later step (planned here) evicts " +
       gigabytes(g.steady_evicted) + " and fetches " + gigabytes(g.steady_fetched));
 }
 

@@ -124,8 +124,10 @@ std::vector<Variant> standard_variants() {
 std::vector<Variant> colossalai_variants() {
   std::vector<Variant> variants;
   for (const auto strategy : {ShardStrategy::Tensor, ShardStrategy::BucketTensor}) {
-    for (const auto placement : {PlacementPolicy::Cuda, PlacementPolicy::Cpu, PlacementPolicy::Auto}) {
-      const std::string name = strategy == ShardStrategy::Tensor ? "TensorShard" : "BucketTensorShard";
+    for (const auto placement :
+         {PlacementPolicy::Cuda, PlacementPolicy::Cpu, PlacementPolicy::Auto}) {
+      const std::string name =
+          strategy == ShardStrategy::Tensor ? "TensorShard" : "BucketTensorShard";
       variants.push_back({.label = name + " + " + to_string(placement),
                           .stage = 3,
                           .placement = placement,

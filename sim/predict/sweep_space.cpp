@@ -240,8 +240,9 @@ SweepEnumeration enumerate_sweep(const PlanRequest& base, const SweepSpace& spac
   // The sweep varies DeepSpeed's stages and offload blocks; ColossalAI's placements are compared
   // with `plan --compare`.
   if (base.config.is_colossalai()) {
-    throw InputError("--framework", "the sweep varies DeepSpeed's and FSDP's stages and offloads; "
-                                    "compare ColossalAI's placements with `zerolens plan --compare`");
+    throw InputError("--framework",
+                     "the sweep varies DeepSpeed's and FSDP's stages and offloads; "
+                     "compare ColossalAI's placements with `zerolens plan --compare`");
   }
   const std::int64_t train_batch = sweep_train_batch(base);
   const bool nvme_available = has_nvme(base.cluster);

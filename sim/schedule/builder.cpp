@@ -111,8 +111,8 @@ class ScheduleBuilder {
     }
     // Shards start where placement "cpu" keeps them, where Gemini's steady step finds them, or
     // (auto with reuse_fp16_shard) in host memory, where the previous step's relay left them.
-    const bool reuse_offloaded = colossalai_ && config.colossalai.reuse_fp16_shard &&
-                                 optimizer_device_ != Device::Gpu;
+    const bool reuse_offloaded =
+        colossalai_ && config.colossalai.reuse_fp16_shard && optimizer_device_ != Device::Gpu;
     shard_on_host_.assign(schedule_.layout.tensor_numel.size(),
                           param_device_ == Device::Cpu || reuse_offloaded);
     if (gemini_) {
@@ -120,8 +120,8 @@ class ScheduleBuilder {
         shard_on_host_[t] = !gemini_->start_on_gpu[t];
     }
     if (colossalai_) {
-      bucket_row_ = colossalai_bucket_row_elements(
-          config.colossalai.reduce_scatter_bucket_size_mb, grad_bytes_, dp_size);
+      bucket_row_ = colossalai_bucket_row_elements(config.colossalai.reduce_scatter_bucket_size_mb,
+                                                   grad_bytes_, dp_size);
     }
     const std::size_t layers = model.layers.size();
     shard_op_.assign(layers, kNoOp);
@@ -308,7 +308,8 @@ class ScheduleBuilder {
         partition[std::size_t(device)] += p.tensor_partition[t];
       }
       for (int d = 0; d < kDeviceCount; ++d)
-        resident(Device(d), Component::ParamsPartition, partition[std::size_t(d)] * partition_param_bytes_);
+        resident(Device(d), Component::ParamsPartition,
+                 partition[std::size_t(d)] * partition_param_bytes_);
       resident(Device::Gpu, Component::ParamsPersistent, p.persistent * param_bytes_);
       if (param_device_ == Device::Nvme) {
         resident(Device::Cpu, Component::NvmeSwapBuffers,
@@ -992,8 +993,11 @@ class ScheduleBuilder {
       // ZeRO-Offload: the reduced low-precision gradient partition crosses PCIe to the host.
       // With the delayed update, the host's gradient partition is the previous step's until the
       // CPU step that reads it ends.
-      last_d2h_ = emit(Op{.kind = OpKind::CopyD2H, .stream = Stream::D2H, .phase = phase,
-                          .bucket = std::int32_t(schedule_.buckets.size()), .link = Link::PcieD2H,
+      last_d2h_ = emit(Op{.kind = OpKind::CopyD2H,
+                          .stream = Stream::D2H,
+                          .phase = phase,
+                          .bucket = std::int32_t(schedule_.buckets.size()),
+                          .link = Link::PcieD2H,
                           .bytes = owned * grad_bytes_},
                        effects(), {reduce, delayed_step_});
     }
@@ -1213,11 +1217,15 @@ class ScheduleBuilder {
       Effects fx = effects();
       fx.add(Device::Gpu, Component::ParamsPartition, -moved);
       fx.add(Device::Cpu, Component::ParamsPartition, moved);
-      shard_op_[std::size_t(layer)] =
-          emit(Op{.kind = OpKind::CopyD2H, .stream = Stream::D2H, .phase = phase, .layer = layer,
-                  .link = Link::PcieD2H, .bytes = moved, .first_tensor = first,
-                  .tensor_count = count},
-               fx, {shard_op_[std::size_t(layer)], last_compute_});
+      shard_op_[std::size_t(layer)] = emit(Op{.kind = OpKind::CopyD2H,
+                                              .stream = Stream::D2H,
+                                              .phase = phase,
+                                              .layer = layer,
+                                              .link = Link::PcieD2H,
+                                              .bytes = moved,
+                                              .first_tensor = first,
+                                              .tensor_count = count},
+                                           fx, {shard_op_[std::size_t(layer)], last_compute_});
     }
   }
 
@@ -1226,10 +1234,12 @@ class ScheduleBuilder {
   std::uint32_t gather_colossalai(int owner, Phase phase) {
     if (colossal().placement == PlacementPolicy::Auto) gemini_adjust(owner, phase);
     std::uint32_t last = move_shards(owner, phase, true);
-    if (colossal().placement == PlacementPolicy::Auto) gemini_sample_.push_back(schedule_.ops.size());
+    if (colossal().placement == PlacementPolicy::Auto)
+      gemini_sample_.push_back(schedule_.ops.size());
     for (const ColossalGather& g : colossal_gathers(owner)) {
       Bytes shards = 0;
-      for (auto t = g.first_tensor; t < g.first_tensor + g.tensor_count; ++t) shards += shard_bytes(t);
+      for (auto t = g.first_tensor; t < g.first_tensor + g.tensor_count; ++t)
+        shards += shard_bytes(t);
       Effects fx = effects();
       fx.add(Device::Gpu, Component::GatheredParams, g.transient * param_bytes_);
       fx.add(Device::Gpu, Component::GatheredParams, g.gathered * param_bytes_);
@@ -1257,12 +1267,11 @@ class ScheduleBuilder {
   // frees the gathered ones; placement "cpu" then evicts the shards.
   void release_colossalai(int owner, Phase phase) {
     Effects fx = effects();
-    fx.add(Device::Gpu, Component::ParamsPartition,
-           owner_partition_elements(owner) * param_bytes_);
+    fx.add(Device::Gpu, Component::ParamsPartition, owner_partition_elements(owner) * param_bytes_);
     fx.add(Device::Gpu, Component::GatheredParams, -gathered_elements(owner) * param_bytes_);
-    shard_op_[std::size_t(owner)] = emit(
-        Op{.kind = OpKind::Release, .stream = Stream::Compute, .phase = phase, .layer = owner}, fx,
-        {});
+    shard_op_[std::size_t(owner)] =
+        emit(Op{.kind = OpKind::Release, .stream = Stream::Compute, .phase = phase, .layer = owner},
+             fx, {});
     live_[std::size_t(owner)] = false;
     live_elements_ -= gathered_elements(owner);
     if (colossal().placement == PlacementPolicy::Cpu) move_shards(owner, phase, false);
@@ -1307,7 +1316,8 @@ class ScheduleBuilder {
       if (c.direct) {
         const std::vector<std::int32_t> held = std::exchange(pending_, {t});
         const Elements held_chunks = std::exchange(colossal_pending_chunks_, c.chunk);
-        const Elements held_numel = std::exchange(bucket_.elements, params().tensor_numel[std::size_t(t)]);
+        const Elements held_numel =
+            std::exchange(bucket_.elements, params().tensor_numel[std::size_t(t)]);
         emit_colossalai_reduce(producer);
         pending_ = held;
         colossal_pending_chunks_ = held_chunks;
@@ -1387,13 +1397,19 @@ class ScheduleBuilder {
   // reuse_fp16_shard hands its storage back to the parameter.
   void colossalai_optimizer_step() {
     std::uint32_t before = last_d2h_ != kNoOp ? last_d2h_ : last_reduce_;
-    before = emit(Op{.kind = OpKind::OverflowCheck, .stream = Stream::Collective,
-                     .phase = Phase::Optimizer, .group_size = dp(), .link = Link::Network,
+    before = emit(Op{.kind = OpKind::OverflowCheck,
+                     .stream = Stream::Collective,
+                     .phase = Phase::Optimizer,
+                     .group_size = dp(),
+                     .link = Link::Network,
                      .bytes = 4},
                   effects(), {before});
     if (config_.gradient_clipping > 0) {  // the engine's clip_grad_norm
-      before = emit(Op{.kind = OpKind::GradNorm, .stream = Stream::Collective,
-                       .phase = Phase::Optimizer, .group_size = dp(), .link = Link::Network,
+      before = emit(Op{.kind = OpKind::GradNorm,
+                       .stream = Stream::Collective,
+                       .phase = Phase::Optimizer,
+                       .group_size = dp(),
+                       .link = Link::Network,
                        .bytes = 4},
                     effects(), {before});
     }
@@ -1416,13 +1432,19 @@ class ScheduleBuilder {
     colossal_saved_grad_bytes_ = 0;
     const bool host = optimizer_device_ != Device::Gpu;
     const auto step = emit(
-        Op{.kind = OpKind::OptimizerStep, .stream = host ? Stream::Cpu : Stream::Compute,
-           .phase = Phase::Optimizer, .flops = double(p.owned) * optimizer_flops_per_element(),
-           .memory_bytes_touched = p.owned * (saved_grad_bytes_per_element() + 2 * (master_bytes_ + state_bytes_) + param_bytes_)},
+        Op{.kind = OpKind::OptimizerStep,
+           .stream = host ? Stream::Cpu : Stream::Compute,
+           .phase = Phase::Optimizer,
+           .flops = double(p.owned) * optimizer_flops_per_element(),
+           .memory_bytes_touched = p.owned * (saved_grad_bytes_per_element() +
+                                              2 * (master_bytes_ + state_bytes_) + param_bytes_)},
         fx, {before});
     if (to_gpu > 0) {
-      emit(Op{.kind = OpKind::CopyH2D, .stream = Stream::H2D, .phase = Phase::Optimizer,
-              .link = Link::PcieH2D, .bytes = to_gpu},
+      emit(Op{.kind = OpKind::CopyH2D,
+              .stream = Stream::H2D,
+              .phase = Phase::Optimizer,
+              .link = Link::PcieH2D,
+              .bytes = to_gpu},
            effects(), {step});
     }
     emit(Op{.kind = OpKind::LossScaleUpdate, .stream = Stream::Compute, .phase = Phase::Optimizer},
@@ -1438,18 +1460,26 @@ class ScheduleBuilder {
   void delayed_host_optimizer() {
     std::uint32_t before = kNoOp;
     if (config_.precision.precision == Precision::Fp16) {
-      before = emit(Op{.kind = OpKind::OverflowCheck, .stream = Stream::Collective,
-                       .phase = Phase::Optimizer, .group_size = dp(), .link = Link::Network,
+      before = emit(Op{.kind = OpKind::OverflowCheck,
+                       .stream = Stream::Collective,
+                       .phase = Phase::Optimizer,
+                       .group_size = dp(),
+                       .link = Link::Network,
                        .bytes = 1},
                     effects(), {});
     }
-    before = emit(Op{.kind = OpKind::GradNorm, .stream = Stream::Collective,
-                     .phase = Phase::Optimizer, .group_size = dp(), .link = Link::Network,
+    before = emit(Op{.kind = OpKind::GradNorm,
+                     .stream = Stream::Collective,
+                     .phase = Phase::Optimizer,
+                     .group_size = dp(),
+                     .link = Link::Network,
                      .bytes = 4},
                   effects(), {before});
     const Elements owned = params().owned;
     delayed_step_ = emit(
-        Op{.kind = OpKind::OptimizerStep, .stream = Stream::Cpu, .phase = Phase::Optimizer,
+        Op{.kind = OpKind::OptimizerStep,
+           .stream = Stream::Cpu,
+           .phase = Phase::Optimizer,
            .flops = double(owned) * optimizer_flops_per_element(),
            .memory_bytes_touched = owned * (4 + 2 * (master_bytes_ + state_bytes_) + param_bytes_),
            .delayed = true},
@@ -1459,14 +1489,17 @@ class ScheduleBuilder {
   void finish_delayed_update() {
     Effects fx = effects();
     free_step_gradients(fx);
-    const auto written = emit(Op{.kind = OpKind::CopyH2D, .stream = Stream::H2D,
-                                 .phase = Phase::Optimizer, .link = Link::PcieH2D,
+    const auto written = emit(Op{.kind = OpKind::CopyH2D,
+                                 .stream = Stream::H2D,
+                                 .phase = Phase::Optimizer,
+                                 .link = Link::PcieH2D,
                                  .bytes = params().owned * param_bytes_},
                               fx, {delayed_step_, last_backward_});
     allgather_updated_params(written);
     if (config_.precision.precision == Precision::Fp16 && config_.precision.loss_scale.dynamic()) {
-      emit(Op{.kind = OpKind::LossScaleUpdate, .stream = Stream::Compute, .phase = Phase::Optimizer},
-           effects(), {});
+      emit(
+          Op{.kind = OpKind::LossScaleUpdate, .stream = Stream::Compute, .phase = Phase::Optimizer},
+          effects(), {});
     }
   }
 
@@ -1776,10 +1809,9 @@ Schedule build_schedule(const Model& model, const TrainingConfig& config, const 
   ScheduleBuilder first(model, config, batch, seq_len, dp_size, gpus_per_node, options);
   const Schedule statistics = first.build();
   const GeminiPlacement placement = simulate_gemini(first.gemini_input(statistics));
-  Schedule schedule =
-      ScheduleBuilder(model, config, batch, seq_len, dp_size, gpus_per_node, options,
-                      &placement.steady)
-          .build();
+  Schedule schedule = ScheduleBuilder(model, config, batch, seq_len, dp_size, gpus_per_node,
+                                      options, &placement.steady)
+                          .build();
   schedule.gemini = {.active = true,
                      .warmup_evicted = placement.warmup.evicted_bytes,
                      .warmup_fetched = placement.warmup.fetched_bytes,

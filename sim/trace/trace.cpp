@@ -108,7 +108,8 @@ json framework_json(const TrainingConfig& config) {
 // ColossalAI's ShardedModelV2 options (traces of its profile).
 void read_colossalai_framework(const json& framework, const std::string& w, ColossalAiConfig& c) {
   if (const json* v = member(framework, "shard_strategy"))
-    c.shard_strategy = parse_shard_strategy(as_string(*v, w + ".shard_strategy"), w + ".shard_strategy");
+    c.shard_strategy =
+        parse_shard_strategy(as_string(*v, w + ".shard_strategy"), w + ".shard_strategy");
   if (const json* v = member(framework, "tensor_placement_policy")) {
     const std::string key = w + ".tensor_placement_policy";
     c.placement = parse_placement_policy(as_string(*v, key), key);

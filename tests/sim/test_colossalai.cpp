@@ -252,7 +252,8 @@ TEST(ColossalAi, GeminiFitsAModelOnlyByMovingShardsAsWorkedByHand) {
         op.bucket < 0)
       moves.emplace_back(op.kind, op.layer);
   }
-  EXPECT_EQ(moves, (std::vector<std::pair<OpKind, int>>{{OpKind::CopyD2H, 0}, {OpKind::CopyH2D, 0}}));
+  EXPECT_EQ(moves,
+            (std::vector<std::pair<OpKind, int>>{{OpKind::CopyD2H, 0}, {OpKind::CopyH2D, 0}}));
 
   // With room for everything nothing moves and the step peaks at 800 bytes.
   const Plan roomy = gemini_plan(10'000);
