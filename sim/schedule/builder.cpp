@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 #include <utility>
 
 #include "sim/schedule/builder.hpp"
@@ -33,6 +34,7 @@ class Effects {
         return *this;
       }
     }
+    if (count_ == items_.size()) throw std::logic_error("schedule error: an op with too many effects");
     items_[count_++] = {device, component, bytes};
     return *this;
   }
@@ -1344,10 +1346,13 @@ class ScheduleBuilder {
     if (micro_ == 0) {
       saved.add(grads_device(), Component::GradsPartition, chunks * saved_grad_bytes_per_element());
       if (colossal().reuse_fp16_shard) {
+        std::array<Bytes, kDeviceCount> freed{};
         for (const auto t : pending_) {
-          saved.add(shard_device(t), Component::ParamsPartition, -shard_bytes(t));
+          freed[std::size_t(shard_device(t))] += shard_bytes(t);
           shard_on_host_[std::size_t(t)] = grads_device() == Device::Cpu;  // where it returns
         }
+        for (int d = 0; d < kDeviceCount; ++d)
+          saved.add(Device(d), Component::ParamsPartition, -freed[std::size_t(d)]);
       }
       colossal_saved_grad_bytes_ += chunks * saved_grad_bytes_per_element();
     }
@@ -1421,14 +1426,15 @@ class ScheduleBuilder {
     fx.add(optimizer_device_, Component::OptimizerTemporaries, largest * param_bytes_);
     fx.add(optimizer_device_, Component::OptimizerTemporaries, -largest * param_bytes_);
     fx.add(grads_device(), Component::GradsPartition, -colossal_saved_grad_bytes_);
-    Bytes to_gpu = 0;
+    Bytes to_gpu = 0, returned = 0;
     for (std::size_t t = 0; t < p.tensor_partition.size(); ++t) {
       if (colossal().reuse_fp16_shard) {
-        fx.add(grads_device(), Component::ParamsPartition, shard_bytes(std::int32_t(t)));
+        returned += shard_bytes(std::int32_t(t));
       } else if (!shard_on_host_[t] && optimizer_device_ == Device::Cpu) {
         to_gpu += shard_bytes(std::int32_t(t));
       }
     }
+    fx.add(grads_device(), Component::ParamsPartition, returned);
     colossal_saved_grad_bytes_ = 0;
     const bool host = optimizer_device_ != Device::Gpu;
     const auto step = emit(
