@@ -34,7 +34,8 @@ class Effects {
         return *this;
       }
     }
-    if (count_ == items_.size()) throw std::logic_error("schedule error: an op with too many effects");
+    if (count_ == items_.size())
+      throw std::logic_error("schedule error: an op with too many effects");
     items_[count_++] = {device, component, bytes};
     return *this;
   }
