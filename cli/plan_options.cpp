@@ -133,8 +133,34 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
   add_named(
       app, "--framework", "--framework", o.framework, parse_framework,
       "Framework whose allocations are planned: deepspeed (default), fsdp2 (fully_shard), fsdp1 "
-      "(FullyShardedDataParallel); FSDP plans stage 3 (FULL_SHARD)",
-      {"deepspeed", "fsdp2", "fsdp1"})
+      "(FullyShardedDataParallel), colossalai (ShardedModelV2 of ColossalAI 0.1.x, fp16); FSDP "
+      "and ColossalAI plan stage 3 (FULL_SHARD)",
+      {"deepspeed", "fsdp2", "fsdp1", "colossalai"})
+      ->group(zero);
+  add_named(app, "--shard-strategy", "--shard-strategy", o.shard_strategy, parse_shard_strategy,
+            "ColossalAI: tensor (TensorShardStrategy: one all-gather per tensor) or bucket-tensor "
+            "(BucketTensorShardStrategy: one per module, its shards flattened)",
+            {"tensor", "bucket-tensor"})
+      ->group(zero);
+  add_named(app, "--placement", "--placement", o.placement, parse_placement_policy,
+            "ColossalAI's tensor_placement_policy: cuda (default), cpu (parameter shards, "
+            "gradients and optimizer states on the host) or auto (Gemini moves parameter shards "
+            "from the warm-up step's memory statistics; gradients and optimizer on the host)",
+            {"cuda", "cpu", "auto"})
+      ->group(zero);
+  app.add_option("--reuse-fp16-shard", o.reuse_fp16_shard,
+                 "ColossalAI (true|false): the fp16 gradient shard replaces the parameter shard "
+                 "until the step, no fp32 gradient copy; refused with gradient accumulation")
+      ->group(zero);
+  app.add_option("--delayed-param-update", o.delayed_param_update,
+                 "ZeRO-Offload's delayed parameter update (true|false; "
+                 "zero_optimization.delay_param_update, stages 1-2 with --offload-optimizer cpu): "
+                 "the CPU optimizer step of step n beside the forward and backward of step n+1")
+      ->group(zero);
+  app.add_option("--dpu-warmup", o.delayed_param_update_warmup,
+                 "Steps before the delayed parameter update starts "
+                 "(zero_optimization.delay_param_update_warmup; default 20, the DPU fork's)")
+      ->check(integer_in(0, 1 << 30))
       ->group(zero);
   app.add_option(
          "--reshard-after-forward", o.reshard_after_forward,

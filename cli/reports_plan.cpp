@@ -195,7 +195,13 @@ std::string describe_setup(const Plan& plan) {
                  : "each rank holds ") +
             format_count(double(plan.rank_model.parameter_count())) + " parameters\n";
   }
-  if (r.config.is_fsdp()) {
+  if (r.config.is_colossalai()) {
+    const ColossalAiConfig& c = r.config.colossalai;
+    text += std::string("ColossalAI ShardedModelV2 (") + to_string(c.shard_strategy) +
+            ", tensor_placement_policy " + to_string(c.placement) +
+            (c.reuse_fp16_shard ? ", reuse_fp16_shard" : "") + "; as " +
+            r.config.effective_zero().description() + "), ";
+  } else if (r.config.is_fsdp()) {
     text += std::string("PyTorch ") + to_string(r.config.framework) +
             (r.config.fsdp.reshard_after_forward ? " FULL_SHARD" : " SHARD_GRAD_OP") +
             (r.config.fsdp.reduce_dtype

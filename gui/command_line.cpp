@@ -38,7 +38,12 @@ const Flag kFlags[] = {
     {"cluster", "SPEC", "Cluster preset or JSON file"},
     {"gpus", "N", "Every rank: data parallel x tensor parallel (one per GPU)", "g"},
     {"gpus-per-node", "N", "GPUs per node (default: the cluster's)"},
-    {"framework", "NAME", "deepspeed|fsdp2|fsdp1 (FSDP plans stage 3)"},
+    {"framework", "NAME", "deepspeed|fsdp2|fsdp1|colossalai (FSDP and ColossalAI plan stage 3)"},
+    {"placement", "POLICY",
+     "ColossalAI's tensor_placement_policy: cuda|cpu|auto (implies --framework colossalai)"},
+    {"shard-strategy", "S", "ColossalAI: tensor|bucket-tensor"},
+    {"delayed-param-update", "BOOL",
+     "ZeRO-Offload's delayed parameter update (stage 1-2, --offload-optimizer cpu)"},
     {"reduce-dtype", "P", "FSDP reduce_dtype: fp32|fp16|bf16"},
     {"optimizer-kernel", "K", "Adam's GPU kernel: fused|foreach|for-loop (its step's temporaries)"},
     {"tp", "N",
@@ -127,6 +132,20 @@ void apply_sources(const QCommandLineParser& p, Settings& s, Diagnostics& d) {
 ConfigOverrides config_edits(const QCommandLineParser& p) {
   ConfigOverrides edits;
   if (p.isSet("framework")) edits.framework = parse_framework(text(p, "framework"), "--framework");
+  if (p.isSet("placement")) {
+    edits.placement = parse_placement_policy(text(p, "placement"), "--placement");
+    if (!edits.framework) edits.framework = Framework::ColossalAi;
+  }
+  if (p.isSet("shard-strategy"))
+    edits.shard_strategy = parse_shard_strategy(text(p, "shard-strategy"), "--shard-strategy");
+  if (p.isSet("delayed-param-update"))
+    edits.delayed_param_update = boolean(p, "delayed-param-update");
+  // ColossalAI's placement decides the offload: DeepSpeed's blocks clear unless given (then the
+  // plan names the conflict).
+  if (edits.framework == Framework::ColossalAi) {
+    if (!p.isSet("offload-optimizer")) edits.offload_optimizer = OffloadDevice::None;
+    if (!p.isSet("offload-param")) edits.offload_param = OffloadDevice::None;
+  }
   if (p.isSet("reduce-dtype"))
     edits.reduce_dtype = parse_precision(text(p, "reduce-dtype"), "--reduce-dtype");
   if (p.isSet("optimizer-kernel"))

@@ -137,6 +137,22 @@ QWidget* ConfigPanel::make_form() {
                              "zero_optimization.offload_optimizer.device (stage 1-3)", this);
   offload_param_ =
       combo({"none", "cpu", "nvme"}, "zero_optimization.offload_param.device (stage 3 only)", this);
+  placement_ = combo({"DeepSpeed (offload below)", "ColossalAI: cuda", "ColossalAI: cpu",
+                      "ColossalAI: auto (Gemini)"},
+                     "Who places the states: DeepSpeed's ZeRO with the offload settings below, or "
+                     "ColossalAI's ShardedModelV2 (stage 3, fp16) with tensor_placement_policy "
+                     "cuda (all on the GPU), cpu (shards, gradients and optimizer on the host) or "
+                     "auto (Gemini moves shards from the warm-up step's memory statistics)",
+                     this);
+  shard_strategy_ = combo({"TensorShardStrategy", "BucketTensorShardStrategy"},
+                          "ColossalAI: one all-gather per tensor, or per module (its shards "
+                          "flattened: a bias rides with its weight)",
+                          this);
+  delayed_update_ = new QCheckBox("delayed parameter update (DPU)", this);
+  delayed_update_->setToolTip(
+      "ZeRO-Offload's one-step delayed parameter update (zero_optimization.delay_param_update; "
+      "stage 1-2 with the optimizer on the CPU): the CPU step of the previous step's gradients "
+      "runs beside this step's forward and backward");
   precision_ =
       combo({"fp32", "fp16", "bf16"},
             "Training precision (fp16/bf16: mixed precision with fp32 master weights)", this);
@@ -164,6 +180,9 @@ QWidget* ConfigPanel::make_form() {
   form->addRow("ZeRO stage", stage_);
   form->addRow("Offload optimizer", offload_optimizer_);
   form->addRow("Offload parameters", offload_param_);
+  form->addRow("Placement policy", placement_);
+  form->addRow("Shard strategy", shard_strategy_);
+  form->addRow("Optimizer step", delayed_update_);
   form->addRow("Precision", precision_);
   form->addRow("Micro-batch per GPU", micro_batch_);
   form->addRow("Sequence length", seq_len_);
@@ -200,6 +219,18 @@ QWidget* ConfigPanel::make_form() {
   };
   connect(offload_optimizer_, &QComboBox::currentIndexChanged, this, offload);
   connect(offload_param_, &QComboBox::currentIndexChanged, this, offload);
+  // Item 0 is DeepSpeed's ZeRO, items 1.. ColossalAI's placements in PlacementPolicy's order.
+  connect(placement_, &QComboBox::currentIndexChanged, this, [this](int index) {
+    edit([index](Settings& s) {
+      if (index == 0) return set_placement(s, std::nullopt);
+      set_placement(s, PlacementPolicy(index - 1));
+    });
+  });
+  connect(shard_strategy_, &QComboBox::currentIndexChanged, this, [this](int index) {
+    edit([index](Settings& s) { set_shard_strategy(s, ShardStrategy(index)); });
+  });
+  connect(delayed_update_, &QCheckBox::toggled, this,
+          [this](bool on) { edit([on](Settings& s) { set_delayed_update(s, on); }); });
   connect(precision_, &QComboBox::currentIndexChanged, this,
           [this](int p) { edit([p](Settings& s) { set_precision(s, Precision(p)); }); });
   connect(micro_batch_, &QSpinBox::valueChanged, this,
@@ -283,7 +314,7 @@ void ConfigPanel::show_settings() {
   const QSignalBlocker b1(model_), b2(cluster_), b3(gpus_), b4(stage_), b5(offload_optimizer_),
       b6(offload_param_), b7(precision_), b8(micro_batch_), b9(seq_len_), b10(checkpointing_),
       b11(tensor_parallel_), b12(sequence_parallel_), b13(pipeline_parallel_),
-      b14(expert_parallel_);
+      b14(expert_parallel_), b15(placement_), b16(shard_strategy_), b17(delayed_update_);
   select_source(*model_, s.model_source);
   select_source(*cluster_, s.cluster_source);
   // The file's name, its whole path on hover: a long path must not widen the panel.
@@ -307,6 +338,19 @@ void ConfigPanel::show_settings() {
   offload_optimizer_->setEnabled(zero.offload_allowed(OffloadKind::Optimizer));
   offload_param_->setCurrentIndex(int(zero.offload_param.device));
   offload_param_->setEnabled(zero.offload_allowed(OffloadKind::Param));
+  const bool colossalai = s.config.is_colossalai();
+  placement_->setCurrentIndex(colossalai ? 1 + int(s.config.colossalai.placement) : 0);
+  placement_->setEnabled(!s.config.is_fsdp());
+  shard_strategy_->setCurrentIndex(int(s.config.colossalai.shard_strategy));
+  shard_strategy_->setEnabled(colossalai);
+  if (colossalai) {  // the placement decides the offload
+    offload_optimizer_->setEnabled(false);
+    offload_param_->setEnabled(false);
+  }
+  delayed_update_->setChecked(zero.delay_param_update);
+  delayed_update_->setEnabled(zero.delay_param_update ||
+                              (!colossalai && (zero.stage == 1 || zero.stage == 2) &&
+                               zero.offload_optimizer.device == OffloadDevice::Cpu));
   precision_->setCurrentIndex(int(s.config.precision.precision));
   micro_batch_->setValue(int(micro_batch_of(s)));
   seq_len_->setValue(int(s.config.seq_len.value_or(0)));

@@ -27,6 +27,9 @@ class ConfigPanel : public QWidget {
   QComboBox& stage() { return *stage_; }
   QComboBox& offload_optimizer() { return *offload_optimizer_; }
   QComboBox& offload_param() { return *offload_param_; }
+  QComboBox& placement() { return *placement_; }
+  QComboBox& shard_strategy() { return *shard_strategy_; }
+  QCheckBox& delayed_update() { return *delayed_update_; }
   QComboBox& model() { return *model_; }
   QSpinBox& gpus() { return *gpus_; }
   QSpinBox& tensor_parallel() { return *tensor_parallel_; }
@@ -68,6 +71,9 @@ class ConfigPanel : public QWidget {
   QComboBox* stage_;
   QComboBox* offload_optimizer_;
   QComboBox* offload_param_;
+  QComboBox* placement_;       // DeepSpeed, or ColossalAI's cuda / cpu / auto
+  QComboBox* shard_strategy_;  // ColossalAI's
+  QCheckBox* delayed_update_;  // ZeRO-Offload's DPU
   QComboBox* precision_;
   QSpinBox* micro_batch_;
   QSpinBox* seq_len_;

@@ -107,6 +107,22 @@ void set_precision(Settings& s, Precision precision) {
   apply_edits(s, {.precision = precision});
 }
 
+void set_placement(Settings& s, std::optional<PlacementPolicy> placement) {
+  if (!placement) return apply_edits(s, {.framework = Framework::DeepSpeed});
+  apply_edits(s, {.framework = Framework::ColossalAi,
+                  .placement = placement,
+                  .offload_optimizer = OffloadDevice::None,
+                  .offload_param = OffloadDevice::None});
+}
+
+void set_shard_strategy(Settings& s, ShardStrategy strategy) {
+  apply_edits(s, {.shard_strategy = strategy});
+}
+
+void set_delayed_update(Settings& s, bool enabled) {
+  apply_edits(s, {.delayed_param_update = enabled});
+}
+
 void set_micro_batch(Settings& s, std::int64_t micro_batch) {
   apply_edits(s, {.micro_batch = micro_batch});
 }

@@ -47,6 +47,13 @@ void apply_edits(Settings& settings, const ConfigOverrides& edits);
 void set_stage(Settings& settings, int stage);
 void set_offload(Settings& settings, OffloadDevice optimizer, OffloadDevice param);
 void set_precision(Settings& settings, Precision precision);
+// The placement-policy control: DeepSpeed's ZeRO (nullopt), or ColossalAI's ShardedModelV2 with
+// tensor_placement_policy cuda, cpu or auto (Gemini), which plans stage 3 in fp16 and clears
+// DeepSpeed's offload blocks (the placement decides the offload).
+void set_placement(Settings& settings, std::optional<PlacementPolicy> placement);
+void set_shard_strategy(Settings& settings, ShardStrategy strategy);
+// ZeRO-Offload's delayed parameter update (stages 1-2 with the optimizer on the CPU).
+void set_delayed_update(Settings& settings, bool enabled);
 // Like --micro-batch: keeps gradient_accumulation_steps, lets train_batch_size follow.
 void set_micro_batch(Settings& settings, std::int64_t micro_batch);
 void set_checkpointing(Settings& settings, bool enabled);

@@ -319,6 +319,33 @@ TimeUnit time_unit_for(double seconds) {
   return {1, "s"};
 }
 
+// ZeRO-Offload's delayed parameter update: the step's CPU update is the previous step's, drawn on
+// the CPU lane beside this step's forward and backward; it says so.
+void mark_delayed_update(const Trace& trace, TimelineItems& items) {
+  if (!trace.run.inputs || !trace.run.inputs->config.zero.delay_param_update) return;
+  for (const auto& op : trace.ops) {
+    if (op.kind != "optimizer_step" || op.stream != "cpu") continue;
+    const auto drawn = items.by_index.find(op.index);
+    if (drawn == items.by_index.end()) continue;
+    for (QGraphicsRectItem* item : drawn->second) {
+      if (item->data(item_key::Ops).toInt() != 1) continue;
+      item->setToolTip(item->toolTip() +
+                       "\ndelayed parameter update: the previous step's gradients, updated on the "
+                       "CPU while the GPU runs this step's forward and backward");
+      for (QGraphicsItem* child : item->childItems()) {  // its label, where it has room
+        auto* text = dynamic_cast<QGraphicsSimpleTextItem*>(child);
+        if (!text) continue;
+        for (const char* words : {"delayed update (previous step)", "delayed update"}) {
+          text->setText(words);
+          if (text->boundingRect().width() <= item->rect().width() - 4) break;
+        }
+        if (text->boundingRect().width() > item->rect().width() - 4)
+          text->setText("optimizer_step");
+      }
+    }
+  }
+}
+
 TimelineItems build_timeline_scene(QGraphicsScene& scene, const Trace& trace,
                                    const TimelineGeometry& g) {
   scene.clear();
@@ -351,6 +378,7 @@ TimelineItems build_timeline_scene(QGraphicsScene& scene, const Trace& trace,
     add_exposed(scene, intervals.communication, false, rank, y, g);
     add_exposed(scene, intervals.offload, true, rank, y, g);
   }
+  mark_delayed_update(trace, items);
   items.row_labels = add_row_labels(scene, items.rows, g);
   items.cursor = scene.addLine(g.label_width, kAxisHeight, g.label_width, kAxisHeight + height,
                                QPen(QColor(0xd62728), 1.5));

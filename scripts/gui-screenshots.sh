@@ -41,3 +41,20 @@ shot gpt2-1.5b-ranks-offload "${real[@]}" --view ranks --step 206
 for view in timeline memory traffic compare; do
   shot "gpt2-1.5b-$view" "${real[@]}" --view "$view" --step 206
 done
+# The seed systems (docs/seeds.md). ColossalAI's BucketTensorShardStrategy gathering a module's
+# weight and bias at once, and its placements x strategies side by side, on the walkthrough.
+shot colossalai-walkthrough-bucket-gather --walkthrough --framework colossalai --shard-strategy bucket-tensor \
+  --view ranks --step 6
+shot colossalai-walkthrough-compare --walkthrough --framework colossalai --view compare --step 4
+# Gemini (placement auto) keeping LLaMA-2 13B on one A100-80GB: shards evicted before the backward
+# (op 461) and fetched back as the backward reaches their layers.
+gemini=(--model llama2-13b --cluster dgx-a100-80gb --gpus 1 --placement auto --micro-batch 27 --seq-len 2048
+        --activation-checkpointing true)
+shot gemini-llama2-13b-ranks-evict "${gemini[@]}" --view ranks --step 461
+shot gemini-llama2-13b-timeline "${gemini[@]}" --view timeline --step 461
+# ZeRO-Offload's delayed parameter update: the CPU step of the previous step beside the forward
+# and backward, and the same step without it.
+dpu=(--model gpt2-1.5b --cluster dgx-a100-40gb --gpus 8 --stage 2 --offload-optimizer cpu --precision fp16
+     --micro-batch 4 --activation-checkpointing true)
+shot dpu-gpt2-1.5b-timeline "${dpu[@]}" --delayed-param-update true --view timeline --step 1
+shot dpu-gpt2-1.5b-serial-timeline "${dpu[@]}" --delayed-param-update false --view timeline --step 1

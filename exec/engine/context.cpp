@@ -91,6 +91,11 @@ EngineContext::EngineContext(const Plan& plan_, std::shared_ptr<const ProcessGro
       has_master(plans_master(schedule)),
       optimizer_device(device_of(schedule.context.optimizer_device)),
       param_device(device_of(schedule.context.param_device)),
+      writes_back_params(std::any_of(schedule.ops.begin(), schedule.ops.end(),
+                                     [](const Op& op) {
+                                       return op.kind == OpKind::CopyH2D &&
+                                              op.phase == Phase::Optimizer && op.layer < 0;
+                                     })),
       offsets(tensor_offsets(layout)),
       segments(owned_segments(layout, stage, rank)) {
   const bool first_of_group = groups->place().tensor == 0;

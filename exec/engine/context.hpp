@@ -73,6 +73,10 @@ struct EngineContext {
   bool has_master = false;  // an fp32 master partition besides the parameters: mixed precision, or
                             // a host optimizer with the parameters on the device (fp32 too)
   Device optimizer_device = Device::Gpu, param_device = Device::Gpu;
+  // The schedule copies the host-updated parameters to the device after the step (CopyH2D);
+  // otherwise (parameters offloaded, or ColossalAI's shards left on the host) they are updated
+  // where they are.
+  bool writes_back_params = false;
   TensorOffsets offsets;
   std::vector<OwnedSegment> segments;
   LinkBytes copied;  // counted by whichever component moves the bytes

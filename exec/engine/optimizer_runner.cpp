@@ -45,6 +45,7 @@ void OptimizerRunner::allocate_states() {
 void OptimizerRunner::begin_step() {
   norm_ = squares_ = 0;
   overflow_ = overflow_reduced_ = norm_reduced_ = false;
+  idle_ = false;
   step_scale_ = scaler_.scale();
 }
 
@@ -140,7 +141,7 @@ void OptimizerRunner::group_step(std::int32_t group) {
 // sub-group's update wrote its part already (its master is not kept): this op completes the copy
 // and counts it. Nothing after a skipped step: nothing changed.
 void OptimizerRunner::write_back_params() {
-  if (overflow_) return;
+  if (overflow_ || idle_) return;
   if (!ctx_.has_master) {
     throw std::logic_error(
         "schedule error: parameters copied back from a host optimizer without a master");
@@ -214,7 +215,8 @@ void OptimizerRunner::device_update_range(Elements begin, Elements end, float fa
 void OptimizerRunner::host_update(float factor) {
   const OptimizerRange range = in_memory();
   update_range(range, factor);
-  if (ctx_.has_master && ctx_.param_device != Device::Gpu) params_.store_updated(range);
+  if (ctx_.has_master && (ctx_.param_device != Device::Gpu || !ctx_.writes_back_params))
+    params_.store_updated(range);
 }
 
 OptimizerRange OptimizerRunner::in_memory() {

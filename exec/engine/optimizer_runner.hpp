@@ -39,6 +39,8 @@ class OptimizerRunner {
   void step();                          // OptimizerStep with the states in memory
   void group_step(std::int32_t group);  // OptimizerStep of one NVMe sub-group
   void write_back_params();             // CopyH2D of the updated parameters after a host update
+  // The delayed update's first step has no gradients to apply: nothing is updated or written back.
+  void mark_idle() { idle_ = true; }
   void update_loss_scale() { scaler_.update(overflow_); }
 
   // The optimizer on the owned elements `range` holds (the whole partition, or one NVMe
@@ -76,6 +78,7 @@ class OptimizerRunner {
   double step_scale_ = 1;
   bool overflow_ = false;
   bool overflow_reduced_ = false, norm_reduced_ = false;  // by a collective op this step
+  bool idle_ = false;
 };
 
 }  // namespace zerolens::exec

@@ -9,7 +9,8 @@ ParameterStore::ParameterStore(EngineContext& context, NvmeSwapper& nvme)
     : ctx_(context),
       nvme_(nvme),
       full_(context.layout.tensor_numel.size()),
-      part_(context.layout.tensor_numel.size()) {}
+      part_(context.layout.tensor_numel.size()),
+      part_device_(context.layout.tensor_numel.size(), context.param_device) {}
 
 // 16-bit training starts from the rounded initial values, and the master from those (a model
 // initialised, then cast to half, then copied to fp32 as DeepSpeed does).
@@ -116,6 +117,29 @@ void ParameterStore::gather_layer(std::size_t owner) {
     staged += partition;
   }
   h2d_staging_.reset();
+}
+
+void ParameterStore::gather_tensors(std::int32_t first, std::int32_t count) {
+  for (auto t = std::size_t(first); t < std::size_t(first + count); ++t) {
+    const auto partition = std::size_t(ctx_.layout.tensor_partition[t]);
+    full_[t] = {ctx_.ledger, Device::Gpu, Component::GatheredParams, ctx_.param_format,
+                partition * std::size_t(ctx_.dp)};
+    all_gather(ctx_.comm, part_[t].view(), full_[t].view());
+  }
+}
+
+void ParameterStore::move_shards(const Op& op, Device to) {
+  auto [first, last] = ctx_.tensors_of_layer(std::size_t(op.layer));
+  if (op.tensor_count > 0) first = op.first_tensor, last = op.first_tensor + op.tensor_count;
+  for (auto t = std::size_t(first); t < std::size_t(last); ++t) {
+    if (part_device_[t] == to || part_[t].size() == 0) continue;
+    NumberBuffer moved(ctx_.ledger, to, Component::ParamsPartition, ctx_.param_format,
+                       part_[t].size());
+    moved.view().copy_from(part_[t].view());
+    (to == Device::Gpu ? ctx_.copied.pcie_h2d : ctx_.copied.pcie_d2h) += moved.bytes();
+    part_[t] = std::move(moved);
+    part_device_[t] = to;
+  }
 }
 
 void ParameterStore::release_layer(std::size_t owner) {
@@ -237,7 +261,8 @@ void ParameterStore::write_back(Numbers master, bool written) {
       if (!written)
         part_[t].view().copy_from(
             master.sub(std::size_t(ctx_.offsets.partition[t]), part_[t].size()));
-      ctx_.copied.pcie_h2d += part_[t].bytes();
+      // (ColossalAI's Gemini may hold a shard in host memory: copied there, not over PCIe.)
+      if (part_device_[t] == Device::Gpu) ctx_.copied.pcie_h2d += part_[t].bytes();
     }
     return;
   }

@@ -36,6 +36,11 @@ class ParameterStore {
   LayerParams layer_params(std::size_t owner);  // throws if the layer is not gathered
 
   void gather_layer(std::size_t owner);  // stage 3
+  // ColossalAI: one all-gather of tensors [first, first + count) (a tensor, or a module's), and
+  // its placements' moves of shards: the op's tensors (tensor_count 0: the layer's) that are not on
+  // `to` go there (a copy in the other memory space; the bytes are counted on the PCIe link).
+  void gather_tensors(std::int32_t first, std::int32_t count);
+  void move_shards(const Op& op, Device to);
   void release_layer(std::size_t owner);
   void gather_persistent();                       // stage 3, after the update
   void gather_updated_shard(const Op& op);        // stages 1-2, after the update
@@ -66,6 +71,7 @@ class ParameterStore {
                                     // 3), padded to dp partitions in stage 3
   std::vector<NumberBuffer>
       part_;  // stage 3: this rank's partition of each tensor (on the host with parameter offload)
+  std::vector<Device> part_device_;  // where each partition is (ColossalAI moves them)
   NumberBuffer h2d_staging_;   // parameter offload: a layer's partitions until its all-gather
   Elements shard_offset_ = 0;  // stages 1-2: position of the next all-gather shard in the partition
 };

@@ -146,7 +146,8 @@ ZeroEngine::State::State(const Plan& plan, std::shared_ptr<const ProcessGroups> 
       net(net_),
       options(options_),
       tensor_parallel(context),
-      pipeline(context, net_) {
+      pipeline(context, net_),
+      delayed_(plan.schedule.context.delayed_update) {
   if (context.groups->tensor() != nullptr) net.connect_tensor_parallel(tensor_parallel);
 }
 
@@ -189,7 +190,8 @@ void ZeroEngine::State::run_op(const Op& op) {
     case OpKind::AllGather:
       require_data_group(op);
       return gather_parameters(op);
-    case OpKind::Release:
+    case OpKind::Release:  // (layer -1: ColossalAI's reduce bucket, which the reducer stages)
+      if (op.layer < 0) return;
       return params.release_layer(std::size_t(op.layer));
     case OpKind::ReduceScatter:
     case OpKind::AllReduce:
@@ -200,11 +202,14 @@ void ZeroEngine::State::run_op(const Op& op) {
       return grads.reduce_bucket(op);
     case OpKind::CopyH2D:
       return copy_to_device(op);
-    case OpKind::CopyD2H:
+    case OpKind::CopyD2H:  // gradients, or ColossalAI's parameter shards
+      if (op.bucket < 0 && op.layer >= 0) return params.move_shards(op, Device::Cpu);
       return grads.copy_to_host(op);
     case OpKind::OverflowCheck:
+      if (delayed_ && !applies_delayed_update()) return;
       return optimizer.check_overflow(op);
     case OpKind::GradNorm:
+      if (delayed_ && !applies_delayed_update()) return;
       return optimizer.compute_grad_norm(op);
     case OpKind::NvmeRead:
       return nvme_read(op);
@@ -237,6 +242,7 @@ void ZeroEngine::State::require_data_group(const Op& op) const {
 // Stage 3 gathers a layer before use, and the persistent tensors after the update; stages 1-2 the
 // updated partitions. After a skipped step (fp16 overflow) nothing changed: no gather of updates.
 void ZeroEngine::State::gather_parameters(const Op& op) {
+  if (op.tensor_count > 0) return params.gather_tensors(op.first_tensor, op.tensor_count);
   if (context.stage.partitions_parameters() && op.layer >= 0)
     return params.gather_layer(std::size_t(op.layer));
   if (optimizer.skipped()) return;
@@ -244,11 +250,37 @@ void ZeroEngine::State::gather_parameters(const Op& op) {
   params.gather_updated_shard(op);
 }
 
-// Before a stage-3 gather (parameter offload) the layer's partitions go to the device; after a
-// host update the new parameters do.
+// Before a stage-3 gather (parameter offload) the layer's partitions go to the device, or
+// ColossalAI's placement moves its shards there; after a host update the new parameters go.
+// A warm-up step of the delayed update runs its own update here, after its backward.
 void ZeroEngine::State::copy_to_device(const Op& op) {
+  if (op.layer >= 0 && context.schedule.context.colossalai)
+    return params.move_shards(op, Device::Gpu);
   if (op.layer >= 0) return params.stage_layer_partition(std::size_t(op.layer));
+  if (delayed_ && warmup_step()) {
+    if (context.config().precision.precision == Precision::Fp16) optimizer.check_overflow();
+    optimizer.compute_grad_norm();
+    optimizer.step();
+  }
   optimizer.write_back_params();
+}
+
+// ZeRO-Offload's delayed parameter update (the schedule's delayed OptimizerStep comes first): the
+// previous step's gradients, on the host since its copies, are applied while this step's forward
+// and backward run on the parameters written back before (one step stale). The first delayed step
+// has none (the warm-up applied its own): it updates nothing and writes nothing back.
+bool ZeroEngine::State::warmup_step() const {
+  return step_index_ < context.config().zero.delay_param_update_warmup;
+}
+
+bool ZeroEngine::State::applies_delayed_update() const {
+  return !warmup_step() && pending_gradients_;
+}
+
+void ZeroEngine::State::delayed_update() {
+  if (warmup_step()) return;  // deferred to the write-back
+  if (applies_delayed_update()) return optimizer.step();
+  optimizer.mark_idle();
 }
 
 // A skipped step moves no sub-group: nothing changes.
@@ -273,6 +305,7 @@ void ZeroEngine::State::nvme_write(const Op& op) {
 }
 
 void ZeroEngine::State::optimizer_step(const Op& op) {
+  if (op.delayed) return delayed_update();
   if (context.optimizer_device == Device::Nvme) return optimizer.group_step(op.sub_group);
   optimizer.step();
 }
@@ -326,6 +359,7 @@ void ZeroEngine::State::inject_faults(const Op& op) {
 StepReport ZeroEngine::State::finish_step() {
   nvme.finish_io();
   pipeline.finish_step();
+  pending_gradients_ = delayed_ && !warmup_step();
   StepReport report;
   // The ranks that compute the loss (the last stage's) hold it alike across their TP group: one
   // of each TP group counts, averaged over the DP ranks.

@@ -32,6 +32,9 @@ struct ZeroEngine::State : EngineComponents {
   void nvme_read(const Op& op);
   void nvme_write(const Op& op);
   void optimizer_step(const Op& op);
+  void delayed_update();
+  bool warmup_step() const;
+  bool applies_delayed_update() const;
   void forward(const Op& op);
   void backward(const Op& op);
   void inject_faults(const Op& op);
@@ -41,6 +44,8 @@ struct ZeroEngine::State : EngineComponents {
   std::set<std::int32_t> loaded_;  // micro-steps whose batch the model has (this step)
   double loss_sum_ = 0;
   int losses_ = 0;
+  bool delayed_ = false;            // the schedule delays the parameter update (DPU)
+  bool pending_gradients_ = false;  // DPU: the previous step's gradients wait on the host
 };
 
 }  // namespace zerolens::exec

@@ -79,6 +79,7 @@ std::string ZeroConfig::label() const {
   if (effective_offload(OffloadKind::Param) != OffloadDevice::None) {
     text += std::string(" + param:") + to_string(offload_param.device);
   }
+  if (delay_param_update) text += " + DPU";
   return text;
 }
 
@@ -89,6 +90,10 @@ std::string ZeroConfig::description() const {
   }
   if (effective_offload(OffloadKind::Param) != OffloadDevice::None) {
     text += std::string(", param offload ") + to_string(offload_param.device);
+  }
+  if (delay_param_update) {
+    text +=
+        ", delayed parameter update after " + std::to_string(delay_param_update_warmup) + " steps";
   }
   return text;
 }
@@ -255,12 +260,71 @@ void TrainingConfig::validate() const {
           std::string(to_string(framework)) + " shards parameters (stage 3; stage is " +
               std::to_string(zero.stage) +
               "); its SHARD_GRAD_OP is stage 3 with --reshard-after-forward false");
+  validate_colossalai();
+  validate_delayed_update();
   require(!is_fsdp() || zero.offload_optimizer.device != OffloadDevice::Nvme, "--framework",
           "FSDP offloads to the CPU only (CPUOffloadPolicy); NVMe offload is DeepSpeed's");
   require(
       !is_fsdp() || zero.offload_optimizer.device == zero.offload_param.device, "--framework",
       "FSDP's CPUOffloadPolicy offloads parameters, gradients and optimizer states together: give "
       "--offload-optimizer and --offload-param the same device");
+}
+
+// ColossalAI's ShardedModelV2 (v0.1.x) as the seed documents configure it: ZeroInitContext shards
+// every parameter in fp16 (init_context.py _post_init_method: half_fn, shard), ShardedModelV2
+// asserts every module was built in it, and the placement policy decides the offload.
+void TrainingConfig::validate_colossalai() const {
+  if (!is_colossalai()) return;
+  const ColossalAiConfig& c = colossalai;
+  require(zero.stage == 3, "--framework",
+          "ColossalAI's ShardedModelV2 shards every parameter (stage 3; stage is " +
+              std::to_string(zero.stage) + ")");
+  require(precision.precision == Precision::Fp16, "--precision",
+          "ColossalAI's ZeRO runs in fp16 (ZeroInitContext casts every parameter to half); got " +
+              std::string(to_string(precision.precision)));
+  for (const auto kind : {OffloadKind::Optimizer, OffloadKind::Param}) {
+    require(zero.offload(kind).device == OffloadDevice::None,
+            zero_key(kind == OffloadKind::Optimizer ? "offload_optimizer.device"
+                                                    : "offload_param.device"),
+            "ColossalAI places parameters, gradients and optimizer states by "
+            "tensor_placement_policy (--placement cuda|cpu|auto), not by DeepSpeed's offload "
+            "blocks");
+  }
+  require(!c.reuse_fp16_shard || batch.gradient_accumulation_steps.value_or(1) <= 1,
+          "zero.model_config.reuse_fp16_shard",
+          "cannot be used with gradient accumulation (ColossalAI asserts 'Gradien accumulation "
+          "is not supported when reuse_fp16_shard=True'; gradient_accumulation is " +
+              std::to_string(batch.gradient_accumulation_steps.value_or(1)) + ")");
+  require(c.gpu_margin_mem_ratio >= 0 && c.gpu_margin_mem_ratio <= 1,
+          "zero.optimizer_config.gpu_margin_mem_ratio", "must be in [0, 1]");
+  require(c.reduce_scatter_bucket_size_mb >= 0, "zero.model_config.reduce_scatter_bucket_size_mb",
+          "must not be negative (0 reduces every gradient alone)");
+  require(!tensor_parallel.active() && !pipeline.active(), "--framework",
+          "ColossalAI's ZeRO with tensor or pipeline parallelism is not modelled");
+  require(!zero.zeropp() && zero.shard_group_size == 0, "--framework",
+          "ZeRO++ and hybrid sharding are DeepSpeed's and FSDP's; ColossalAI has neither");
+  require(!zero.delay_param_update, zero_key("delay_param_update"),
+          "is ZeRO-Offload's (DeepSpeed); ColossalAI has no delayed parameter update");
+}
+
+// The DPU fork implements it in ZeRO-Offload's stage-2 optimizer (zero/stage2.py
+// step_with_param_delay): the CPU Adam step is what overlaps the GPU's next step.
+void TrainingConfig::validate_delayed_update() const {
+  require(zero.delay_param_update_warmup >= 0, zero_key("delay_param_update_warmup"),
+          "must not be negative");
+  if (!zero.delay_param_update) return;
+  require(!is_fsdp(), zero_key("delay_param_update"),
+          "is ZeRO-Offload's (DeepSpeed); FSDP has no delayed parameter update");
+  require(zero.stage == 1 || zero.stage == 2, zero_key("delay_param_update"),
+          "ZeRO-Offload delays the CPU optimizer step of stage 1 or 2 (the DPU fork's "
+          "stage2.py); stage is " +
+              std::to_string(zero.stage));
+  require(zero.offload_optimizer.device == OffloadDevice::Cpu, zero_key("delay_param_update"),
+          "overlaps the CPU optimizer step with the next step's forward and backward: it needs "
+          "offload_optimizer.device = \"cpu\" (got \"" +
+              std::string(to_string(zero.offload_optimizer.device)) + "\")");
+  require(!pipeline.active(), zero_key("delay_param_update"),
+          "with pipeline parallelism is not modelled");
 }
 
 const char* to_string(Framework framework) {
@@ -271,8 +335,45 @@ const char* to_string(Framework framework) {
       return "fsdp2";
     case Framework::Fsdp1:
       return "fsdp1";
+    case Framework::ColossalAi:
+      return "colossalai";
   }
   return "deepspeed";
+}
+
+const char* to_string(ShardStrategy strategy) {
+  return strategy == ShardStrategy::BucketTensor ? "BucketTensorShardStrategy"
+                                                 : "TensorShardStrategy";
+}
+
+const char* to_string(PlacementPolicy placement) {
+  switch (placement) {
+    case PlacementPolicy::Cuda:
+      return "cuda";
+    case PlacementPolicy::Cpu:
+      return "cpu";
+    case PlacementPolicy::Auto:
+      return "auto";
+  }
+  return "cuda";
+}
+
+ShardStrategy parse_shard_strategy(const std::string& text, const std::string& where) {
+  if (text == "TensorShardStrategy" || text == "tensor") return ShardStrategy::Tensor;
+  if (text == "BucketTensorShardStrategy" || text == "bucket-tensor")
+    return ShardStrategy::BucketTensor;
+  throw InputError(where, "unknown shard strategy '" + text +
+                              "' (TensorShardStrategy or BucketTensorShardStrategy; as a flag "
+                              "tensor or bucket-tensor)");
+}
+
+// TensorPlacementPolicyFactory.create: 'cpu', 'cuda' or 'auto', else TypeError.
+PlacementPolicy parse_placement_policy(const std::string& text, const std::string& where) {
+  for (const auto placement :
+       {PlacementPolicy::Cuda, PlacementPolicy::Cpu, PlacementPolicy::Auto}) {
+    if (text == to_string(placement)) return placement;
+  }
+  throw InputError(where, "unknown tensor placement policy '" + text + "' (cuda, cpu or auto)");
 }
 
 const char* to_string(OptimizerKernel kernel) {
@@ -297,14 +398,16 @@ OptimizerKernel parse_optimizer_kernel(const std::string& text, const std::strin
 
 OptimizerKernel TrainingConfig::effective_optimizer_kernel() const {
   if (optimizer.kernel) return *optimizer.kernel;
+  // (ColossalAI's HybridAdam runs colossal_C.multi_tensor_adam on the GPU: fused.)
   return is_fsdp() ? OptimizerKernel::Foreach : OptimizerKernel::Fused;
 }
 
 Framework parse_framework(const std::string& text, const std::string& where) {
-  for (const auto framework : {Framework::DeepSpeed, Framework::Fsdp2, Framework::Fsdp1}) {
+  for (const auto framework :
+       {Framework::DeepSpeed, Framework::Fsdp2, Framework::Fsdp1, Framework::ColossalAi}) {
     if (text == to_string(framework)) return framework;
   }
-  throw InputError(where, "unknown framework '" + text + "' (deepspeed, fsdp2, fsdp1)");
+  throw InputError(where, "unknown framework '" + text + "' (deepspeed, fsdp2, fsdp1, colossalai)");
 }
 
 // FSDP in DeepSpeed's terms. fully_shard shards every parameter (no persistence threshold);
@@ -314,6 +417,7 @@ Framework parse_framework(const std::string& text, const std::string& where) {
 // comes first); its gradients are reduce-scattered when the unit's backward ends, from their own
 // buffers (foreach_reduce), with no flat bucket.
 ZeroConfig TrainingConfig::effective_zero() const {
+  if (is_colossalai()) return colossalai_zero();
   if (!is_fsdp()) return zero;
   ZeroConfig z = zero;
   z.stage3_param_persistence_threshold = 0;
@@ -325,6 +429,32 @@ ZeroConfig TrainingConfig::effective_zero() const {
   z.reduce_scatter = true;
   z.overlap_comm = true;
   z.round_robin_gradients = false;
+  return z;
+}
+
+// ColossalAI in DeepSpeed's terms: ZeroHook gathers a module's shards in its pre-forward and
+// pre-backward hooks and shards them again in the post hooks (zero_hook.py): no prefetch, no
+// reuse, nothing persistent; the ReduceScatterBucketer replaces the flat reduce buffer
+// (sim/schedule/colossalai.hpp). Placement "cpu" offloads the parameter shards with the
+// gradients and optimizer states; any placement but "cuda" offloads the gradients, and the
+// optimizer's fp32 shards live on the policy's device, the host unless "cuda"
+// (sharded_optim_v2.py: self.device = policy.device or cpu).
+ZeroConfig TrainingConfig::colossalai_zero() const {
+  ZeroConfig z = zero;
+  z.stage3_param_persistence_threshold = 0;
+  z.stage3_model_persistence_threshold = INT64_MAX;
+  z.stage3_prefetch_bucket_size = 0;
+  z.stage3_max_live_parameters = INT64_MAX;
+  z.stage3_max_reuse_distance = 0;
+  z.contiguous_gradients = false;
+  z.reduce_scatter = true;
+  z.overlap_comm = true;
+  z.round_robin_gradients = false;
+  z.sub_group_size = INT64_MAX;
+  const bool host = colossalai.placement != PlacementPolicy::Cuda;
+  z.offload_optimizer.device = host ? OffloadDevice::Cpu : OffloadDevice::None;
+  z.offload_param.device =
+      colossalai.placement == PlacementPolicy::Cpu ? OffloadDevice::Cpu : OffloadDevice::None;
   return z;
 }
 

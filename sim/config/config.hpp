@@ -86,6 +86,14 @@ struct ZeroConfig {
   int hpz_partition_size = 1;
   bool quantized_weights = false;
   bool quantized_gradients = false;
+  // ZeRO-Offload's one-step Delayed Parameter Update (Ren et al. 2021, section 5.2): after
+  // delay_param_update_warmup steps, the CPU optimizer step of step n runs beside the forward and
+  // backward of step n+1, whose parameters are one step stale. DeepSpeed's main branch has no DPU;
+  // the key is that of the fork its issue #1260 points to (jren73/delay_param_update,
+  // zero/constants.py), whose stage2.py switches it on after 20 steps. The warm-up count is
+  // zerolens's key (written when not 20).
+  bool delay_param_update = false;
+  std::int64_t delay_param_update_warmup = 20;
   bool zeropp() const { return hpz_partition_size > 1 || quantized_weights || quantized_gradients; }
 
   // What the stage partitions and allows (sim/config/zero_stage.hpp).
@@ -186,7 +194,7 @@ ResolvedBatch resolve_batch(const BatchConfig& batch, int dp_size);
 
 // Which framework runs the step. Each allocates differently for the same sharding
 // (docs/memory-model.md, "Framework profiles").
-enum class Framework : std::uint8_t { DeepSpeed, Fsdp2, Fsdp1 };
+enum class Framework : std::uint8_t { DeepSpeed, Fsdp2, Fsdp1, ColossalAi };
 const char* to_string(Framework framework);
 Framework parse_framework(const std::string& text, const std::string& where);  // throws InputError
 
@@ -198,9 +206,40 @@ struct FsdpConfig {
   std::optional<Precision> reduce_dtype;
 };
 
+// ColossalAI's ZeRO of the seed documents (v0.1.x: ShardedModelV2's model_config and
+// ShardedOptimizerV2's optimizer_config; docs/seeds.md). Every parameter is sharded per tensor
+// (shard_utils/commons.py get_shard) and gathered per module by ZeroHook.
+// Tensor: one all-gather per tensor (TensorShardStrategy); BucketTensor: a module's shards
+// flattened into one all-gather (BucketTensorShardStrategy).
+enum class ShardStrategy : std::uint8_t { Tensor, BucketTensor };
+// tensor_placement_policy: where held tensors live. Cuda: everything on the GPU. Cpu: parameter
+// shards, gradients and optimizer states on the host, each shard moved to the GPU for its module.
+// Auto: Gemini's StatefulTensorMgr moves parameter shards between the GPU and the host from the
+// memory statistics of the first (warm-up) step; gradients and optimizer states on the host.
+enum class PlacementPolicy : std::uint8_t { Cuda, Cpu, Auto };
+const char* to_string(ShardStrategy strategy);     // "TensorShardStrategy", ...
+const char* to_string(PlacementPolicy placement);  // "cuda", "cpu", "auto"
+// Takes ColossalAI's class names and zerolens's flag values ("tensor", "bucket-tensor").
+ShardStrategy parse_shard_strategy(const std::string& text, const std::string& where);
+PlacementPolicy parse_placement_policy(const std::string& text, const std::string& where);
+
+struct ColossalAiConfig {
+  ShardStrategy shard_strategy = ShardStrategy::Tensor;
+  PlacementPolicy placement = PlacementPolicy::Cuda;
+  // The fp16 gradient shard replaces the parameter shard until the step (no fp32 copy); ColossalAI
+  // asserts there is no gradient accumulation (sharded_model_v2.py _save_grad).
+  bool reuse_fp16_shard = false;
+  std::int64_t reduce_scatter_bucket_size_mb = 25;  // ReduceScatterBucketer's bucket, MiB
+  bool fp32_reduce_scatter = false;
+  // Auto only: the fraction of the GPU's margin (its capacity less the warm-up step's peak) in
+  // which the optimizer's fp32 shards are placed (ShardedOptimizerV2 _maybe_move_fp32_shards).
+  double gpu_margin_mem_ratio = 0;
+};
+
 struct TrainingConfig {
   Framework framework = Framework::DeepSpeed;
   FsdpConfig fsdp;  // FSDP profiles only
+  ColossalAiConfig colossalai;  // the ColossalAI profile only
   // Tensor (and sequence) parallelism: DeepSpeed's tensor_parallel.autotp_size, --tp, --sp; ZeRO
   // runs over the data-parallel group of each TP coordinate (docs/parallelism.md).
   TensorParallelism tensor_parallel;
@@ -228,7 +267,10 @@ struct TrainingConfig {
   void validate() const;
   void validate_pipeline() const;
   void validate_expert_parallel() const;
-  bool is_fsdp() const { return framework != Framework::DeepSpeed; }
+  void validate_colossalai() const;
+  void validate_delayed_update() const;
+  bool is_fsdp() const { return framework == Framework::Fsdp2 || framework == Framework::Fsdp1; }
+  bool is_colossalai() const { return framework == Framework::ColossalAi; }
   // GPUs of one data-parallel rank: a TP group on every pipeline stage.
   int model_parallel_size() const { return tensor_parallel.size * pipeline.size; }
   // The optimizer kernel the framework runs: as set, else fused under DeepSpeed, foreach under
@@ -236,8 +278,11 @@ struct TrainingConfig {
   OptimizerKernel effective_optimizer_kernel() const;
   // The ZeRO settings the framework really runs with: DeepSpeed's as written; FSDP's coordinator
   // expressed in them (every parameter sharded, one unit prefetched, released after use, each
-  // unit's gradients reduced alone, no flat reduce buffer).
+  // unit's gradients reduced alone, no flat reduce buffer); ColossalAI's ZeroHook (every parameter
+  // sharded, gathered just before its module and released after it, no prefetch) with its
+  // placement policy as the offload devices.
   ZeroConfig effective_zero() const;
+  ZeroConfig colossalai_zero() const;
 };
 
 }  // namespace zerolens

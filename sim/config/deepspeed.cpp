@@ -115,6 +115,8 @@ const std::vector<std::string> kZeroKeys = {"stage",
                                             "zero_quantized_nontrainable_weights",
                                             "zero_quantized_gradients",
                                             "reduce_buffers_at",
+                                            "delay_param_update",
+                                            "delay_param_update_warmup",
                                             "mics_shard_size",
                                             "mics_hierarchical_params_gather",
                                             "memory_efficient_linear",
@@ -395,6 +397,14 @@ void read_zero(const json& zero, const Reader& r, ZeroConfig& z) {
     if (at != "first-hook" && at != "backward")
       throw InputError(key, "must be \"first-hook\" or \"backward\", got \"" + at + "\"");
     z.reduce_buffers_at_first_hook = at == "first-hook";
+  }
+  // The DPU fork's key (zero/constants.py ZERO_OPTIMIZATION_DELAY_PARAM_UPDATE) and zerolens's
+  // warm-up count (the fork starts after 20 steps: stage2.py step).
+  if (const json* v = member(zero, "delay_param_update"))
+    z.delay_param_update = as_bool(*v, join_key(w, "delay_param_update"));
+  if (const json* v = member(zero, "delay_param_update_warmup")) {
+    z.delay_param_update_warmup =
+        as_int(*v, join_key(w, "delay_param_update_warmup"), 0, std::int64_t(1) << 40);
   }
   if (const json* v = member(zero, "mics_shard_size")) {
     const auto size = as_int(*v, join_key(w, "mics_shard_size"), -1, 1 << 24);

@@ -45,6 +45,9 @@ json zero_json(const ZeroConfig& z) {
   if (z.quantized_weights) zero["zero_quantized_weights"] = true;
   if (z.quantized_gradients) zero["zero_quantized_gradients"] = true;
   if (!z.reduce_buffers_at_first_hook) zero["reduce_buffers_at"] = "backward";
+  if (z.delay_param_update) zero["delay_param_update"] = true;
+  if (z.delay_param_update_warmup != ZeroConfig{}.delay_param_update_warmup)
+    zero["delay_param_update_warmup"] = z.delay_param_update_warmup;
   return zero;
 }
 

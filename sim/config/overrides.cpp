@@ -51,13 +51,20 @@ void settle_offloads(ZeroConfig& z, const ConfigOverrides& o) {
   give_nvme_offload_a_path(z);
 }
 
+// FSDP and ColossalAI shard parameters (stage 3) and ColossalAI's ZeRO runs in fp16, unless the
+// stage or precision is given with the framework (then validate() names a conflict).
 void apply_framework(TrainingConfig& config, const ConfigOverrides& o) {
   if (o.framework) {
     config.framework = *o.framework;
-    if (config.is_fsdp() && !o.stage) config.zero.stage = 3;
+    if ((config.is_fsdp() || config.is_colossalai()) && !o.stage) config.zero.stage = 3;
+    if (config.is_colossalai() && !o.precision) config.precision.precision = Precision::Fp16;
   }
   if (o.reshard_after_forward) config.fsdp.reshard_after_forward = *o.reshard_after_forward;
   if (o.reduce_dtype) config.fsdp.reduce_dtype = *o.reduce_dtype;
+  ColossalAiConfig& c = config.colossalai;
+  if (o.shard_strategy) c.shard_strategy = *o.shard_strategy;
+  if (o.placement) c.placement = *o.placement;
+  if (o.reuse_fp16_shard) c.reuse_fp16_shard = *o.reuse_fp16_shard;
 }
 
 void apply_zero(ZeroConfig& z, const ConfigOverrides& o, OverridePolicy policy) {
@@ -73,6 +80,12 @@ void apply_zero(ZeroConfig& z, const ConfigOverrides& o, OverridePolicy policy) 
   if (o.contiguous_gradients) z.contiguous_gradients = *o.contiguous_gradients;
   if (o.reduce_buffers_at) z.reduce_buffers_at_first_hook = *o.reduce_buffers_at == "first-hook";
   if (o.reduce_scatter) z.reduce_scatter = *o.reduce_scatter;
+  if (o.delayed_param_update) z.delay_param_update = *o.delayed_param_update;
+  if (o.delayed_param_update_warmup) {
+    z.delay_param_update_warmup =
+        json_read::as_int(json(*o.delayed_param_update_warmup),
+                          "zero_optimization.delay_param_update_warmup", 0, std::int64_t(1) << 40);
+  }
   if (policy == OverridePolicy::Interactive) settle_offloads(z, o);
 }
 
@@ -166,6 +179,12 @@ void drop_zero_keys(json& d, const ConfigOverrides& o) {
   if (o.contiguous_gradients) erase_path(d, {z, "contiguous_gradients"});
   if (o.reduce_scatter) erase_path(d, {z, "reduce_scatter"});
   if (o.reduce_buffers_at) erase_path(d, {z, "reduce_buffers_at"});
+  if (o.delayed_param_update) erase_path(d, {z, "delay_param_update"});
+  if (o.delayed_param_update_warmup) erase_path(d, {z, "delay_param_update_warmup"});
+  // ColossalAI's model_config arguments the flags replace.
+  if (o.shard_strategy) erase_path(d, {"zero", "model_config", "shard_strategy"});
+  if (o.placement) erase_path(d, {"zero", "model_config", "tensor_placement_policy"});
+  if (o.reuse_fp16_shard) erase_path(d, {"zero", "model_config", "reuse_fp16_shard"});
 }
 
 void drop_other_keys(json& d, const ConfigOverrides& o) {
@@ -280,8 +299,7 @@ TrainingConfig parse_training_config(const json& document, Diagnostics& diagnost
   const json kept = without_overridden_keys(document, overrides);
   TrainingConfig config;
   if (is_colossalai_document(kept)) {
-    read_deepspeed_onto(colossalai_as_deepspeed(kept, diagnostics), diagnostics, std::nullopt,
-                        config);
+    read_colossalai_onto(kept, diagnostics, config);
   } else {
     read_deepspeed_onto(kept, diagnostics, hidden_size, config);
   }

@@ -20,6 +20,16 @@ struct ConfigOverrides {
   std::optional<bool> reshard_after_forward;
   std::optional<Precision> reduce_dtype;
   std::optional<OptimizerKernel> optimizer_kernel;  // fused|foreach|for-loop (--optimizer-kernel)
+  // ColossalAI's ShardedModelV2 (zero.model_config): --shard-strategy, --placement,
+  // --reuse-fp16-shard. ColossalAI without a precision given plans fp16.
+  std::optional<ShardStrategy> shard_strategy;
+  std::optional<PlacementPolicy> placement;
+  std::optional<bool> reuse_fp16_shard;
+  // ZeRO-Offload's delayed parameter update: zero_optimization.delay_param_update (the DPU fork's
+  // key) and its warm-up steps (zerolens's delay_param_update_warmup): --delayed-param-update,
+  // --dpu-warmup.
+  std::optional<bool> delayed_param_update;
+  std::optional<std::int64_t> delayed_param_update_warmup;
   // zero_optimization
   std::optional<int> stage;
   std::optional<OffloadDevice> offload_optimizer, offload_param;

@@ -59,6 +59,34 @@ void add_offload_ratio_note(Plan& plan) {
   }
 }
 
+std::string gigabytes(Bytes bytes) {
+  std::ostringstream text;
+  text.precision(3);
+  text << double(bytes) / 1e9 << " GB";
+  return text.str();
+}
+
+// ColossalAI's Gemini: what the warm-up step moved, what each later step moves, or why it fails.
+void add_gemini_note(Plan& plan) {
+  const GeminiReport& g = plan.schedule.gemini;
+  if (!g.active) return;
+  if (!g.failure.empty()) {
+    plan.notes.push_back(
+        "Gemini (tensor_placement_policy auto) cannot place the parameter "
+        "shards: ColossalAI raises '" +
+        g.failure + "'");
+    return;
+  }
+  plan.notes.push_back(
+      "Gemini (tensor_placement_policy auto): the warm-up step, which measures the non-model "
+      "memory, evicts " +
+      gigabytes(g.warmup_evicted) +
+      " of parameter shards to the host and "
+      "fetches " +
+      gigabytes(g.warmup_fetched) + "; each later step (planned here) evicts " +
+      gigabytes(g.steady_evicted) + " and fetches " + gigabytes(g.steady_fetched));
+}
+
 // A learned position table (GPT-2's wpe) has max_positions rows: a longer sequence cannot run.
 void add_positions_note(Plan& plan) {
   const auto& shape = plan.request.model.shape;
@@ -91,7 +119,12 @@ void add_notes(Plan& plan) {
   }
   add_offload_ratio_note(plan);
   add_positions_note(plan);
-  if (config.zero.partitions_parameters()) {
+  if (config.is_colossalai()) {
+    plan.notes.push_back(
+        "ColossalAI: ZeroHook gathers each module's parameters before it runs and shards them "
+        "after; zerolens's ops are per layer, so a layer's modules are planned gathered together "
+        "(an upper bound by the layer's size less its largest module's)");
+  } else if (config.zero.partitions_parameters()) {
     plan.notes.push_back("stage 3: parameters are gathered per layer; prefetch and release follow "
                          "stage3_prefetch_bucket_size, stage3_max_live_parameters and "
                          "stage3_max_reuse_distance in steady state (after the first step's trace)");
@@ -124,8 +157,8 @@ void check_zeropp(const PlanRequest& request) {
       "zero_optimization." + std::string(zero.hpz_partition_size > 1 ? "zero_hpz_partition_size"
                                          : zero.quantized_weights    ? "zero_quantized_weights"
                                                                      : "zero_quantized_gradients");
-  if (request.config.is_fsdp())
-    throw InputError(key, "ZeRO++ is DeepSpeed's; FSDP has no such option");
+  if (request.config.is_fsdp() || request.config.is_colossalai())
+    throw InputError(key, "ZeRO++ is DeepSpeed's; FSDP and ColossalAI have no such option");
   if (request.config.tensor_parallel.active() || request.config.pipeline.active())
     throw InputError(key,
                      "ZeRO++ with tensor or pipeline parallelism is not modelled (DeepSpeed groups "
@@ -347,6 +380,7 @@ Plan make_plan(PlanRequest request, ReplayDetail detail, MemoryTimeline& replay)
   const int gpus_per_node = request.cluster.node.gpus_per_node;
   ScheduleOptions options = request.options;
   // The allocator may reserve what the GPU has beyond the memory it does not manage.
+  options.gpu_capacity = request.cluster.gpu.memory_bytes;
   options.allocator.device_limit =
       std::max<Bytes>(0, request.cluster.gpu.memory_bytes - options.cuda_context_bytes -
                              options.library_workspace_bytes);
@@ -366,9 +400,11 @@ Plan make_plan(PlanRequest request, ReplayDetail detail, MemoryTimeline& replay)
   plan.devices[std::size_t(Device::Gpu)].allocator_out_of_memory =
       replay.gpu.allocator_out_of_memory;
   plan.comm = summarize_comm(plan.schedule);
+  plan.devices[std::size_t(Device::Gpu)].placement_failed = !plan.schedule.gemini.failure.empty();
   plan.request = std::move(request);
   add_notes(plan);
   add_moe_notes(plan);
+  add_gemini_note(plan);
   return plan;
 }
 

@@ -32,8 +32,9 @@ struct DeviceReport {
   ComponentBytes components{};    // at the peak, same scope as `peak`
   std::int64_t peak_op = -1;
   bool allocator_out_of_memory = false;  // GPU: the allocator's model ran out of device memory
+  bool placement_failed = false;  // GPU: ColossalAI's Gemini cannot place the shards (a note says)
   Bytes headroom() const { return capacity - peak; }
-  bool fits() const { return peak <= capacity && !allocator_out_of_memory; }
+  bool fits() const { return peak <= capacity && !allocator_out_of_memory && !placement_failed; }
 };
 
 // One pipeline stage of a plan: what its rank holds and its step.

@@ -18,7 +18,7 @@ Variant variant(int stage, OffloadDevice optimizer = OffloadDevice::None,
   zero.stage = stage;
   zero.offload_optimizer.device = optimizer;
   zero.offload_param.device = param;
-  return {zero.label(), stage, optimizer, param, std::nullopt};
+  return {zero.label(), stage, optimizer, param, std::nullopt, std::nullopt, std::nullopt};
 }
 
 Plan plan_with(const PlanRequest& base, const Variant& v, Model model) {
@@ -128,16 +128,35 @@ std::vector<Variant> standard_variants() {
           variant(3, nvme), variant(3, nvme, nvme)};
 }
 
+std::vector<Variant> colossalai_variants() {
+  std::vector<Variant> variants;
+  for (const auto strategy : {ShardStrategy::Tensor, ShardStrategy::BucketTensor}) {
+    for (const auto placement :
+         {PlacementPolicy::Cuda, PlacementPolicy::Cpu, PlacementPolicy::Auto}) {
+      const std::string name =
+          strategy == ShardStrategy::Tensor ? "TensorShard" : "BucketTensorShard";
+      variants.push_back({.label = name + " + " + to_string(placement),
+                          .stage = 3,
+                          .placement = placement,
+                          .shard_strategy = strategy});
+    }
+  }
+  return variants;
+}
+
 std::vector<Variant> variants_for(const TrainingConfig& config) {
+  if (config.is_colossalai()) return colossalai_variants();
   if (!config.is_fsdp()) return standard_variants();
   const auto cpu = OffloadDevice::Cpu, none = OffloadDevice::None;
-  return {{"FULL_SHARD", 3, none, none, true},
-          {"SHARD_GRAD_OP", 3, none, none, false},
-          {"FULL_SHARD + CPUOffload", 3, cpu, cpu, true}};
+  return {{"FULL_SHARD", 3, none, none, true, std::nullopt, std::nullopt},
+          {"SHARD_GRAD_OP", 3, none, none, false, std::nullopt, std::nullopt},
+          {"FULL_SHARD + CPUOffload", 3, cpu, cpu, true, std::nullopt, std::nullopt}};
 }
 
 TrainingConfig apply_variant(TrainingConfig config, const Variant& v) {
   if (v.reshard_after_forward) config.fsdp.reshard_after_forward = *v.reshard_after_forward;
+  if (v.placement) config.colossalai.placement = *v.placement;
+  if (v.shard_strategy) config.colossalai.shard_strategy = *v.shard_strategy;
   config.zero.stage = v.stage;
   config.zero.offload_optimizer.device = v.offload_optimizer;
   config.zero.offload_param.device = v.offload_param;

@@ -15,12 +15,15 @@ struct Variant {
   OffloadDevice offload_optimizer = OffloadDevice::None;
   OffloadDevice offload_param = OffloadDevice::None;
   std::optional<bool> reshard_after_forward;  // FSDP variants: FULL_SHARD (true), SHARD_GRAD_OP
+  std::optional<PlacementPolicy> placement;   // ColossalAI variants: tensor_placement_policy
+  std::optional<ShardStrategy> shard_strategy;
 };
 
 // DP, ZeRO-1, ZeRO-2, ZeRO-3, then each offload variant DeepSpeed supports.
 std::vector<Variant> standard_variants();
-// The variants of the config's framework: DeepSpeed's above, or FSDP's FULL_SHARD, SHARD_GRAD_OP
-// and FULL_SHARD with CPUOffloadPolicy.
+// The variants of the config's framework: DeepSpeed's above, FSDP's FULL_SHARD, SHARD_GRAD_OP
+// and FULL_SHARD with CPUOffloadPolicy, or ColossalAI's placements cuda, cpu and auto with each
+// shard strategy.
 std::vector<Variant> variants_for(const TrainingConfig& config);
 // Those of them `base`'s model can run (a 4-bit base is not offloaded).
 std::vector<Variant> variants_for(const PlanRequest& base);

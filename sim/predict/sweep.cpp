@@ -41,8 +41,8 @@ PlanRequest request_of(const PlanRequest& base, const SweepPoint& point,
   request.cluster = base.cluster;
   request.dp_size = point.layout.data;
   request.options = base.options;
-  TrainingConfig config =
-      apply_variant(base.config, {"", point.stage, point.optimizer, point.param, std::nullopt});
+  TrainingConfig config = apply_variant(base.config, {"", point.stage, point.optimizer, point.param,
+                                                      std::nullopt, std::nullopt, std::nullopt});
   apply_layout(config, point.layout);
   // hpZ's secondary partition spans a node's GPUs (the ZeRO++ paper's setting), or all of DP within
   // one.

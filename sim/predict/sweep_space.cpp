@@ -260,6 +260,13 @@ std::int64_t sweep_train_batch(const PlanRequest& base) {
 
 SweepEnumeration enumerate_sweep(const PlanRequest& base, const SweepSpace& space,
                                  std::vector<std::string>& notes) {
+  // The sweep varies DeepSpeed's stages and offload blocks; ColossalAI's placements are compared
+  // with `plan --compare`.
+  if (base.config.is_colossalai()) {
+    throw InputError("--framework",
+                     "the sweep varies DeepSpeed's and FSDP's stages and offloads; "
+                     "compare ColossalAI's placements with `zerolens plan --compare`");
+  }
   const std::int64_t train_batch = sweep_train_batch(base);
   const bool nvme_available = has_nvme(base.cluster);
   if (!nvme_available && (contains(space.optimizer_devices, OffloadDevice::Nvme) ||

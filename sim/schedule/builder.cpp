@@ -4,8 +4,13 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
+#include <utility>
 
 #include "sim/schedule/builder.hpp"
+#include "sim/schedule/colossalai.hpp"
+#include "sim/schedule/gemini.hpp"
+#include "sim/schedule/memory_replay.hpp"
 #include "sim/schedule/param_layout.hpp"
 #include "sim/schedule/pipeline_order.hpp"
 #include "sim/schedule/zeropp.hpp"
@@ -29,6 +34,8 @@ class Effects {
         return *this;
       }
     }
+    if (count_ == items_.size())
+      throw std::logic_error("schedule error: an op with too many effects");
     items_[count_++] = {device, component, bytes};
     return *this;
   }
@@ -44,12 +51,15 @@ class ScheduleBuilder {
  public:
   ScheduleBuilder(const Model& model, const TrainingConfig& config, const ResolvedBatch& batch,
                   std::int64_t seq_len, int dp_size, int gpus_per_node,
-                  const ScheduleOptions& options)
+                  const ScheduleOptions& options, const GeminiStep* gemini = nullptr)
       : model_(model),
         config_(config),
         zero_(config.effective_zero()),
         fsdp_(config.is_fsdp()),
-        options_(options) {
+        colossalai_(config.is_colossalai()),
+        delayed_update_(zero_.delay_param_update),
+        options_(options),
+        gemini_(gemini) {
     auto& c = schedule_.context;
     c.dp_size = dp_size;
     c.gpus_per_node = gpus_per_node;
@@ -77,6 +87,10 @@ class ScheduleBuilder {
       c.quantized_weights = zero_.quantized_weights;
       c.quantized_gradients = zero_.quantized_gradients;
     }
+    c.colossalai = config.is_colossalai();
+    c.shard_strategy = config.colossalai.shard_strategy;
+    c.placement = config.colossalai.placement;
+    c.delayed_update = zero_.delay_param_update;
     // Hybrid sharding partitions every state over a shard group instead of all data-parallel ranks.
     schedule_.layout = make_param_layout(model, zero_, c.shard_size(), options.model_states_only,
                                          config.precision.param_bytes(), c.expert_parallel);
@@ -102,7 +116,22 @@ class ScheduleBuilder {
       const Precision reduce = config.fsdp.reduce_dtype.value_or(config.precision.precision);
       reduce_bytes_ = reduce == Precision::Fp32 ? 4 : 2;
     }
+    // Shards start where placement "cpu" keeps them, where Gemini's steady step finds them, or
+    // (auto with reuse_fp16_shard) in host memory, where the previous step's relay left them.
+    const bool reuse_offloaded =
+        colossalai_ && config.colossalai.reuse_fp16_shard && optimizer_device_ != Device::Gpu;
+    shard_on_host_.assign(schedule_.layout.tensor_numel.size(),
+                          param_device_ == Device::Cpu || reuse_offloaded);
+    if (gemini_) {
+      for (std::size_t t = 0; t < shard_on_host_.size(); ++t)
+        shard_on_host_[t] = !gemini_->start_on_gpu[t];
+    }
+    if (colossalai_) {
+      bucket_row_ = colossalai_bucket_row_elements(config.colossalai.reduce_scatter_bucket_size_mb,
+                                                   grad_bytes_, dp_size);
+    }
     const std::size_t layers = model.layers.size();
+    shard_op_.assign(layers, kNoOp);
     live_.assign(layers, false);
     gather_op_.assign(layers, kNoOp);
     prefetched_until_.assign(layers, -1);
@@ -121,17 +150,59 @@ class ScheduleBuilder {
     reserve_capacity();
   }
 
+  // Gemini's inputs from a built schedule (its first pass): the uses of the first micro-step, each
+  // with its sampling period's non-model peak (memstats_collector.py), the GPU's capacity and
+  // where the shards start.
+  GeminiInput gemini_input(const Schedule& schedule) const {
+    GeminiInput input;
+    // (build() has handed this builder's schedule over: read the built one.)
+    for (const Elements partition : schedule.layout.tensor_partition)
+      input.shard_bytes.push_back(partition * param_bytes_);
+    input.uses = gemini_uses_;
+    input.capacity = options_.gpu_capacity;
+    input.on_gpu_at_start = !(colossal().reuse_fp16_shard && optimizer_device_ != Device::Gpu);
+    input.shards_to_host_after_step = !input.on_gpu_at_start;
+    const MemoryTimeline replay = replay_memory(schedule, ReplayDetail::Components);
+    Bytes outside = 0;  // the CUDA context and workspaces: not max_memory_allocated's
+    for (const auto& effect : schedule.resident) {
+      if (effect.device == Device::Gpu && category_of(effect.component) == Category::Overhead)
+        outside += effect.bytes;
+    }
+    std::vector<Bytes> first_micro;
+    for (std::size_t use = 0; use < gemini_uses_.size() && gemini_micro_[use] == 0; ++use) {
+      const std::size_t end = use + 1 < gemini_uses_.size() && gemini_micro_[use + 1] == 0
+                                  ? gemini_period_[use + 1]
+                                  : gemini_backward_end_;
+      Bytes high = 0;
+      for (std::size_t op = gemini_period_[use]; op < end; ++op)
+        high = std::max(high, replay.high_during_op[op][std::size_t(Device::Gpu)]);
+      const auto& sampled = replay.states[gemini_sample_[use]][std::size_t(Device::Gpu)];
+      const Bytes model = sampled[std::size_t(Component::ParamsPartition)] +
+                          sampled[std::size_t(Component::GradsPartition)] +
+                          sampled[std::size_t(Component::MasterPartition)];
+      first_micro.push_back(std::max<Bytes>(0, high - outside - model));
+    }
+    for (std::size_t use = 0; use < gemini_uses_.size(); ++use)
+      input.non_model.push_back(first_micro.empty() ? 0 : first_micro[use % first_micro.size()]);
+    return input;
+  }
+
   Schedule build() {
     add_resident();
     add_initialization();
     if (model_.pipeline.active()) return build_pipeline_stage();
     build_use_order();
+    if (delayed_update_) delayed_host_optimizer();
     const auto micro_steps = schedule_.context.grad_accumulation;
     for (std::int64_t micro = 0; micro < micro_steps; ++micro) {
       micro_ = std::int32_t(micro);
       forward();
       backward();
-      if (!zero_.reduces_at_boundary()) flush_bucket();
+      if (colossalai_) {
+        end_colossalai_backward();
+      } else if (!zero_.reduces_at_boundary()) {
+        flush_bucket();
+      }
       if (zero_.partitions_parameters()) release_all_gathered();
     }
     if (zero_.reduces_at_boundary()) reduce_at_boundary();
@@ -152,6 +223,7 @@ class ScheduleBuilder {
     }
     op.deps_count = std::uint32_t(schedule_.dependencies.size()) - op.deps_begin;
     schedule_.ops.push_back(op);
+    if (op.stream == Stream::Compute) last_compute_ = std::uint32_t(schedule_.ops.size() - 1);
     return std::uint32_t(schedule_.ops.size() - 1);
   }
   Effects effects() const { return Effects(options_.model_states_only); }
@@ -254,9 +326,14 @@ class ScheduleBuilder {
     if (!zero_.partitions_parameters()) {
       resident(Device::Gpu, Component::ParamsFull, p.stored * param_bytes_);
     } else {
-      Elements partition = 0;
-      for (const auto part : p.tensor_partition) partition += part;
-      resident(param_device_, Component::ParamsPartition, partition * partition_param_bytes_);
+      std::array<Elements, kDeviceCount> partition{};
+      for (std::size_t t = 0; t < p.tensor_partition.size(); ++t) {
+        const Device device = colossalai_ ? shard_device(std::int32_t(t)) : param_device_;
+        partition[std::size_t(device)] += p.tensor_partition[t];
+      }
+      for (int d = 0; d < kDeviceCount; ++d)
+        resident(Device(d), Component::ParamsPartition,
+                 partition[std::size_t(d)] * partition_param_bytes_);
       resident(Device::Gpu, Component::ParamsPersistent, p.persistent * param_bytes_);
       if (param_device_ == Device::Nvme) {
         resident(Device::Cpu, Component::NvmeSwapBuffers,
@@ -268,7 +345,10 @@ class ScheduleBuilder {
     resident(Device::Gpu, Component::ParamsQuantizationState, p.quantization_state);
     resident(optimizer_device_, Component::MasterPartition, p.owned * master_bytes_);
     resident(optimizer_device_, Component::OptimizerStatePartition, p.owned * state_bytes_);
-    if (zero_.partitions_optimizer_states() && optimizer_device_ != Device::Gpu) {
+    if (colossalai_) {
+      // ColossalAI saves each gradient shard as its reduction ends (sharded_model_v2.py _save_grad)
+      // and frees it after the step.
+    } else if (zero_.partitions_optimizer_states() && optimizer_device_ != Device::Gpu) {
       // DeepSpeed keeps the fp32 gradient partition in (pinned) host memory when offloading.
       resident(Device::Cpu, Component::GradsPartition, p.owned * 4);
     } else if (zero_.partitions_parameters() && !fsdp_) {
@@ -304,7 +384,10 @@ class ScheduleBuilder {
       largest_layer = std::max(largest_layer, numel * param_bytes_);
     for (std::size_t mode = 0; mode < 2; ++mode) {
       auto& init = schedule_.initialization[mode];
-      const bool whole_first = zero_.partitions_parameters() && mode == Schedule::kInitWholeModel;
+      // ShardedModelV2 asserts every module was built inside ZeroInitContext, which shards each
+      // module's parameters as its constructor returns (init_context.py _post_init_method).
+      const bool whole_first =
+          zero_.partitions_parameters() && mode == Schedule::kInitWholeModel && !colossalai_;
       const Bytes transient = zero_.partitions_parameters() && !whole_first ? largest_layer : 0;
       // The parameters first (the whole model is freed once partitioned), then the optimizer's.
       const auto is_params = [](const MemEffect& e) {
@@ -324,8 +407,8 @@ class ScheduleBuilder {
       for (const auto& effect : schedule_.resident) {
         if (!is_params(effect)) init.push_back(effect);
       }
-      if (!options_.model_states_only && p.owned > 0 &&
-          !fsdp_) {  // torch creates states at its first step
+      // torch's optimizers and ColossalAI's HybridAdam create their states at their first step.
+      if (!options_.model_states_only && p.owned > 0 && !fsdp_ && !colossalai_) {
         init.push_back({optimizer_device_, Component::Fp32GradCast, fp32_gradient_elements() * 4});
         init.push_back({optimizer_device_, Component::Fp32GradCast, -fp32_gradient_elements() * 4});
       }
@@ -345,6 +428,7 @@ class ScheduleBuilder {
   }
 
   std::uint32_t gather(int owner, Phase phase) {
+    if (colossalai_) return gather_colossalai(owner, phase);
     const Elements partition = owner_partition_elements(owner);
     const Elements full = gathered_elements(owner);
     std::uint32_t copy_op = kNoOp;
@@ -402,6 +486,7 @@ class ScheduleBuilder {
   }
 
   void release(int owner, Phase phase) {
+    if (colossalai_) return release_colossalai(owner, phase);
     const Elements full = gathered_elements(owner);
     Effects freed = effects();
     // hpZ: partitioning a gathered parameter copies this rank's slice of the group's secondary
@@ -545,6 +630,8 @@ class ScheduleBuilder {
       pending_ipg_alloc_ = false;
     }
     add_gradient_allocation(fx, owner);
+    const bool ready = layer_makes_grads_ready(layer);
+    if (ready && colossalai_) add_colossalai_hooks(fx, owner);
     fx.add(Device::Gpu, Component::ActivationWorking, act.backward_working);
     add_dequantized(fx, owner);
     fx.add(Device::Gpu, Component::ActivationWorking, -act.backward_working);
@@ -554,7 +641,6 @@ class ScheduleBuilder {
     } else {
       fx.add(Device::Gpu, Component::ActivationsStored, -act.stored);
     }
-    const bool ready = layer_makes_grads_ready(layer);
     if (ready && pending_ipg_alloc_) {  // the first gradient hook allocates the reduce buffers
       fx.add(Device::Gpu, Component::ReduceBucket, ipg_bytes_);
       pending_ipg_alloc_ = false;
@@ -571,10 +657,15 @@ class ScheduleBuilder {
                 .flops = spec.backward_flops(c.micro_batch, c.seq_len, c.target_seq_len),
                 .memory_bytes_touched = touched},
              fx, {gather_dep(owner), recompute, blocking_reduce_, tp_wait_});
+    last_backward_ = op;
     blocking_reduce_ = kNoOp;
     tensor_parallel_collectives(layer, spec.tp_backward, Phase::Backward, op);
     expert_exchanges(layer, Phase::Backward, op);
-    if (ready && !zero_.reduces_at_boundary()) add_to_buckets(owner, op);
+    if (ready && colossalai_) {
+      reduce_colossalai(owner, op);
+    } else if (ready && !zero_.reduces_at_boundary()) {
+      add_to_buckets(owner, op);
+    }
   }
 
   // DeepSpeed's partition_activations (activation_checkpointing/checkpointing.py): each
@@ -1008,10 +1099,15 @@ class ScheduleBuilder {
     if (!zero_.overlap() && !boundary_reduce) blocking_reduce_ = last_reduce_;
     if (stage.partitions_optimizer_states() && optimizer_device_ != Device::Gpu) {
       // ZeRO-Offload: the reduced low-precision gradient partition crosses PCIe to the host.
-      last_d2h_ = emit(Op{.kind = OpKind::CopyD2H, .stream = Stream::D2H, .phase = phase,
-                          .bucket = std::int32_t(schedule_.buckets.size()), .link = Link::PcieD2H,
+      // With the delayed update, the host's gradient partition is the previous step's until the
+      // CPU step that reads it ends.
+      last_d2h_ = emit(Op{.kind = OpKind::CopyD2H,
+                          .stream = Stream::D2H,
+                          .phase = phase,
+                          .bucket = std::int32_t(schedule_.buckets.size()),
+                          .link = Link::PcieD2H,
                           .bytes = owned * grad_bytes_},
-                       effects(), {reduce});
+                       effects(), {reduce, delayed_step_});
     }
     record_bucket();
   }
@@ -1160,8 +1256,372 @@ class ScheduleBuilder {
     flush_bucket();
   }
 
+  // ---- ColossalAI: ZeroHook's gathers (sim/schedule/colossalai.hpp) ------------------------
+  const ColossalAiConfig& colossal() const { return config_.colossalai; }
+  std::vector<ColossalGather> colossal_gathers(int owner) const {
+    return colossalai_gathers(model_, params(), std::size_t(owner), colossal().shard_strategy,
+                              dp());
+  }
+  // The device of each parameter shard now: the GPU unless placement "cpu" (or Gemini, or
+  // reuse_fp16_shard's gradient) put it on the host.
+  Device shard_device(std::int32_t tensor) const {
+    return shard_on_host_[std::size_t(tensor)] ? Device::Cpu : Device::Gpu;
+  }
+  Bytes shard_bytes(std::int32_t tensor) const {
+    return params().tensor_partition[std::size_t(tensor)] * param_bytes_;
+  }
+
+  // StatefulTensorMgr.adjust_layout moves a module's shards in COMPUTE state to the GPU, and the
+  // "cpu" policy evicts every held shard at the next adjustment: one copy each way per use (the
+  // layer's shards together here). The moves are synchronous `.to(device)` calls in the hooks:
+  // they wait for the compute before them, and the gathers (then the compute) wait for them.
+  std::uint32_t move_shards(int owner, Phase phase, bool to_gpu) {
+    Bytes moved = 0;
+    Effects fx = effects();
+    const auto first = params().layer_first_tensor[std::size_t(owner)];
+    const auto end = params().layer_first_tensor[std::size_t(owner) + 1];
+    for (auto t = first; t < end; ++t) {
+      if (shard_on_host_[std::size_t(t)] != to_gpu) continue;
+      moved += shard_bytes(t);
+      shard_on_host_[std::size_t(t)] = !to_gpu;
+    }
+    if (moved == 0) return kNoOp;
+    fx.add(to_gpu ? Device::Cpu : Device::Gpu, Component::ParamsPartition, -moved);
+    fx.add(to_gpu ? Device::Gpu : Device::Cpu, Component::ParamsPartition, moved);
+    return shard_op_[std::size_t(owner)] =
+               emit(Op{.kind = to_gpu ? OpKind::CopyH2D : OpKind::CopyD2H,
+                       .stream = to_gpu ? Stream::H2D : Stream::D2H,
+                       .phase = phase,
+                       .layer = owner,
+                       .link = to_gpu ? Link::PcieH2D : Link::PcieD2H,
+                       .bytes = moved},
+                    fx, {shard_op_[std::size_t(owner)], last_compute_});
+  }
+
+  // Gemini (placement "auto"; sim/schedule/gemini.hpp): before a layer's shards come to the GPU,
+  // the shards the steady step's policy evicts go to the host. Each use is recorded for the
+  // simulation: the layer, its tensors, and where its sampling period begins.
+  void gemini_adjust(int owner, Phase phase) {
+    const std::size_t use = gemini_uses_.size();
+    GeminiUse record{.layer = owner};
+    for (auto t = params().layer_first_tensor[std::size_t(owner)];
+         t < params().layer_first_tensor[std::size_t(owner) + 1]; ++t)
+      record.tensors.push_back(t);
+    gemini_uses_.push_back(std::move(record));
+    gemini_period_.push_back(schedule_.ops.size());
+    gemini_micro_.push_back(micro_);
+    if (!gemini_ || use >= gemini_->evict.size()) return;
+    // One copy per run of consecutive shards of one layer (the op names them).
+    std::vector<std::int32_t> leaving = gemini_->evict[use];
+    std::sort(leaving.begin(), leaving.end());
+    for (std::size_t i = 0; i < leaving.size();) {
+      const std::int32_t first = leaving[i];
+      const std::int32_t layer = params().tensor_layer[std::size_t(first)];
+      Bytes moved = 0;
+      std::int32_t count = 0;
+      for (; i < leaving.size() && leaving[i] == first + count &&
+             params().tensor_layer[std::size_t(leaving[i])] == layer;
+           ++i, ++count) {
+        moved += shard_bytes(leaving[i]);
+        shard_on_host_[std::size_t(leaving[i])] = true;
+      }
+      Effects fx = effects();
+      fx.add(Device::Gpu, Component::ParamsPartition, -moved);
+      fx.add(Device::Cpu, Component::ParamsPartition, moved);
+      shard_op_[std::size_t(layer)] = emit(Op{.kind = OpKind::CopyD2H,
+                                              .stream = Stream::D2H,
+                                              .phase = phase,
+                                              .layer = layer,
+                                              .link = Link::PcieD2H,
+                                              .bytes = moved,
+                                              .first_tensor = first,
+                                              .tensor_count = count},
+                                           fx, {shard_op_[std::size_t(layer)], last_compute_});
+    }
+  }
+
+  // Each gather replaces its shards by the gathered tensors (payload_reset frees them); the bucket
+  // strategy's N buffers live until it returns.
+  std::uint32_t gather_colossalai(int owner, Phase phase) {
+    if (colossal().placement == PlacementPolicy::Auto) gemini_adjust(owner, phase);
+    std::uint32_t last = move_shards(owner, phase, true);
+    if (colossal().placement == PlacementPolicy::Auto)
+      gemini_sample_.push_back(schedule_.ops.size());
+    for (const ColossalGather& g : colossal_gathers(owner)) {
+      Bytes shards = 0;
+      for (auto t = g.first_tensor; t < g.first_tensor + g.tensor_count; ++t)
+        shards += shard_bytes(t);
+      Effects fx = effects();
+      fx.add(Device::Gpu, Component::GatheredParams, g.transient * param_bytes_);
+      fx.add(Device::Gpu, Component::GatheredParams, g.gathered * param_bytes_);
+      fx.add(Device::Gpu, Component::ParamsPartition, -shards);
+      fx.add(Device::Gpu, Component::GatheredParams, -g.transient * param_bytes_);
+      last = emit(Op{.kind = OpKind::AllGather,
+                     .stream = Stream::Collective,
+                     .phase = phase,
+                     .layer = owner,
+                     .group_size = dp(),
+                     .link = Link::Network,
+                     .bytes = g.gathered * param_bytes_,
+                     .wire_element_bytes = std::int32_t(param_bytes_),
+                     .first_tensor = g.first_tensor,
+                     .tensor_count = g.tensor_count},
+                  fx, {last});
+    }
+    live_[std::size_t(owner)] = true;
+    live_elements_ += gathered_elements(owner);
+    gather_op_[std::size_t(owner)] = last;
+    return last;
+  }
+
+  // The post hooks shard the gathered tensors again: get_shard makes new shards, payload_reset
+  // frees the gathered ones; placement "cpu" then evicts the shards.
+  void release_colossalai(int owner, Phase phase) {
+    Effects fx = effects();
+    fx.add(Device::Gpu, Component::ParamsPartition, owner_partition_elements(owner) * param_bytes_);
+    fx.add(Device::Gpu, Component::GatheredParams, -gathered_elements(owner) * param_bytes_);
+    shard_op_[std::size_t(owner)] =
+        emit(Op{.kind = OpKind::Release, .stream = Stream::Compute, .phase = phase, .layer = owner},
+             fx, {});
+    live_[std::size_t(owner)] = false;
+    live_elements_ -= gathered_elements(owner);
+    if (colossal().placement == PlacementPolicy::Cpu) move_shards(owner, phase, false);
+  }
+
+  // ---- ColossalAI: gradient hooks and the ReduceScatterBucketer -----------------------------
+  Bytes colossal_bucket_bytes() const { return Elements(dp() + 1) * bucket_row_ * grad_bytes_; }
+  Device grads_device() const { return optimizer_device_; }
+  Bytes saved_grad_bytes_per_element() const { return colossal().reuse_fp16_shard ? 2 : 4; }
+
+  // _grad_post_backward_hook clones each gradient, chunk_and_pad pads it, and the bucketer stacks
+  // it into its bucket (allocated at the first append) or, for a chunk larger than a row,
+  // concatenates it and makes the output of a reduce-scatter of its own. The hooks run one after
+  // another: the largest one's temporaries are the layer's peak; autograd's gradients go with them.
+  void add_colossalai_hooks(Effects& fx, int owner) {
+    Bytes peak = 0;
+    bool bucketed = false;
+    const auto first = params().layer_first_tensor[std::size_t(owner)];
+    const auto end = params().layer_first_tensor[std::size_t(owner) + 1];
+    for (auto t = first; t < end; ++t) {
+      const Elements numel = params().tensor_numel[std::size_t(t)];
+      const ColossalChunks c = colossalai_chunks(numel, dp(), bucket_row_);
+      const Elements made = numel + c.padding_made + dp() * c.chunk + (c.direct ? c.chunk : 0);
+      peak = std::max(peak, made * grad_bytes_);
+      bucketed = bucketed || !c.direct;
+    }
+    if (bucketed && !colossal_bucket_allocated_) {
+      fx.add(Device::Gpu, Component::ReduceBucket, colossal_bucket_bytes());
+      colossal_bucket_allocated_ = true;
+    }
+    fx.add(Device::Gpu, Component::UnreducedGrads, peak);
+    fx.add(Device::Gpu, Component::UnreducedGrads, -peak);
+    fx.add(Device::Gpu, Component::UnreducedGrads, -owner_numel(owner) * grad_bytes_);
+  }
+
+  void reduce_colossalai(int owner, std::uint32_t producer) {
+    const auto first = params().layer_first_tensor[std::size_t(owner)];
+    const auto last = params().layer_first_tensor[std::size_t(owner) + 1];
+    for (auto t = last; t-- > first;) {
+      const ColossalChunks c =
+          colossalai_chunks(params().tensor_numel[std::size_t(t)], dp(), bucket_row_);
+      if (c.direct) {
+        const std::vector<std::int32_t> held = std::exchange(pending_, {t});
+        const Elements held_chunks = std::exchange(colossal_pending_chunks_, c.chunk);
+        const Elements held_numel =
+            std::exchange(bucket_.elements, params().tensor_numel[std::size_t(t)]);
+        emit_colossalai_reduce(producer);
+        pending_ = held;
+        colossal_pending_chunks_ = held_chunks;
+        bucket_.elements = held_numel;
+        continue;
+      }
+      if (!pending_.empty() && colossal_pending_chunks_ + c.chunk > bucket_row_)
+        emit_colossalai_reduce(producer);
+      pending_.push_back(t);
+      colossal_pending_chunks_ += c.chunk;
+      bucket_.elements += params().tensor_numel[std::size_t(t)];
+    }
+    grads_touched_[std::size_t(owner)] = false;
+  }
+
+  // A reduce-scatter of the pending chunks, then each gradient's _save_grad: moved to the host
+  // unless placement is "cuda" (a copy of the fp16 shard), cast to fp32 there, or with
+  // reuse_fp16_shard kept in fp16 in place of the parameter shard. Later micro-steps add into the
+  // saved gradient.
+  void emit_colossalai_reduce(std::uint32_t producer) {
+    if (pending_.empty()) return;
+    const Elements chunks = colossal_pending_chunks_;
+    Effects saved = effects();
+    if (micro_ == 0) {
+      saved.add(grads_device(), Component::GradsPartition, chunks * saved_grad_bytes_per_element());
+      if (colossal().reuse_fp16_shard) {
+        std::array<Bytes, kDeviceCount> freed{};
+        for (const auto t : pending_) {
+          freed[std::size_t(shard_device(t))] += shard_bytes(t);
+          shard_on_host_[std::size_t(t)] = grads_device() == Device::Cpu;  // where it returns
+        }
+        for (int d = 0; d < kDeviceCount; ++d)
+          saved.add(Device(d), Component::ParamsPartition, -freed[std::size_t(d)]);
+      }
+      colossal_saved_grad_bytes_ += chunks * saved_grad_bytes_per_element();
+    }
+    const bool to_host = grads_device() != Device::Gpu;
+    const auto reduce = emit(Op{.kind = OpKind::ReduceScatter,
+                                .stream = Stream::Collective,
+                                .phase = Phase::Backward,
+                                .bucket = std::int32_t(schedule_.buckets.size()),
+                                .group_size = dp(),
+                                .link = Link::Network,
+                                .bytes = dp() * chunks * grad_bytes_,
+                                .wire_element_bytes = std::int32_t(grad_bytes_)},
+                             to_host ? effects() : saved, {producer});
+    last_reduce_ = reduce;
+    if (to_host) {
+      last_d2h_ = emit(Op{.kind = OpKind::CopyD2H,
+                          .stream = Stream::D2H,
+                          .phase = Phase::Backward,
+                          .bucket = std::int32_t(schedule_.buckets.size()),
+                          .link = Link::PcieD2H,
+                          .bytes = chunks * grad_bytes_},
+                       saved, {reduce});
+    }
+    colossal_pending_chunks_ = 0;
+    record_bucket();
+  }
+
+  // _post_backward_operations: the bucket is flushed and its buffers freed (reducer.free()).
+  void end_colossalai_backward() {
+    if (micro_ == 0) gemini_backward_end_ = schedule_.ops.size();
+    emit_colossalai_reduce(last_reduce_producer());
+    if (!colossal_bucket_allocated_) return;
+    Effects fx = effects();
+    fx.add(Device::Gpu, Component::ReduceBucket, -colossal_bucket_bytes());
+    colossal_bucket_allocated_ = false;
+    emit(Op{.kind = OpKind::Release, .stream = Stream::Compute, .phase = Phase::Backward}, fx,
+         {last_reduce_});
+  }
+  std::uint32_t last_reduce_producer() const {
+    return schedule_.ops.empty() ? kNoOp : std::uint32_t(schedule_.ops.size() - 1);
+  }
+
+  // ShardedOptimizerV2.step (sharded_optim_v2.py): the overflow flag all-reduced; HybridAdam on the
+  // fp32 master shards where they live (colossal_C's fused Adam on the GPU, CPU Adam on the host);
+  // _copy_master_model_to_model_fp16 casts each updated shard to fp16 (one tensor at a time) and
+  // copies it into the parameter shard wherever that is, frees the saved gradient, or with
+  // reuse_fp16_shard hands its storage back to the parameter.
+  void colossalai_optimizer_step() {
+    std::uint32_t before = last_d2h_ != kNoOp ? last_d2h_ : last_reduce_;
+    before = emit(Op{.kind = OpKind::OverflowCheck,
+                     .stream = Stream::Collective,
+                     .phase = Phase::Optimizer,
+                     .group_size = dp(),
+                     .link = Link::Network,
+                     .bytes = 4},
+                  effects(), {before});
+    if (config_.gradient_clipping > 0) {  // the engine's clip_grad_norm
+      before = emit(Op{.kind = OpKind::GradNorm,
+                       .stream = Stream::Collective,
+                       .phase = Phase::Optimizer,
+                       .group_size = dp(),
+                       .link = Link::Network,
+                       .bytes = 4},
+                    effects(), {before});
+    }
+    const ParamLayout& p = params();
+    Effects fx = effects();
+    Elements largest = 0;
+    for (const auto part : p.tensor_partition) largest = std::max(largest, part);
+    // p.half() of one master shard at a time, made by the step
+    fx.add(optimizer_device_, Component::OptimizerTemporaries, largest * param_bytes_);
+    fx.add(optimizer_device_, Component::OptimizerTemporaries, -largest * param_bytes_);
+    fx.add(grads_device(), Component::GradsPartition, -colossal_saved_grad_bytes_);
+    Bytes to_gpu = 0, returned = 0;
+    for (std::size_t t = 0; t < p.tensor_partition.size(); ++t) {
+      if (colossal().reuse_fp16_shard) {
+        returned += shard_bytes(std::int32_t(t));
+      } else if (!shard_on_host_[t] && optimizer_device_ == Device::Cpu) {
+        to_gpu += shard_bytes(std::int32_t(t));
+      }
+    }
+    fx.add(grads_device(), Component::ParamsPartition, returned);
+    colossal_saved_grad_bytes_ = 0;
+    const bool host = optimizer_device_ != Device::Gpu;
+    const auto step = emit(
+        Op{.kind = OpKind::OptimizerStep,
+           .stream = host ? Stream::Cpu : Stream::Compute,
+           .phase = Phase::Optimizer,
+           .flops = double(p.owned) * optimizer_flops_per_element(),
+           .memory_bytes_touched = p.owned * (saved_grad_bytes_per_element() +
+                                              2 * (master_bytes_ + state_bytes_) + param_bytes_)},
+        fx, {before});
+    if (to_gpu > 0) {
+      emit(Op{.kind = OpKind::CopyH2D,
+              .stream = Stream::H2D,
+              .phase = Phase::Optimizer,
+              .link = Link::PcieH2D,
+              .bytes = to_gpu},
+           effects(), {step});
+    }
+    emit(Op{.kind = OpKind::LossScaleUpdate, .stream = Stream::Compute, .phase = Phase::Optimizer},
+         effects(), {});
+  }
+
+  // ---- ZeRO-Offload's delayed parameter update (Ren et al. 2021, section 5.2) ---------------
+  // The step starts with the CPU update of the previous step's gradients (their overflow check and
+  // norm first, as the DPU fork's step_with_param_delay does). The forward and backward run on the
+  // parameters written back a step earlier, one step stale; this step's gradients cross to the host
+  // once that update has read the previous ones (flush_bucket); the updated parameters cross to the
+  // GPU once this step's backward no longer reads them, for the next step (finish_delayed_update).
+  void delayed_host_optimizer() {
+    std::uint32_t before = kNoOp;
+    if (config_.precision.precision == Precision::Fp16) {
+      before = emit(Op{.kind = OpKind::OverflowCheck,
+                       .stream = Stream::Collective,
+                       .phase = Phase::Optimizer,
+                       .group_size = dp(),
+                       .link = Link::Network,
+                       .bytes = 1},
+                    effects(), {});
+    }
+    before = emit(Op{.kind = OpKind::GradNorm,
+                     .stream = Stream::Collective,
+                     .phase = Phase::Optimizer,
+                     .group_size = dp(),
+                     .link = Link::Network,
+                     .bytes = 4},
+                  effects(), {before});
+    const Elements owned = params().owned;
+    delayed_step_ = emit(
+        Op{.kind = OpKind::OptimizerStep,
+           .stream = Stream::Cpu,
+           .phase = Phase::Optimizer,
+           .flops = double(owned) * optimizer_flops_per_element(),
+           .memory_bytes_touched = owned * (4 + 2 * (master_bytes_ + state_bytes_) + param_bytes_),
+           .delayed = true},
+        effects(), {before});
+  }
+
+  void finish_delayed_update() {
+    Effects fx = effects();
+    free_step_gradients(fx);
+    const auto written = emit(Op{.kind = OpKind::CopyH2D,
+                                 .stream = Stream::H2D,
+                                 .phase = Phase::Optimizer,
+                                 .link = Link::PcieH2D,
+                                 .bytes = params().owned * param_bytes_},
+                              fx, {delayed_step_, last_backward_});
+    allgather_updated_params(written);
+    if (config_.precision.precision == Precision::Fp16 && config_.precision.loss_scale.dynamic()) {
+      emit(
+          Op{.kind = OpKind::LossScaleUpdate, .stream = Stream::Compute, .phase = Phase::Optimizer},
+          effects(), {});
+    }
+  }
+
   // ---- optimizer ---------------------------------------------------------------------------
   void optimizer_step() {
+    if (colossalai_) return colossalai_optimizer_step();
+    if (delayed_update_) return finish_delayed_update();
     std::uint32_t before = sequence_parallel_gradients(last_reduce_);
     const bool fp16 = config_.precision.precision == Precision::Fp16;
     if (fp16 && zero_.partitions_optimizer_states()) {
@@ -1518,6 +1978,8 @@ class ScheduleBuilder {
   const TrainingConfig& config_;
   const ZeroConfig zero_;  // as the framework runs it (TrainingConfig::effective_zero)
   const bool fsdp_;        // PyTorch FSDP: fp32 shards, per-unit reduce-scatter buffers
+  const bool colossalai_;  // ColossalAI's ShardedModelV2 (sim/schedule/colossalai.hpp)
+  const bool delayed_update_;  // ZeRO-Offload's delayed parameter update
   ScheduleOptions options_;
   Schedule schedule_;
   Bytes param_bytes_ = 2, grad_bytes_ = 2, master_bytes_ = 4, state_bytes_ = 8;
@@ -1548,14 +2010,47 @@ class ScheduleBuilder {
   bool pending_ipg_alloc_ = false;
   Bytes ipg_bytes_ = 0;
   mutable std::vector<Elements> flat_offsets_;
+  // ColossalAI
+  Elements bucket_row_ = 0;                 // the bucketer's row (per rank), elements
+  Elements colossal_pending_chunks_ = 0;    // the bucket's filled part of a row
+  bool colossal_bucket_allocated_ = false;  // the bucket's buffers exist (this backward)
+  Bytes colossal_saved_grad_bytes_ = 0;     // gradient shards saved this step
+  std::vector<bool> shard_on_host_;         // per tensor: its parameter shard is in host memory
+  // per layer: the last op that made, moved or released its shards (a move waits for it)
+  std::vector<std::uint32_t> shard_op_;
+  std::uint32_t last_compute_ = kNoOp;  // the last op emitted on the compute stream
+  // Gemini: the steady step's moves (null: none), and the uses recorded for its simulation
+  const GeminiStep* gemini_ = nullptr;
+  std::vector<GeminiUse> gemini_uses_;
+  std::vector<std::size_t> gemini_period_, gemini_sample_;  // per use: first op, op after adjust
+  std::vector<std::int32_t> gemini_micro_;
+  std::size_t gemini_backward_end_ = 0;  // the first micro-step's post-backward
+  // the delayed update's CPU step (the previous step's gradients); the step's last backward
+  std::uint32_t delayed_step_ = kNoOp, last_backward_ = kNoOp;
 };
 
 }  // namespace
 
+// Placement "auto": a first pass without evictions gives Gemini its warm-up statistics; the
+// schedule is the steady step the simulated policy settles into.
 Schedule build_schedule(const Model& model, const TrainingConfig& config, const ResolvedBatch& batch,
                         std::int64_t seq_len, int dp_size, int gpus_per_node,
                         const ScheduleOptions& options) {
-  return ScheduleBuilder(model, config, batch, seq_len, dp_size, gpus_per_node, options).build();
+  if (!config.is_colossalai() || config.colossalai.placement != PlacementPolicy::Auto)
+    return ScheduleBuilder(model, config, batch, seq_len, dp_size, gpus_per_node, options).build();
+  ScheduleBuilder first(model, config, batch, seq_len, dp_size, gpus_per_node, options);
+  const Schedule statistics = first.build();
+  const GeminiPlacement placement = simulate_gemini(first.gemini_input(statistics));
+  Schedule schedule = ScheduleBuilder(model, config, batch, seq_len, dp_size, gpus_per_node,
+                                      options, &placement.steady)
+                          .build();
+  schedule.gemini = {.active = true,
+                     .warmup_evicted = placement.warmup.evicted_bytes,
+                     .warmup_fetched = placement.warmup.fetched_bytes,
+                     .steady_evicted = placement.steady.evicted_bytes,
+                     .steady_fetched = placement.steady.fetched_bytes,
+                     .failure = placement.steady.failure};
+  return schedule;
 }
 
 }  // namespace zerolens

@@ -37,9 +37,23 @@ const Op* next_compute(const Schedule& schedule, std::size_t index) {
   return nullptr;
 }
 
+// ColossalAI's ZeroHook (zero/utils/zero_hook.py) and its shard strategies.
+std::string colossalai_gather_reason(const Op& op, const ScheduleContext& c, const Model& model) {
+  const std::string phase = op.phase == Phase::Forward ? "forward" : "backward";
+  const std::string how =
+      c.shard_strategy == ShardStrategy::BucketTensor
+          ? "BucketTensorShardStrategy flattens a module's shards into one all-gather (fewer, "
+            "larger messages: a bias rides with its weight)"
+          : "TensorShardStrategy all-gathers each tensor on its own";
+  return "ColossalAI keeps 1/" + std::to_string(c.shard_size()) +
+         " of every parameter on a rank; ZeroHook gathers a module's parameters just before its " +
+         phase + " (here " + name_of(model, op.layer) + "'s) and shards them again after: " + how;
+}
+
 std::string gather_reason(const Schedule& schedule, std::size_t index, const Model& model) {
   const Op& op = schedule.ops[index];
   const ScheduleContext& c = schedule.context;
+  if (c.colossalai && op.layer >= 0) return colossalai_gather_reason(op, c, model);
   if (op.group == ProcessGroup::Tensor)
     return "sequence parallelism: each rank holds a slice of the sequence, and the tensor-parallel "
            "matrix product "
@@ -99,7 +113,31 @@ std::string reduce_reason(const Op& op, const ScheduleContext& c) {
          " and each keeps the slice it updates; the unreduced gradients are freed";
 }
 
-std::string copy_reason(const Op& op) {
+// ColossalAI's placements: "cpu" moves a layer's shards per use, "auto" (Gemini) moves them as its
+// policy decides; both offload the gradients.
+std::string colossalai_copy_reason(const Op& op, const ScheduleContext& c) {
+  const bool out = op.kind == OpKind::CopyD2H;
+  if (op.bucket >= 0)
+    return "tensor_placement_policy " + std::string(to_string(c.placement)) +
+           " offloads gradients: the reduced fp16 shard goes to host memory, where it is "
+           "converted to fp32 for the update";
+  if (op.phase == Phase::Optimizer)
+    return "the fp32 master shards are updated in host memory; each is cast to fp16 and copied "
+           "into its parameter shard, which is on the GPU";
+  if (c.placement == PlacementPolicy::Cpu)
+    return out ? "tensor_placement_policy cpu: the shards go back to host memory once used"
+               : "tensor_placement_policy cpu keeps the shards in host memory: they come to the "
+                 "GPU for the layer's gather";
+  return out ? "Gemini (auto) evicts these shards to make room for the next layer's, within the "
+               "GPU memory the warm-up step left for model data (farthest next use first)"
+             : "Gemini (auto) brings the layer's shards back to the GPU before it runs";
+}
+
+std::string copy_reason(const Op& op, const ScheduleContext& c) {
+  if (c.colossalai) return colossalai_copy_reason(op, c);
+  if (c.delayed_update && op.kind == OpKind::CopyH2D && op.phase == Phase::Optimizer)
+    return "delayed parameter update: the parameters updated from the previous step's gradients "
+           "come to the GPU once this step's backward is done with the old ones";
   if (op.kind == OpKind::CopyD2H)
     return op.bucket >= 0 ? "optimizer offload: the reduced gradients go to host memory, where the "
                             "CPU optimizer "
@@ -133,12 +171,19 @@ std::string op_reason(const Schedule& schedule, std::size_t index, const Model& 
     case OpKind::AllToAll:
       return reduce_reason(op, c);
     case OpKind::Release:
+      if (op.layer < 0)
+        return "ColossalAI's ReduceScatterBucketer frees its bucket after the backward "
+               "(reducer.free())";
+      if (c.colossalai)
+        return "ColossalAI's post hook shards " + name_of(model, op.layer) +
+               "'s parameters again: each rank keeps its " + share(c) +
+               " (get_shard makes it anew) and the gathered tensors are freed";
       return "ZeRO-3 frees " + name_of(model, op.layer) +
              "'s gathered parameters once they are used: only the " + "rank's " + share(c) +
              " partition stays";
     case OpKind::CopyH2D:
     case OpKind::CopyD2H:
-      return copy_reason(op);
+      return copy_reason(op, c);
     case OpKind::NvmeRead:
     case OpKind::NvmeWrite:
       if (op.swapped == Swapped::Parameters && op.kind == OpKind::NvmeWrite)
@@ -148,6 +193,10 @@ std::string op_reason(const Schedule& schedule, std::size_t index, const Model& 
              std::string(op.kind == OpKind::NvmeRead ? "read in before" : "written back after") +
              " their use";
     case OpKind::OptimizerStep:
+      if (op.delayed)
+        return "ZeRO-Offload's delayed parameter update: the CPU updates the previous step's "
+               "gradients while the GPU runs this step's forward and backward on parameters one "
+               "step stale";
       return optimizer_reason(c);
     case OpKind::Forward:
       return c.activation_checkpointing

@@ -2,6 +2,8 @@
 // descriptions of its ops.
 #include "sim/schedule/schedule.hpp"
 
+#include "sim/schedule/colossalai.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -298,6 +300,16 @@ bool follows_recompute(const Schedule& schedule, std::size_t index) {
   }
 }
 
+// A global parameter tensor's name ("fc.bias").
+std::string tensor_name(const Schedule& schedule, const Model& model, std::int32_t tensor) {
+  const auto& layout = schedule.layout;
+  if (tensor < 0 || std::size_t(tensor) >= layout.tensor_layer.size()) return "a tensor";
+  const auto layer = std::size_t(layout.tensor_layer[std::size_t(tensor)]);
+  const auto index = std::size_t(tensor - layout.layer_first_tensor[layer]);
+  if (layer >= model.layers.size() || index >= model.layers[layer].params.size()) return "a tensor";
+  return model.layers[layer].params[index].name;
+}
+
 std::string collective_subject(const Schedule& schedule, const Op& op, const Model& model) {
   if (op.group == ProcessGroup::Tensor) {
     const std::string over =
@@ -309,6 +321,11 @@ std::string collective_subject(const Schedule& schedule, const Op& op, const Mod
     return "the sequence-parallel parameters' gradients" + over;
   }
   if (op.bucket >= 0) return "gradient bucket " + std::to_string(op.bucket);
+  if (op.tensor_count == 1) return tensor_name(schedule, model, op.first_tensor);
+  if (op.tensor_count > 1) {
+    return "module " + module_of(tensor_name(schedule, model, op.first_tensor)) + "'s " +
+           std::to_string(op.tensor_count) + " parameters";
+  }
   if (op.layer >= 0) return layer_name(model, op.layer) + "'s parameters";
   if (op.phase == Phase::Optimizer) return "the updated parameter partitions";
   (void)schedule;
@@ -354,6 +371,7 @@ std::string Schedule::describe(std::size_t op_index, const Model& model, int ran
       return who + "broadcasts " + collective_subject(*this, op, model) + ": " +
              megabytes(op.bytes) + micro;
     case OpKind::Release:
+      if (op.layer < 0) return who + "frees the gradient reduce-scatter bucket" + micro;
       return who + "releases " + layer_name(model, op.layer) + "'s gathered parameters" + micro;
     case OpKind::CopyH2D:
       return who + "copies " + megabytes(op.bytes) + " host-to-device over PCIe" +
@@ -374,6 +392,7 @@ std::string Schedule::describe(std::size_t op_index, const Model& model, int ran
     case OpKind::OptimizerStep:
       return who + "updates its optimizer partition on the " +
              std::string(op.stream == Stream::Cpu ? "CPU" : "GPU") +
+             (op.delayed ? " from the previous step's gradients" : "") +
              (op.sub_group >= 0 ? " (sub-group " + std::to_string(op.sub_group) + ")"
                                 : std::string());
     case OpKind::OverflowCheck:

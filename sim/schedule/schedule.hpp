@@ -209,6 +209,13 @@ struct Op {
   // Collectives: bytes of one element on the wire (4: fp32; 2: fp16 or bf16); 0 for other ops and
   // scalar collectives.
   std::int32_t wire_element_bytes = 0;
+  // ColossalAI's per-tensor or per-module gathers and shard moves: the global parameter tensors
+  // [first_tensor, first_tensor + tensor_count) of `layer` (tensor_count 0: all of the layer's).
+  std::int32_t first_tensor = -1;
+  std::int32_t tensor_count = 0;
+  // ZeRO-Offload's delayed parameter update: this host optimizer step updates the previous step's
+  // gradients, beside this step's forward and backward.
+  bool delayed = false;
   std::uint32_t effects_begin = 0, effects_count = 0;
   std::uint32_t deps_begin = 0, deps_count = 0;
 };
@@ -236,7 +243,10 @@ struct AllocatorSpec {
 };
 
 struct ScheduleOptions {
-  bool model_states_only = false;  // drop activations, buffers and overhead (ZeRO paper accounting)
+  bool model_states_only = false;
+  // The GPU's memory, which ColossalAI's Gemini places shards against (make_plan sets it from the
+  // cluster).
+  Bytes gpu_capacity = 0;  // drop activations, buffers and overhead (ZeRO paper accounting)
   Bytes cuda_context_bytes = Bytes{512} << 20;
   Bytes library_workspace_bytes = Bytes{256} << 20;
   AllocatorSpec allocator;
@@ -266,6 +276,11 @@ struct ScheduleContext {
   bool quantized_weights = false;    // ZeRO++ qwZ
   bool quantized_gradients = false;  // ZeRO++ qgZ
   int expert_parallel = 1;           // ranks of an EP group (1: none)
+  // ColossalAI's ShardedModelV2 (its strategy and placement); ZeRO-Offload's delayed update.
+  bool colossalai = false;
+  ShardStrategy shard_strategy = ShardStrategy::Tensor;
+  PlacementPolicy placement = PlacementPolicy::Cuda;
+  bool delayed_update = false;
 
   ZeroStage zero_stage() const { return {stage}; }
   // Ranks of the expert-data-parallel group: the data-parallel ranks holding the same experts.
@@ -283,8 +298,18 @@ struct ScheduleContext {
   int replicas() const { return dp_size / shard_size(); }
 };
 
+// What ColossalAI's Gemini (placement "auto", sim/schedule/gemini.hpp) moved: the warm-up step
+// that collects its statistics, and the steady step this schedule is (its moves are ops).
+struct GeminiReport {
+  bool active = false;
+  Bytes warmup_evicted = 0, warmup_fetched = 0;  // shards to the host, to the GPU
+  Bytes steady_evicted = 0, steady_fetched = 0;
+  std::string failure;  // non-empty: the policy cannot make room ("Adjust layout failed!")
+};
+
 struct Schedule {
   ScheduleContext context;
+  GeminiReport gemini;
   ParamLayout layout;
   std::vector<MemEffect> resident;  // allocated at initialisation, before the step
   // Initialisation in order, from process start to the step (what is left is `resident`):

@@ -95,7 +95,32 @@ json framework_json(const TrainingConfig& config) {
                     {"reshard_after_forward", config.fsdp.reshard_after_forward}};
   if (config.fsdp.reduce_dtype) framework["reduce_dtype"] = to_string(*config.fsdp.reduce_dtype);
   if (config.optimizer.kernel) framework["optimizer_kernel"] = to_string(*config.optimizer.kernel);
+  if (config.is_colossalai()) {
+    const ColossalAiConfig& c = config.colossalai;
+    framework["shard_strategy"] = to_string(c.shard_strategy);
+    framework["tensor_placement_policy"] = to_string(c.placement);
+    framework["reuse_fp16_shard"] = c.reuse_fp16_shard;
+    framework["reduce_scatter_bucket_size_mb"] = c.reduce_scatter_bucket_size_mb;
+    framework["gpu_margin_mem_ratio"] = c.gpu_margin_mem_ratio;
+  }
   return framework;
+}
+
+// ColossalAI's ShardedModelV2 options (traces of its profile).
+void read_colossalai_framework(const json& framework, const std::string& w, ColossalAiConfig& c) {
+  if (const json* v = member(framework, "shard_strategy"))
+    c.shard_strategy =
+        parse_shard_strategy(as_string(*v, w + ".shard_strategy"), w + ".shard_strategy");
+  if (const json* v = member(framework, "tensor_placement_policy")) {
+    const std::string key = w + ".tensor_placement_policy";
+    c.placement = parse_placement_policy(as_string(*v, key), key);
+  }
+  if (const json* v = member(framework, "reuse_fp16_shard"))
+    c.reuse_fp16_shard = as_bool(*v, w + ".reuse_fp16_shard");
+  if (const json* v = member(framework, "reduce_scatter_bucket_size_mb"))
+    c.reduce_scatter_bucket_size_mb = as_int(*v, w + ".reduce_scatter_bucket_size_mb", 0, 1 << 30);
+  if (const json* v = member(framework, "gpu_margin_mem_ratio"))
+    c.gpu_margin_mem_ratio = as_double(*v, w + ".gpu_margin_mem_ratio", 0, 1);
 }
 
 // Optional: traces written before the framework profiles are DeepSpeed's.
@@ -112,6 +137,7 @@ void read_framework(const json& object, const std::string& where, TrainingConfig
     config.fsdp.reduce_dtype = parse_precision(
         as_string(framework.at("reduce_dtype"), w + ".reduce_dtype"), w + ".reduce_dtype");
   }
+  read_colossalai_framework(framework, w, config.colossalai);
   if (framework.contains("optimizer_kernel")) {  // optional: traces before it ran fused Adam
     config.optimizer.kernel =
         parse_optimizer_kernel(as_string(framework.at("optimizer_kernel"), w + ".optimizer_kernel"),

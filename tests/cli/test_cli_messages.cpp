@@ -320,6 +320,39 @@ TEST(CliMessages, TheNamesANewcomerTypes) {
   EXPECT_EQ(run("plan -c " + quote(config) + " --micro-batch 4").exit_code, 0);
 }
 
+// The seed systems through the binary (docs/seeds.md): ColossalAI's ShardedModelV2 config and its
+// refusal of reuse_fp16_shard with gradient accumulation; ZeRO-Offload's delayed update flags.
+TEST(CliMessages, SeedSystemsPlanAndRefuseByName) {
+  const std::string config =
+      quote(std::string(ZEROLENS_TEST_DATA) + "/colossalai/sharded_model_v2.json");
+  const Result plan = run("plan --model gpt2-124m --gpus 8 --micro-batch 2 -c " + config);
+  EXPECT_EQ(plan.exit_code, 0) << plan.output;
+  EXPECT_TRUE(contains(plan.output,
+                       "ColossalAI ShardedModelV2 (BucketTensorShardStrategy, "
+                       "tensor_placement_policy cpu, reuse_fp16_shard"))
+      << plan.output;
+  const Result accumulating =
+      run("plan --model gpt2-124m --gpus 8 --micro-batch 2 --grad-accum 4 -c " + config);
+  EXPECT_EQ(accumulating.exit_code, 2) << accumulating.output;
+  EXPECT_TRUE(
+      contains(accumulating.output,
+               "zero.model_config.reuse_fp16_shard: cannot be used with gradient accumulation"))
+      << accumulating.output;
+  const Result placement = run("plan --framework colossalai --placement gpu");
+  EXPECT_EQ(placement.exit_code, 2) << placement.output;
+  const Result delayed = run("plan --stage 2 --delayed-param-update true");
+  EXPECT_EQ(delayed.exit_code, 2) << delayed.output;
+  EXPECT_TRUE(contains(delayed.output,
+                       "zero_optimization.delay_param_update: overlaps the CPU "
+                       "optimizer step"))
+      << delayed.output;
+  const Result offload =
+      run("plan --stage 2 --offload-optimizer cpu --delayed-param-update true --dpu-warmup 40");
+  EXPECT_EQ(offload.exit_code, 0) << offload.output;
+  EXPECT_TRUE(contains(offload.output, "delayed parameter update after 40 steps"))
+      << offload.output;
+}
+
 }  // namespace
 
 namespace {
