@@ -258,8 +258,11 @@ void ZeroEngine::State::copy_to_device(const Op& op) {
     return params.move_shards(op, Device::Gpu);
   if (op.layer >= 0) return params.stage_layer_partition(std::size_t(op.layer));
   if (delayed_ && warmup_step()) {
-    if (context.config().precision.precision == Precision::Fp16) optimizer.check_overflow();
-    optimizer.compute_grad_norm();
+    // The schedule's overflow and norm reductions, which the warm-up skipped where they stand.
+    for (const Op& check : context.schedule.ops) {
+      if (check.kind == OpKind::OverflowCheck) optimizer.check_overflow(check);
+      if (check.kind == OpKind::GradNorm) optimizer.compute_grad_norm(check);
+    }
     optimizer.step();
   }
   optimizer.write_back_params();
