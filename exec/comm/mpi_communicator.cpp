@@ -350,9 +350,11 @@ class MpiCommunicator final : public Communicator {
   // Open MPI advances a nonblocking collective only inside MPI_Test: a rank asleep when its late
   // peer arrives holds up every round (a 249 KB all-reduce on 2 ranks: 0.08 ms in step, 0.98 ms
   // after a 2 ms skew with 50 us pauses, 15 ms with 2 ms pauses; 0.085 ms yielding;
-  // docs/executor.md). So a waiting rank yields for kYieldSeconds, the skew of a step, and only a
-  // longer wait (a peer on NVMe, or stuck) sleeps, in pauses near a round's latency.
-  static constexpr double kYieldSeconds = 0.05;
+  // docs/executor.md). So a waiting rank yields for kYieldSeconds, the usual skew of a step, and a
+  // longer wait (a peer on NVMe, or stuck) sleeps, in pauses near a round's latency: a yielding
+  // rank still holds its share of a core, which ranks still computing need (4 ranks on 2 cores,
+  // NVMe offload: 40.5 ms a step yielding up to 50 ms, 35.1 ms up to 2 ms).
+  static constexpr double kYieldSeconds = 0.002;
   static constexpr std::chrono::microseconds kMinPause{20}, kMaxPause{50};
   static constexpr int kStuckExitCode = 3;
 

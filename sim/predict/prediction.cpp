@@ -16,15 +16,17 @@ ReplayDetail detail_for(const PredictionOptions& options) {
 Timeline simulate_pipeline_stage(const Plan& plan, const MemoryTimeline& planned_replay,
                                  const TimelineOptions& options) {
   std::vector<const Schedule*> schedules;
+  std::vector<const Model*> models;
   std::vector<MemoryTimeline> replays;
   for (std::size_t s = 0; s < plan.pipeline_stages.size(); ++s) {
     const bool planned = int(s) == plan.pipeline_stage;
     schedules.push_back(planned ? &plan.schedule : &plan.pipeline_stages[s].schedule);
+    models.push_back(planned ? &plan.rank_model : &plan.pipeline_stages[s].model);
     replays.push_back(planned
                           ? planned_replay
                           : replay_memory(plan.pipeline_stages[s].schedule, ReplayDetail::PerOp));
   }
-  auto timelines = simulate_pipeline(schedules, plan.request.cluster, options, replays);
+  auto timelines = simulate_pipeline(schedules, models, plan.request.cluster, options, replays);
   return std::move(timelines[std::size_t(plan.pipeline_stage)]);
 }
 

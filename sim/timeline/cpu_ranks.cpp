@@ -106,11 +106,11 @@ double layer_seconds(const LayerWork& work, const LayerCost& cost) {
          work.elements * cost.per_element;
 }
 
-double cpu_share(const ScheduleContext& context, const Cluster& cluster) {
+double cpu_share_of(int ranks, const Cluster& cluster) {
   const int threads = cluster.calibration ? std::max(1, cluster.calibration->threads_per_rank) : 1;
   const int cores = std::max(1, cluster.node.cpu_cores);
-  const auto ideal = [&](int ranks) { return std::max(1.0, double(ranks) * threads / cores); };
-  const int ranks = ranks_on_node(context);
+  const auto ideal = [&](int count) { return std::max(1.0, double(count) * threads / cores); };
+  ranks = std::max(1, ranks);
   const Occupancy* measured = nullptr;
   if (cluster.calibration) {
     for (const Occupancy& o : cluster.calibration->occupancy) {
@@ -121,15 +121,18 @@ double cpu_share(const ScheduleContext& context, const Cluster& cluster) {
   return measured->factor * ideal(ranks) / ideal(measured->ranks);
 }
 
-double cpu_rank_op_seconds(const Op& op, const Schedule& schedule, const Model& model,
+double cpu_share(const ScheduleContext& context, const Cluster& cluster) {
+  return cpu_share_of(ranks_on_node(context), cluster);
+}
+
+CpuOpCost cpu_rank_op_cost(const Op& op, const Schedule& schedule, const Model& model,
                            const Cluster& cluster) {
   if (!cluster.calibration || !cluster.calibration->cpu_ranks()) {
-    throw std::logic_error("cpu_rank_op_seconds needs a cluster calibrated on the CPU backend");
+    throw std::logic_error("cpu_rank_op_cost needs a cluster calibrated on the CPU backend");
   }
   const ClusterCalibration& c = *cluster.calibration;
   const EngineCosts& e = c.engine;
   const ScheduleContext& context = schedule.context;
-  const double share = cpu_share(context, cluster);
   const double owned = double(schedule.layout.owned);
   switch (op.kind) {
     case OpKind::Forward:
@@ -137,36 +140,43 @@ double cpu_rank_op_seconds(const Op& op, const Schedule& schedule, const Model& 
     case OpKind::Backward: {
       const bool backward = op.kind == OpKind::Backward;
       const Layer& layer = model.layers.at(std::size_t(op.layer));
-      return share *
-             layer_seconds(layer_work(layer, context.micro_batch, context.seq_len, backward),
-                           cost_of(c, layer.kind, backward));
+      return {.work =
+                  layer_seconds(layer_work(layer, context.micro_batch, context.seq_len, backward),
+                                cost_of(c, layer.kind, backward))};
     }
     case OpKind::AllReduce:
     case OpKind::ReduceScatter:
     case OpKind::AllGather:
     case OpKind::Broadcast:
-      return share * local_collective_per_byte(op, e) * double(op.bytes) + mpi_seconds(op, c);
+      return {.work = local_collective_per_byte(op, e) * double(op.bytes),
+              .fixed = mpi_seconds(op, c)};
     case OpKind::GradNorm:
     case OpKind::OverflowCheck:
-      return share * e.norm_per_element * owned + mpi_seconds(op, c);
+      return {.work = e.norm_per_element * owned, .fixed = mpi_seconds(op, c)};
     case OpKind::OptimizerStep: {
       const double touched = double(op.memory_bytes_touched);
-      if (op.stream == Stream::Cpu) return share * e.host_optimizer_per_byte * touched;
+      if (op.stream == Stream::Cpu) return {.work = e.host_optimizer_per_byte * touched};
       const bool mixed = context.precision != Precision::Fp32;
       // Stage 0 holds whole gradients: the step takes their norm itself (no GradNorm op).
       const double norm =
           context.zero_stage().partitions_optimizer_states() ? 0 : e.norm_per_element * owned;
-      return share * ((mixed ? e.mixed_optimizer_per_byte : e.optimizer_per_byte) * touched + norm);
+      return {.work = (mixed ? e.mixed_optimizer_per_byte : e.optimizer_per_byte) * touched + norm};
     }
     case OpKind::CopyH2D:
     case OpKind::CopyD2H:
-      return share * e.copy_per_byte * double(op.bytes);
+      return {.work = e.copy_per_byte * double(op.bytes)};
     case OpKind::NvmeRead:
     case OpKind::NvmeWrite:
-      return nvme_seconds(op, context, cluster);
+      return {.fixed = nvme_seconds(op, context, cluster)};
     default:
-      return 0;  // release, loss-scale update: bookkeeping
+      return {};  // release, loss-scale update: bookkeeping
   }
+}
+
+double cpu_rank_op_seconds(const Op& op, const Schedule& schedule, const Model& model,
+                           const Cluster& cluster) {
+  const CpuOpCost cost = cpu_rank_op_cost(op, schedule, model, cluster);
+  return cpu_share(schedule.context, cluster) * cost.work + cost.fixed;
 }
 
 }  // namespace zerolens

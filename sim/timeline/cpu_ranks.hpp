@@ -37,8 +37,20 @@ LayerWork layer_work(const Layer& layer, std::int64_t micro_batch, std::int64_t 
 // Seconds of `work` at `cost`.
 double layer_seconds(const LayerWork& work, const LayerCost& cost);
 
-// How many times longer a rank's own work takes with the ranks of its node than alone (above).
+// How many times longer a rank's own work takes with `ranks` ranks of the node at work than alone
+// (above), and with every rank of `context`'s node at work.
+double cpu_share_of(int ranks, const Cluster& cluster);
 double cpu_share(const ScheduleContext& context, const Cluster& cluster);
+
+// One op on a CPU rank: `work` is the rank's own work in seconds alone on the node (it stretches
+// by the share of the ranks at work beside it), `fixed` what no core sharing stretches: MPI's
+// latency and bus time, NVMe requests and bytes.
+struct CpuOpCost {
+  double work = 0;
+  double fixed = 0;
+};
+CpuOpCost cpu_rank_op_cost(const Op& op, const Schedule& schedule, const Model& model,
+                           const Cluster& cluster);
 
 // Seconds of one op on a CPU rank (the cluster must be calibrated with device "cpu").
 double cpu_rank_op_seconds(const Op& op, const Schedule& schedule, const Model& model,

@@ -8,6 +8,7 @@
 
 #include "sim/schedule/comm.hpp"
 #include "sim/schedule/memory_replay.hpp"
+#include "sim/timeline/cpu_pipeline.hpp"
 #include "sim/timeline/cpu_ranks.hpp"
 
 namespace zerolens {
@@ -315,13 +316,30 @@ bool advance(std::size_t s, std::span<const Schedule* const> stages, std::vector
 std::vector<Timeline> simulate_pipeline(std::span<const Schedule* const> stages,
                                         const Cluster& cluster, const TimelineOptions& options,
                                         std::span<const MemoryTimeline> replays) {
+  return simulate_pipeline(stages, {}, cluster, options, replays);
+}
+
+std::vector<Timeline> simulate_pipeline(std::span<const Schedule* const> stages,
+                                        std::span<const Model* const> models,
+                                        const Cluster& cluster, const TimelineOptions& options,
+                                        std::span<const MemoryTimeline> replays) {
   cluster.validate("cluster");
   std::vector<StageRun> runs(stages.size());
-  for (std::size_t s = 0; s < stages.size(); ++s) runs[s].ops.resize(stages[s]->ops.size());
-  for (bool moved = true; moved;) {
-    moved = false;
-    for (std::size_t s = 0; s < stages.size(); ++s)
-      moved = advance(s, stages, runs, cluster, options) || moved;
+  const bool cpu_ranks = cluster.calibration && cluster.calibration->cpu_ranks() &&
+                         models.size() == stages.size();
+  if (cpu_ranks) {
+    auto timings = simulate_cpu_pipeline(stages, models, cluster);
+    for (std::size_t s = 0; s < stages.size(); ++s) {
+      runs[s].ops = std::move(timings[s]);
+      runs[s].next = runs[s].ops.size();
+    }
+  } else {
+    for (std::size_t s = 0; s < stages.size(); ++s) runs[s].ops.resize(stages[s]->ops.size());
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (std::size_t s = 0; s < stages.size(); ++s)
+        moved = advance(s, stages, runs, cluster, options) || moved;
+    }
   }
   double step_time = 0;
   for (std::size_t s = 0; s < stages.size(); ++s) {

@@ -126,6 +126,13 @@ double total_length(const Intervals& intervals);
 std::vector<Timeline> simulate_pipeline(std::span<const Schedule* const> stages,
                                         const Cluster& cluster, const TimelineOptions& options,
                                         std::span<const MemoryTimeline> replays);
+// The same with each stage's model (parallel to `stages`): on a cluster calibrated on the CPU
+// backend every stage's ops run in program order on one thread per rank at the calibrated costs
+// of its layers (sim/timeline/cpu_ranks.hpp), as simulate_timeline with a model does.
+std::vector<Timeline> simulate_pipeline(std::span<const Schedule* const> stages,
+                                        std::span<const Model* const> models,
+                                        const Cluster& cluster, const TimelineOptions& options,
+                                        std::span<const MemoryTimeline> replays);
 // The same with the schedule's memory replayed already (ReplayDetail::PerOp or more).
 Timeline simulate_timeline(const Schedule& schedule, const Cluster& cluster,
                            const TimelineOptions& options, const MemoryTimeline& replay);
