@@ -4,7 +4,18 @@
 #include <omp.h>
 #endif
 
+// OpenBLAS's own thread pool (weak: another BLAS the build may link has none).
+extern "C" void openblas_set_num_threads(int threads) __attribute__((weak));
+
 namespace zerolens::kernels {
+
+void set_host_threads(int threads) {
+  if (threads < 1) threads = 1;
+#ifdef _OPENMP
+  omp_set_num_threads(threads);
+#endif
+  if (openblas_set_num_threads != nullptr) openblas_set_num_threads(threads);
+}
 
 int host_thread_count(int requested) {
 #ifdef _OPENMP

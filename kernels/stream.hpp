@@ -13,6 +13,10 @@ inline constexpr std::size_t kStreamTriadBytesPerElement = 3 * sizeof(float);
 // The threads a kernel of this library runs with for `requested` (<= 0: the OpenMP default).
 int host_thread_count(int requested);
 
+// Sets the default thread count of this library's OpenMP loops and of the GEMMs' BLAS (OpenBLAS,
+// where the build links it): ranks sharing a node's cores each run their share of them, not all.
+void set_host_threads(int threads);
+
 // a[i] = value. Run it with the thread count of the timed kernels so each thread first-touches
 // the pages it later streams.
 void stream_fill(float* a, float value, std::size_t count, int threads = 0);
