@@ -35,9 +35,9 @@ class CpuBackend final : public Backend {
   }
 
  private:
-  // OpenMP and OpenBLAS start a thread per core in every rank: 4 ranks on 2 cores ran 8 busy-waiting
-  // threads and a gpt2-tiny step 10 times slower (250 ms against 21). Unless OMP_NUM_THREADS says
-  // otherwise, each rank runs its share of the node's cores.
+  // OpenMP and OpenBLAS start a thread per core in every rank: 4 ranks on 2 cores ran 8
+  // busy-waiting threads and a gpt2-tiny step 10 times slower (250 ms against 21). Unless
+  // OMP_NUM_THREADS says otherwise, each rank runs its share of the node's cores.
   void share_the_cores() {
     if (std::getenv("OMP_NUM_THREADS") != nullptr) return;
     const int cores = std::max(1, int(std::thread::hardware_concurrency()));
