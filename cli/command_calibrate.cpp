@@ -217,6 +217,7 @@ void print_cpu_backend(std::ostream& out, const exec::Calibration& c) {
 int run_calibrate(const CalibrateCommand& command) {
   exec::CalibrateOptions options = make_options(command);
   auto comm = exec::make_mpi_communicator();
+  exec::use_a_share_of_the_cores(*comm);  // as the runs it calibrates for
   // Before anything is measured, on every rank: an unknown device, or one the build or a rank
   // lacks, stops here.
   const std::unique_ptr<exec::DeviceCalibrator> device =
@@ -277,7 +278,8 @@ void register_calibrate_command(CLI::App& app, CommandRegistry& registry) {
   calibrate->add_option("--repeats", command->repeats,
                         "Timed runs per measurement (default 5, --quick 3)");
   calibrate->add_option("--threads", command->threads,
-                        "OpenMP threads of the STREAM and Adam kernels (default: OpenMP's)");
+                        "OpenMP threads of the STREAM and Adam kernels (default: the node's cores "
+                        "/ ranks on it, as the runs use; OMP_NUM_THREADS overrides)");
   auto* nvme = "NVMe";
   calibrate
       ->add_option("--nvme-path", command->nvme_path,

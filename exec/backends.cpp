@@ -26,23 +26,12 @@ class CpuBackend final : public Backend {
       : Backend(make_mpi_communicator(), "CPU device backend, MPI collectives", 0,
                 "the executor trains without dropout and runs on the CPU device backend (no CUDA "
                 "context, workspaces or allocator fragmentation unless given)") {
-    share_the_cores();
+    use_a_share_of_the_cores(communicator());
   }
 
   std::unique_ptr<LayerModel> make_model(const Model& model, const Gpt2Options& options,
                                          MemoryLedger& ledger) const override {
     return std::make_unique<Gpt2Model>(model, options, ledger);
-  }
-
- private:
-  // OpenMP and OpenBLAS start a thread per core in every rank: 4 ranks on 2 cores ran 8
-  // busy-waiting threads and a gpt2-tiny step 10 times slower (250 ms against 21). Unless
-  // OMP_NUM_THREADS says otherwise, each rank runs its share of the node's cores.
-  void share_the_cores() {
-    if (std::getenv("OMP_NUM_THREADS") != nullptr) return;
-    const int cores = std::max(1, int(std::thread::hardware_concurrency()));
-    const int ranks = std::max(1, communicator().ranks_on_node());
-    kernels::set_host_threads(std::max(1, cores / ranks));
   }
 };
 
@@ -79,6 +68,12 @@ std::unique_ptr<DeviceCalibrator> cuda_calibrator() {
 const std::vector<std::string>& backend_names() {
   static const std::vector<std::string> names = {"cpu", "cuda"};
   return names;
+}
+
+void use_a_share_of_the_cores(const Communicator& comm) {
+  if (std::getenv("OMP_NUM_THREADS") != nullptr) return;
+  const int cores = std::max(1, int(std::thread::hardware_concurrency()));
+  kernels::set_host_threads(std::max(1, cores / std::max(1, comm.ranks_on_node())));
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& name) {

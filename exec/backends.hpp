@@ -25,6 +25,12 @@ const std::vector<std::string>& backend_names();
 // no GPU ("no CUDA device on rank R: <the probe's failing call and error>").
 std::unique_ptr<Backend> make_backend(const std::string& name);
 
+// OpenMP and OpenBLAS start a thread per core in every rank: 4 ranks on 2 cores ran 8 threads that
+// wait by spinning, and a gpt2-tiny step 10 times as long (250 ms against 21). Unless
+// OMP_NUM_THREADS says otherwise, this rank's host kernels run its share of the node's cores
+// (cores / `comm`'s ranks on the node, at least one). The CPU backend and calibrate call it.
+void use_a_share_of_the_cores(const Communicator& comm);
+
 // The GPU side of `zerolens calibrate --device <name>` (exec/calibrate/calibrate.hpp): nullptr for
 // cpu, whose ranks are measured as the CPU backend's GPUs. Collective; throws as make_backend does.
 std::unique_ptr<DeviceCalibrator> make_device_calibrator(const std::string& name);
