@@ -26,17 +26,18 @@ void add_run_options(CLI::App& command, RunFlags& flags) {
   flags.plan.micro_batch = 4;
   add_plan_options(command, flags.plan);
   // What the executor does not run stays parsed, for the refusal that names it, but out of --help.
-  for (const char* name : {"--virtual-stages", "--shard-group", "--hpz", "--quantized-weights",
-                           "--quantized-gradients", "--framework", "--reshard-after-forward",
-                           "--reduce-dtype", "--cpu-checkpointing", "--dropout", "--ep",
-                           "--capacity-factor", "--min-capacity", "--lora-rank", "--lora-targets",
-                           "--quantize-base", "--lora-dropout", "--target-seq-len"})
+  for (const char* name :
+       {"--virtual-stages", "--quantized-weights", "--quantized-gradients", "--framework",
+        "--reshard-after-forward", "--reduce-dtype", "--cpu-checkpointing", "--dropout", "--ep",
+        "--capacity-factor", "--min-capacity", "--lora-rank", "--lora-targets", "--quantize-base",
+        "--lora-dropout", "--target-seq-len"})
     command.get_option(name)->group("");
   command.footer(
       "Flags of parallelism and frameworks the executor does not run (interleaved pipeline "
-      "stages, expert parallelism, ZeRO++, hybrid sharding, FSDP, CPU checkpointing, dropout, "
-      "LoRA) are refused by name and not listed here; `zerolens plan --help` lists every planning "
-      "flag. --tp, --sp and --pp run on --device cpu: mpirun -np (DP x TP x PP) ranks.");
+      "stages, expert parallelism, ZeRO++'s quantized collectives, FSDP, CPU checkpointing, "
+      "dropout, LoRA) are refused by name and not listed here; `zerolens plan --help` lists every "
+      "planning flag. --tp, --sp and --pp run on --device cpu: mpirun -np (DP x TP x PP) ranks; "
+      "--shard-group and --hpz (stage 3) on --device cpu over data parallelism alone.");
   const char* group = "Training run";
   command.add_option("--steps", flags.training.steps, "Optimizer steps to run")
       ->capture_default_str()
@@ -111,19 +112,17 @@ Plan make_run_plan(const RunFlags& flags, const exec::Backend& backend, Diagnost
                                         to_string(request.config.framework) +
                                         "; plan FSDP with `zerolens plan --framework`");
   }
-  if (request.config.zero.shard_group_size > 0 &&
-      request.config.zero.shard_group_size < request.dp_size) {
-    throw InputError("--shard-group",
-                     "the executor partitions over every data-parallel rank (hybrid "
-                     "sharding is planned, not yet run: docs/parallelism.md)");
+  const ZeroConfig& z = request.config.zero;
+  if (z.quantized_weights || z.quantized_gradients) {
+    throw InputError(z.quantized_weights ? "--quantized-weights" : "--quantized-gradients",
+                     "the executor gathers and reduces in the training dtype (ZeRO++'s quantized "
+                     "collectives are planned, not yet run: docs/parallelism.md)");
   }
-  if (request.config.zero.zeropp()) {
-    const ZeroConfig& z = request.config.zero;
-    throw InputError(z.hpz_partition_size > 1 ? "--hpz"
-                     : z.quantized_weights    ? "--quantized-weights"
-                                              : "--quantized-gradients",
-                     "the executor gathers and reduces in the training dtype over every "
-                     "data-parallel rank (ZeRO++ is planned, not yet run: docs/parallelism.md)");
+  const bool hybrid = z.shard_group_size > 0 && z.shard_group_size < request.dp_size;
+  if ((hybrid || z.hpz_partition_size > 1) && flags.device != "cpu") {
+    throw InputError(hybrid ? "--shard-group" : "--hpz",
+                     "hybrid sharding and hpZ run on --device cpu (their groups are split off "
+                     "MPI's communicator)");
   }
   const bool tp = request.config.tensor_parallel.active(), pp = request.config.pipeline.active();
   if (pp && request.config.pipeline.virtual_stages > 1) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <stdexcept>
 
@@ -99,10 +100,13 @@ void collective_checks(const Plan& plan, const Measurement& measured, const Tole
   const std::pair<const std::array<CollectiveTotals, kOpKindCount>*,
                   const std::optional<std::array<TraceCollective, kOpKindCount>>*>
       groups[] = {{&plan.comm.tensor_parallel, &measured.tensor_parallel_collectives},
-                  {&plan.comm.pipeline, &measured.pipeline_collectives}};
-  const char* prefixes[] = {"tp ", "pp "};
-  const char* keys[] = {"summary.tensor_parallel_collectives", "summary.pipeline_collectives"};
-  for (std::size_t g = 0; g < 2; ++g) {
+                  {&plan.comm.pipeline, &measured.pipeline_collectives},
+                  {&plan.comm.replicate, &measured.replicate_collectives},
+                  {&plan.comm.secondary, &measured.hpz_collectives}};
+  const char* prefixes[] = {"tp ", "pp ", "replicate ", "hpz "};
+  const char* keys[] = {"summary.tensor_parallel_collectives", "summary.pipeline_collectives",
+                        "summary.replicate_collectives", "summary.hpz_collectives"};
+  for (std::size_t g = 0; g < std::size(groups); ++g) {
     const auto& [predicted, counted] = groups[g];
     if (!counted->has_value()) {
       if (!any_calls(*predicted)) continue;
@@ -180,6 +184,8 @@ Measurement measurement_of(const Trace& measured) {
           .collectives = recorded(s.collectives, "summary.collectives"),
           .tensor_parallel_collectives = s.tensor_parallel_collectives,
           .pipeline_collectives = s.pipeline_collectives,
+          .replicate_collectives = s.replicate_collectives,
+          .hpz_collectives = s.hpz_collectives,
           .links = recorded(s.link_bytes, "summary.link_bytes"),
           .step_seconds = s.step_time};
 }

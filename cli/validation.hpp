@@ -55,6 +55,9 @@ struct Measurement {
   // The same over the tensor-parallel group and between pipeline stages (absent: not recorded).
   std::optional<std::array<TraceCollective, kOpKindCount>> tensor_parallel_collectives;
   std::optional<std::array<TraceCollective, kOpKindCount>> pipeline_collectives;
+  // Hybrid sharding's replicate group and hpZ's secondary group (absent: not recorded).
+  std::optional<std::array<TraceCollective, kOpKindCount>> replicate_collectives;
+  std::optional<std::array<TraceCollective, kOpKindCount>> hpz_collectives;
   TraceLinkBytes links;                                      // one step
   double step_seconds = 0;
 };

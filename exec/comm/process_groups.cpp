@@ -20,9 +20,30 @@ std::unique_ptr<Communicator> split(Communicator& world, const char* flag, RankP
   return group;
 }
 
+// Consecutive data-parallel ranks in groups of `size` (color: the group, key: the place in it),
+// or the ranks `size` apart (`across`: color the place, key the group).
+std::unique_ptr<Communicator> split_data(Communicator& data, const char* flag, int size,
+                                         bool across) {
+  const int group = data.rank() / size, place = data.rank() % size;
+  std::unique_ptr<Communicator> part = across ? data.split(place, group) : data.split(group, place);
+  if (!part) {
+    throw InputError(flag,
+                     "this backend's communicator cannot split the data-parallel group (hybrid "
+                     "sharding and hpZ run on the CPU backend's MPI)");
+  }
+  return part;
+}
+
 }  // namespace
 
 ProcessGroups::ProcessGroups(Communicator& world, const ParallelShape& shape)
+    : ProcessGroups(world, shape, 0, 0) {}
+
+ProcessGroups::ProcessGroups(Communicator& world, const ScheduleContext& context)
+    : ProcessGroups(world, context.parallel_shape(), context.shard_group, context.hpz_group) {}
+
+ProcessGroups::ProcessGroups(Communicator& world, const ParallelShape& shape, int shard_group,
+                             int hpz_group)
     : shape_(shape), world_(&world) {
   if (world.size() != shape.world()) {
     throw InputError(
@@ -35,8 +56,35 @@ ProcessGroups::ProcessGroups(Communicator& world, const ParallelShape& shape)
   place_ = place_of_rank(world.rank(), shape);
   if (shape.tensor == 1 && shape.pipeline == 1) {
     data_ = world_;
-    return;
+  } else {
+    split_model_parallel();
   }
+  shard_ = data_;
+  if (shard_group > 0 && shard_group < data_->size()) {
+    if (data_->size() % shard_group != 0) {
+      throw InputError("--shard-group", "a shard group of " + std::to_string(shard_group) +
+                                            " ranks must divide the " +
+                                            std::to_string(data_->size()) + " data-parallel ranks");
+    }
+    own_shard_ = split_data(*data_, "--shard-group", shard_group, false);
+    own_replicate_ = split_data(*data_, "--shard-group", shard_group, true);
+    shard_ = own_shard_.get();
+    replicate_ = own_replicate_.get();
+  }
+  if (hpz_group > 1) {
+    if (data_->size() % hpz_group != 0) {
+      throw InputError("--hpz", "hpZ groups of " + std::to_string(hpz_group) +
+                                    " ranks must divide the " + std::to_string(data_->size()) +
+                                    " data-parallel ranks");
+    }
+    own_secondary_ = split_data(*data_, "--hpz", hpz_group, false);
+    secondary_ = own_secondary_.get();
+  }
+}
+
+void ProcessGroups::split_model_parallel() {
+  Communicator& world = *world_;
+  const ParallelShape& shape = shape_;
   const RankPlace p = place_;
   const char* flag = shape.tensor > 1 ? "--tp" : "--pp";
   own_data_ = split(world, flag, {.tensor = p.tensor, .stage = p.stage}, shape, p.data);

@@ -5,6 +5,10 @@
 // its pipeline group (every stage of its TP and DP index) and, between the first and last stage,
 // the tied embedding's group. Without TP and PP the world is the DP group itself (no split: a
 // communicator that cannot split, as NCCL's, still runs data parallelism).
+// The data-parallel group subdivides as sim's ScheduleContext says: hybrid sharding's shard groups
+// (shard_group consecutive DP ranks, over which stage 3 partitions) and their replicate groups
+// (the ranks at the same place of every shard group), ZeRO++ hpZ's secondary groups (hpz_group
+// consecutive DP ranks).
 #include <memory>
 
 #include "exec/comm/communicator.hpp"
@@ -18,6 +22,11 @@ class ProcessGroups {
   // otherwise); a communicator that cannot split refuses TP and PP (InputError naming --tp or
   // --pp).
   ProcessGroups(Communicator& world, const ParallelShape& shape);
+  // The same with the data-parallel group's subdivisions (`shard_group`, `hpz_group`: 0 none); a
+  // communicator that cannot split refuses them (InputError naming --shard-group or --hpz).
+  ProcessGroups(Communicator& world, const ParallelShape& shape, int shard_group, int hpz_group);
+  // The plan's shape and subdivisions.
+  ProcessGroups(Communicator& world, const ScheduleContext& context);
 
   const ParallelShape& shape() const { return shape_; }
   const RankPlace& place() const { return place_; }
@@ -28,14 +37,25 @@ class ProcessGroups {
   // The first and last stage of this rank's TP and DP index (nullptr on other stages, and
   // without PP).
   Communicator* embedding() const { return embedding_; }
+  // The ranks stage 3 partitions over, where the schedule's Data-group ops run: the data-parallel
+  // group, or this rank's shard group under hybrid sharding.
+  Communicator& shard() const { return *shard_; }
+  Communicator* replicate() const { return replicate_; }  // nullptr without hybrid sharding
+  Communicator* secondary() const { return secondary_; }  // hpZ's group; nullptr without
   bool first_stage() const { return place_.stage == 0; }
   bool last_stage() const { return place_.stage + 1 == shape_.pipeline; }
 
  private:
+  void split_model_parallel();  // the DP, TP, pipeline and embedding groups
+
   ParallelShape shape_;
   RankPlace place_;
   Communicator* world_;
   std::unique_ptr<Communicator> own_data_, own_tensor_, own_pipeline_, own_embedding_;
+  std::unique_ptr<Communicator> own_shard_, own_replicate_, own_secondary_;
+  Communicator* shard_ = nullptr;
+  Communicator* replicate_ = nullptr;
+  Communicator* secondary_ = nullptr;
   Communicator* data_ = nullptr;
   Communicator* tensor_ = nullptr;
   Communicator* pipeline_ = nullptr;

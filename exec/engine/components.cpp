@@ -12,7 +12,8 @@ EngineComponents::EngineComponents(const Plan& plan, Communicator& comm, LayerMo
                                    MemoryLedger& ledger)
     : EngineComponents(plan,
                        std::make_shared<const ProcessGroups>(
-                           comm, ParallelShape{.tensor = 1, .data = comm.size(), .pipeline = 1}),
+                           comm, ParallelShape{.tensor = 1, .data = comm.size(), .pipeline = 1},
+                           plan.schedule.context.shard_group, plan.schedule.context.hpz_group),
                        net, ledger) {}
 
 EngineComponents::EngineComponents(const Plan& plan, std::shared_ptr<const ProcessGroups> groups,

@@ -69,7 +69,8 @@ const Model& rank_model(const Plan& plan, int stage) {
 EngineContext::EngineContext(const Plan& plan_, Communicator& comm_, MemoryLedger& ledger_)
     : EngineContext(plan_,
                     std::make_shared<const ProcessGroups>(
-                        comm_, ParallelShape{.tensor = 1, .data = comm_.size(), .pipeline = 1}),
+                        comm_, ParallelShape{.tensor = 1, .data = comm_.size(), .pipeline = 1},
+                        plan_.schedule.context.shard_group, plan_.schedule.context.hpz_group),
                     ledger_) {}
 
 EngineContext::EngineContext(const Plan& plan_, std::shared_ptr<const ProcessGroups> groups_,
@@ -79,11 +80,13 @@ EngineContext::EngineContext(const Plan& plan_, std::shared_ptr<const ProcessGro
       schedule(rank_schedule(plan_, groups->place().stage)),
       model(rank_model(plan_, groups->place().stage)),
       layout(schedule.layout),
-      comm(groups->data()),
+      comm(groups->shard()),
       ledger(ledger_),
       stage(schedule.context.zero_stage()),
-      dp(schedule.context.dp_size),
+      dp(schedule.context.shard_size()),
       rank(comm.rank()),
+      data_parallel(schedule.context.dp_size),
+      data_rank(groups->data().rank()),
       param_format(format_of(plan_.request.config.precision.precision)),
       grad_format(plan_.request.config.precision.grad_bytes() == 4 ? NumberFormat::Fp32
                                                                    : param_format),

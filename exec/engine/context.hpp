@@ -64,10 +64,16 @@ struct EngineContext {
   const Schedule& schedule;
   const Model& model;
   const ParamLayout& layout;
-  Communicator& comm;  // the data-parallel group
+  // The ranks stage 3 partitions over, on which the schedule's Data-group ops run (the
+  // data-parallel group, or the shard group under hybrid sharding), their count and this rank's
+  // place in them.
+  Communicator& comm;
   MemoryLedger& ledger;
   ZeroStage stage;  // what this stage partitions (sim/config/zero_stage.hpp)
   int dp = 1, rank = 0;
+  // The whole data-parallel group (dp x its replicas under hybrid sharding), this rank's place
+  // in it: what the batch is split over and the gradients are averaged over.
+  int data_parallel = 1, data_rank = 0;
   NumberFormat param_format = NumberFormat::Fp32, grad_format = NumberFormat::Fp32;
   bool mixed = false;       // 16-bit parameters and gradients
   bool has_master = false;  // an fp32 master partition besides the parameters: mixed precision, or

@@ -177,7 +177,7 @@ void GradientReducer::reduce_bucket_flat(const Op& op, std::vector<std::int32_t>
   if (!in_place) {
     for (const auto t : tensors) in_bucket(t).copy_from(grads_[std::size_t(t)].view());
   }
-  const float average = 1.0f / float(ctx_.dp);
+  const float average = 1.0f / float(ctx_.data_parallel);
   if (!stage.partitions_optimizer_states()) {
     all_reduce_sum(ctx_.comm, bucket);
     for (const auto t : tensors) {
@@ -234,7 +234,7 @@ void GradientReducer::keep_reduced(Numbers reduced, std::vector<OwnedRun> runs) 
     reduced_runs_ = std::move(runs);
     return;
   }
-  const float average = 1.0f / float(ctx_.dp);
+  const float average = 1.0f / float(ctx_.data_parallel);
   std::size_t read = 0;
   for (const OwnedRun& run : runs) {
     const Numbers target =
@@ -314,10 +314,38 @@ void GradientReducer::all_reduce_tied_embedding(const Op& op) {
   all_reduce_sum(*ends, grad.view());
 }
 
+// Runs of the partition next to each other are all-reduced as one.
+void GradientReducer::all_reduce_replicas(const Op& op) {
+  Communicator* replicas = ctx_.groups->replicate();
+  if (replicas == nullptr || !ctx_.stage.partitions_parameters() || grad_part_.size() == 0)
+    throw std::logic_error("schedule error: a replicate all-reduce without hybrid sharding");
+  const Bucket& bucket = ctx_.schedule.buckets.at(std::size_t(op.bucket));
+  std::vector<OwnedRun> runs;
+  for (const auto t : ctx_.schedule.tensors_of(bucket))
+    runs.push_back(
+        {ctx_.offsets.partition[std::size_t(t)], ctx_.layout.tensor_partition[std::size_t(t)]});
+  std::sort(runs.begin(), runs.end(),
+            [](const OwnedRun& a, const OwnedRun& b) { return a.owned_offset < b.owned_offset; });
+  Elements total = 0;
+  for (std::size_t i = 0; i < runs.size();) {
+    OwnedRun merged = runs[i];
+    for (++i; i < runs.size() && runs[i].owned_offset == merged.owned_offset + merged.length; ++i)
+      merged.length += runs[i].length;
+    all_reduce_sum(*replicas,
+                   grad_part_.view(std::size_t(merged.owned_offset), std::size_t(merged.length)));
+    total += merged.length;
+  }
+  if (total * Elements(element_bytes(ctx_.grad_format)) != op.bytes) {
+    throw std::logic_error("schedule error: the bucket's partitions are " + std::to_string(total) +
+                           " elements, the schedule all-reduces " + std::to_string(op.bytes) +
+                           " bytes over the replicas");
+  }
+}
+
 // Averaged over ranks and added to the fp32 host partition (accumulating over micro-steps).
 void GradientReducer::copy_to_host(const Op& op) {
   if (op.bucket < 0) throw std::logic_error("the CPU executor copies only gradients to the host");
-  const float average = 1.0f / float(ctx_.dp);
+  const float average = 1.0f / float(ctx_.data_parallel);
   std::size_t read = 0;
   for (const OwnedRun& run : reduced_runs_) {
     const Numbers host(

@@ -46,6 +46,10 @@ class GradientReducer {
   // sum their whole gradients over the two, before the data-parallel reduction (DeepSpeed's
   // ReduceTiedGrads).
   void all_reduce_tied_embedding(const Op& op);
+  // Hybrid sharding (stage 3, the partition on the device): the bucket's tensors' partitions,
+  // accumulated over the step's micro-steps from the shard group's sums, summed with their copies
+  // in the other shard groups (DeepSpeed's MiCS allreduce_mics_shard_grads at the boundary).
+  void all_reduce_replicas(const Op& op);
   void copy_to_host(const Op& op);   // CopyD2H of a reduced bucket (optimizer offload)
 
   // The reduced gradients of an owned segment, wherever this stage and device keep them.

@@ -10,7 +10,8 @@ ParameterStore::ParameterStore(EngineContext& context, NvmeSwapper& nvme)
       nvme_(nvme),
       full_(context.layout.tensor_numel.size()),
       part_(context.layout.tensor_numel.size()),
-      part_device_(context.layout.tensor_numel.size(), context.param_device) {}
+      part_device_(context.layout.tensor_numel.size(), context.param_device),
+      secondary_(context.layout.tensor_numel.size()) {}
 
 // 16-bit training starts from the rounded initial values, and the master from those (a model
 // initialised, then cast to half, then copied to fp32 as DeepSpeed does).
@@ -101,9 +102,24 @@ LayerParams ParameterStore::layer_params(std::size_t owner) {
   return params;
 }
 
-// With parameter offload the layer's partitions were staged on the device by its CopyH2D.
-void ParameterStore::gather_layer(std::size_t owner) {
+// With parameter offload the layer's partitions were staged on the device by its CopyH2D. hpZ's
+// secondary partitions are consecutive blocks of the gathered tensor, in the rank order of the
+// secondary group (consecutive data-parallel ranks).
+void ParameterStore::gather_layer(std::size_t owner, bool from_secondary) {
   const auto [first, last] = ctx_.tensors_of_layer(owner);
+  if (from_secondary) {
+    Communicator* group = ctx_.groups->secondary();
+    for (auto t = std::size_t(first); t < std::size_t(last); ++t) {
+      if (ctx_.layout.tensor_persistent[t]) continue;
+      if (group == nullptr || secondary_[t].size() == 0)
+        throw std::logic_error("schedule error: an hpZ gather of " + ctx_.model.layers[owner].name +
+                               " without its secondary partition");
+      full_[t] = {ctx_.ledger, Device::Gpu, Component::GatheredParams, ctx_.param_format,
+                  secondary_[t].size() * std::size_t(group->size())};
+      all_gather(*group, secondary_[t].view(), full_[t].view());
+    }
+    return;
+  }
   std::size_t staged = 0;
   for (auto t = first; t < last; ++t) {
     const auto index = std::size_t(t);
@@ -142,11 +158,26 @@ void ParameterStore::move_shards(const Op& op, Device to) {
   }
 }
 
-void ParameterStore::release_layer(std::size_t owner) {
+// hpZ (partition_parameters.py _partition_param_sec): before the gathered tensor goes, this rank
+// copies its block of 1/hpz of it (padding included) into a secondary partition of its own.
+void ParameterStore::release_layer(std::size_t owner, SecondaryCopy secondary) {
   const auto [first, last] = ctx_.tensors_of_layer(owner);
-  for (auto t = first; t < last; ++t) {
-    if (!ctx_.layout.tensor_persistent[std::size_t(t)]) full_[std::size_t(t)].reset();
+  for (auto t = std::size_t(first); t < std::size_t(last); ++t) {
+    if (ctx_.layout.tensor_persistent[t]) continue;
+    if (secondary == SecondaryCopy::Keep) {
+      const Communicator* group = ctx_.groups->secondary();
+      if (group == nullptr) throw std::logic_error("schedule error: hpZ without its group");
+      const std::size_t block = full_[t].size() / std::size_t(group->size());
+      secondary_[t] = {ctx_.ledger, Device::Gpu, Component::ParamsSecondary, ctx_.param_format,
+                       block};
+      secondary_[t].view().copy_from(full_[t].view(std::size_t(group->rank()) * block, block));
+    }
+    full_[t].reset();
   }
+}
+
+void ParameterStore::drop_secondary() {
+  for (NumberBuffer& buffer : secondary_) buffer.reset();
 }
 
 // The updated partitions of persistent tensors are gathered whole again.

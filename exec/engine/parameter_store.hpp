@@ -21,6 +21,9 @@ struct LayerParams {
   std::vector<std::span<const float>> views;
 };
 
+// hpZ: whether a stage-3 release keeps this rank's secondary partition of the layer first.
+enum class SecondaryCopy { None, Keep };
+
 class ParameterStore {
  public:
   ParameterStore(EngineContext& context, NvmeSwapper& nvme);
@@ -35,13 +38,16 @@ class ParameterStore {
   Numbers device_params(const OwnedSegment& segment);
   LayerParams layer_params(std::size_t owner);  // throws if the layer is not gathered
 
-  void gather_layer(std::size_t owner);  // stage 3
+  // Stage 3: over the partition group, or (`from_secondary`, hpZ) over the secondary group from
+  // the secondary partitions the layer's release kept.
+  void gather_layer(std::size_t owner, bool from_secondary = false);
   // ColossalAI: one all-gather of tensors [first, first + count) (a tensor, or a module's), and
   // its placements' moves of shards: the op's tensors (tensor_count 0: the layer's) that are not on
   // `to` go there (a copy in the other memory space; the bytes are counted on the PCIe link).
   void gather_tensors(std::int32_t first, std::int32_t count);
   void move_shards(const Op& op, Device to);
-  void release_layer(std::size_t owner);
+  void release_layer(std::size_t owner, SecondaryCopy secondary = SecondaryCopy::None);
+  void drop_secondary();  // hpZ: every secondary partition (after the update)
   void gather_persistent();                       // stage 3, after the update
   void gather_updated_shard(const Op& op);        // stages 1-2, after the update
   void stage_layer_partition(std::size_t owner);  // CopyH2D before a stage-3 gather (offload)
@@ -72,6 +78,9 @@ class ParameterStore {
   std::vector<NumberBuffer>
       part_;  // stage 3: this rank's partition of each tensor (on the host with parameter offload)
   std::vector<Device> part_device_;  // where each partition is (ColossalAI moves them)
+  // hpZ: per tensor, this rank's 1/hpz of its gathered (padded) values, kept from a release until
+  // the update (ZeRO++'s secondary partition)
+  std::vector<NumberBuffer> secondary_;
   NumberBuffer h2d_staging_;   // parameter offload: a layer's partitions until its all-gather
   Elements shard_offset_ = 0;  // stages 1-2: position of the next all-gather shard in the partition
 };

@@ -33,6 +33,17 @@ void require_offload_supported(const TrainingConfig& config) {
   }
 }
 
+// The groups ProcessGroups split for the plan's shard and hpZ groups.
+void require_data_subgroups(const Plan& plan, const ProcessGroups& groups) {
+  require_runnable_sharding(plan);
+  const ScheduleContext& c = plan.schedule.context;
+  const bool hybrid = c.replicas() > 1, hpz = c.hpz_group > 0;
+  if (hybrid != (groups.replicate() != nullptr) || hpz != (groups.secondary() != nullptr) ||
+      groups.shard().size() != c.shard_size()) {
+    throw std::logic_error("the process groups were not split for the plan's shard and hpZ groups");
+  }
+}
+
 void require_parallelism(const Plan& plan, const ProcessGroups& groups) {
   const TrainingConfig& config = plan.request.config;
   const ParallelShape planned = plan.schedule.context.parallel_shape();
@@ -53,6 +64,7 @@ void require_parallelism(const Plan& plan, const ProcessGroups& groups) {
                      "the interleaved pipeline schedule is not run by the CPU "
                      "executor yet (1f1b and gpipe are)");
   }
+  require_data_subgroups(plan, groups);
   if (config.tensor_parallel.active() && config.activation_checkpointing.partition_activations) {
     throw InputError("activation_checkpointing.partition_activations",
                      "not run by the CPU executor yet (planned: docs/parallelism.md)");
@@ -79,11 +91,34 @@ void require_supported(const Plan& plan, const ProcessGroups& groups) {
 
 }  // namespace
 
+// A host optimizer's gradient partition would take the replicas' sum before the last micro-step's
+// own, and the replicas would share NVMe files; hpZ and hybrid sharding with TP or PP are not
+// planned together (ZeRO++) or not run yet.
+void require_runnable_sharding(const Plan& plan) {
+  const ScheduleContext& c = plan.schedule.context;
+  const bool hybrid = c.replicas() > 1, hpz = c.hpz_group > 0;
+  if (!hybrid && !hpz) return;
+  const char* flag = hybrid ? "--shard-group" : "--hpz";
+  const TrainingConfig& config = plan.request.config;
+  if (hybrid && (config.zero.offload_optimizer.device != OffloadDevice::None ||
+                 config.zero.offload_param.device != OffloadDevice::None)) {
+    throw InputError(flag,
+                     "hybrid sharding with offload is not run by the executor (it runs it with "
+                     "the optimizer and parameters on the device; plan it with `zerolens plan`)");
+  }
+  if (config.tensor_parallel.active() || config.pipeline.active()) {
+    throw InputError(flag, std::string(hybrid ? "hybrid sharding" : "hpZ") +
+                               " with tensor or pipeline parallelism is not run by the executor "
+                               "(it runs over data parallelism alone)");
+  }
+}
+
 ZeroEngine::ZeroEngine(const Plan& plan, Communicator& comm, LayerModel& model,
                        MemoryLedger& ledger, const EngineOptions& options)
     : ZeroEngine(plan,
                  std::make_shared<const ProcessGroups>(
-                     comm, ParallelShape{.tensor = 1, .data = comm.size(), .pipeline = 1}),
+                     comm, ParallelShape{.tensor = 1, .data = comm.size(), .pipeline = 1},
+                     plan.schedule.context.shard_group, plan.schedule.context.hpz_group),
                  model, ledger, options) {}
 
 ZeroEngine::ZeroEngine(const Plan& plan, std::shared_ptr<const ProcessGroups> groups,
@@ -173,6 +208,8 @@ void ZeroEngine::State::run(const Op& op, std::size_t index) {
     tensor_parallel.begin_layer(index);
   }
   run_op(op);
+  // hpZ: the secondary partitions go where the schedule frees them (the update's _post_step).
+  if (op.kind != OpKind::Release && changes_secondary(op) < 0) params.drop_secondary();
   if (compute) tensor_parallel.end_layer();
   if (allocates_after) grads.follow_reduce_buffer(op, /*allocations=*/true);
   grads.follow_reduce_buffer(op, /*allocations=*/false);
@@ -188,16 +225,19 @@ void ZeroEngine::State::run_op(const Op& op) {
     case OpKind::Backward:
       return backward(op);
     case OpKind::AllGather:
-      require_data_group(op);
+      if (op.group != ProcessGroup::Secondary) require_data_group(op);
       return gather_parameters(op);
     case OpKind::Release:  // (layer -1: ColossalAI's reduce bucket, which the reducer stages)
       if (op.layer < 0) return;
-      return params.release_layer(std::size_t(op.layer));
+      return params.release_layer(std::size_t(op.layer), changes_secondary(op) > 0
+                                                             ? SecondaryCopy::Keep
+                                                             : SecondaryCopy::None);
     case OpKind::ReduceScatter:
     case OpKind::AllReduce:
       if (op.group == ProcessGroup::Tensor && op.layer < 0)
         return grads.all_reduce_sequence_parallel(op);
       if (op.group == ProcessGroup::Pipeline) return grads.all_reduce_tied_embedding(op);
+      if (op.group == ProcessGroup::Replicate) return grads.all_reduce_replicas(op);
       require_data_group(op);
       return grads.reduce_bucket(op);
     case OpKind::CopyH2D:
@@ -231,6 +271,16 @@ void ZeroEngine::State::run_op(const Op& op) {
   }
 }
 
+// The bytes of hpZ's secondary partition `op` allocates (> 0) or frees (< 0), as its effects say.
+Bytes ZeroEngine::State::changes_secondary(const Op& op) const {
+  Bytes bytes = 0;
+  for (const MemEffect& effect : context.schedule.effects_of(op)) {
+    if (effect.device == Device::Gpu && effect.component == Component::ParamsSecondary)
+      bytes += effect.bytes;
+  }
+  return bytes;
+}
+
 // A TP collective of a layer runs inside it (TensorParallelOps); any other group's op here is one
 // the executor does not run.
 void ZeroEngine::State::require_data_group(const Op& op) const {
@@ -244,7 +294,7 @@ void ZeroEngine::State::require_data_group(const Op& op) const {
 void ZeroEngine::State::gather_parameters(const Op& op) {
   if (op.tensor_count > 0) return params.gather_tensors(op.first_tensor, op.tensor_count);
   if (context.stage.partitions_parameters() && op.layer >= 0)
-    return params.gather_layer(std::size_t(op.layer));
+    return params.gather_layer(std::size_t(op.layer), op.group == ProcessGroup::Secondary);
   if (optimizer.skipped()) return;
   if (context.stage.partitions_parameters()) return params.gather_persistent();
   params.gather_updated_shard(op);
@@ -319,8 +369,9 @@ void ZeroEngine::State::ensure_batch(std::int32_t micro_step) {
   if (!loaded_.insert(micro_step).second) return;
   const ScheduleContext& c = context.schedule.context;
   const std::int64_t global_batch = c.micro_batch * c.grad_accumulation * c.dp_size;
-  const std::int64_t first = step_index_ * global_batch +
-                             (std::int64_t(micro_step) * context.dp + context.rank) * c.micro_batch;
+  const std::int64_t first =
+      step_index_ * global_batch +
+      (std::int64_t(micro_step) * context.data_parallel + context.data_rank) * c.micro_batch;
   net.load_batch(first, c.micro_batch);
 }
 
@@ -353,7 +404,8 @@ void ZeroEngine::State::backward(const Op& op) {
 // layer owning it), in the first micro-step of the chosen step.
 void ZeroEngine::State::inject_faults(const Op& op) {
   for (const GradientFault& fault : options.inject_inf) {
-    if (fault.step != step_index_ || fault.rank != context.rank || op.micro_step != 0) continue;
+    if (fault.step != step_index_ || fault.rank != context.data_rank || op.micro_step != 0)
+      continue;
     if (op.layer != context.layout.tensor_layer.at(std::size_t(fault.tensor))) continue;
     grads.inject_inf(fault.tensor, fault.element);
   }
@@ -369,7 +421,7 @@ StepReport ZeroEngine::State::finish_step() {
   const ProcessGroups& groups = *context.groups;
   const bool counts = losses_ > 0 && groups.place().tensor == 0;
   const double mean_here = counts ? loss_sum_ / losses_ : 0;
-  report.loss = groups.world().report_sum(mean_here) / context.dp;
+  report.loss = groups.world().report_sum(mean_here) / context.data_parallel;
   report.grad_norm = optimizer.grad_norm();
   report.loss_scale = optimizer.step_scale();
   report.skipped = optimizer.skipped();

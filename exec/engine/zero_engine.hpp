@@ -37,6 +37,12 @@
 // ops move activations and gradients between stages (PipelineTransfers); the SP gradients, the
 // tied embedding's copies, the norm and the overflow flag are reduced over the groups the
 // schedule names.
+// Hybrid sharding (MiCS): stage 3 partitions over the rank's shard group, on which the schedule's
+// Data-group ops run, and each bucket's accumulated gradient partition is all-reduced over the
+// replicate group at the step's last micro-step (the schedule's Replicate ops). ZeRO++ hpZ: a
+// layer's first release of a step keeps this rank's secondary partition (1/hpz of the gathered
+// tensors), later gathers of that step run over the hpZ group from it (the schedule's Secondary
+// ops), and the update drops it.
 // Refused with InputError: fp32 with offloaded parameters and NVMe, cpu_checkpointing, parameter
 // offload with the optimizer on the device (the plan has no copy of updated parameters back to
 // the host), swap buffers too small for a sub-group or a layer.
@@ -84,6 +90,11 @@ struct LinkBytes {
   Bytes nvme_read = 0;
   Bytes nvme_write = 0;
 };
+
+// Hybrid sharding and hpZ where the engine runs them (stage 3 over data parallelism alone; hybrid
+// sharding with the optimizer and parameters on the device): InputError naming --shard-group or
+// --hpz otherwise. The engine checks it; a command may call it before anything runs.
+void require_runnable_sharding(const Plan& plan);
 
 // Called after every op with its index in the schedule and its start/end in seconds from the step's start.
 using OpCallback = std::function<void(std::size_t op, double start, double end)>;

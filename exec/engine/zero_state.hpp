@@ -27,6 +27,7 @@ struct ZeroEngine::State : EngineComponents {
  private:
   void run_op(const Op& op);
   void require_data_group(const Op& op) const;
+  Bytes changes_secondary(const Op& op) const;
   void gather_parameters(const Op& op);
   void copy_to_device(const Op& op);
   void nvme_read(const Op& op);

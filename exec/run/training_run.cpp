@@ -34,10 +34,12 @@ Counts counts_of(std::initializer_list<const Communicator*> comms) {
   return counts;
 }
 
-// Per group, as the plan's CommReport has them: data-parallel, tensor-parallel, pipeline.
-std::array<Counts, 3> group_counts(const ProcessGroups& groups) {
-  return {counts_of({&groups.data()}), counts_of({groups.tensor()}),
-          counts_of({groups.pipeline(), groups.embedding()})};
+// Per group, as the plan's CommReport has them: data-parallel (where its Data ops run: the shard
+// group under hybrid sharding), tensor-parallel, pipeline, replicate, hpZ's.
+std::array<Counts, 5> group_counts(const ProcessGroups& groups) {
+  return {counts_of({&groups.shard()}), counts_of({groups.tensor()}),
+          counts_of({groups.pipeline(), groups.embedding()}), counts_of({groups.replicate()}),
+          counts_of({groups.secondary()})};
 }
 
 std::array<CollectiveCount, kOpKindCount> difference(const std::array<CollectiveCount, kOpKindCount>& after,
@@ -80,6 +82,10 @@ void record_counts(const TrainingResult& result, const Plan& plan, TraceSummary&
     summary.tensor_parallel_collectives = trace_counts(result.tensor_parallel_collectives);
   if (plan.request.config.pipeline.active())
     summary.pipeline_collectives = trace_counts(result.pipeline_collectives);
+  if (plan.schedule.context.replicas() > 1)
+    summary.replicate_collectives = trace_counts(result.replicate_collectives);
+  if (plan.schedule.context.hpz_group > 0)
+    summary.hpz_collectives = trace_counts(result.hpz_collectives);
   summary.link_bytes = TraceLinkBytes{result.links.pcie_h2d, result.links.pcie_d2h, result.links.nvme_read,
                                       result.links.nvme_write};
 }
@@ -134,22 +140,25 @@ Gpt2Options gpt2_options(const Plan& plan, std::uint64_t seed, int tensor_parall
 }
 
 // Checkpoints hold one rank's ZeRO partition of the whole model; a TP shard's or a pipeline
-// stage's are not written or read yet.
+// stage's are not written or read yet, nor a hybrid-sharded run's (whose shard groups hold the
+// same partitions).
 void require_checkpointable(const Plan& plan, const TrainingOptions& options) {
   const TrainingConfig& config = plan.request.config;
-  if (!config.tensor_parallel.active() && !config.pipeline.active()) return;
+  const bool hybrid = plan.schedule.context.replicas() > 1;
+  if (!config.tensor_parallel.active() && !config.pipeline.active() && !hybrid) return;
   const char* flag = !options.save_directory.empty() ? "--save"
                      : !options.resume_from.empty()  ? "--resume"
                                                      : nullptr;
   if (flag == nullptr) return;
-  throw InputError(flag,
-                   "checkpoints of tensor- or pipeline-parallel runs are not written or "
-                   "read yet (docs/executor.md)");
+  throw InputError(flag, std::string("checkpoints of ") +
+                             (hybrid ? "hybrid-sharded" : "tensor- or pipeline-parallel") +
+                             " runs are not written or read yet (docs/executor.md)");
 }
 
 }  // namespace
 
 void check_trainable(const Plan& plan) {
+  require_runnable_sharding(plan);
   const Model& model = plan.request.model;
   if (model.trainable_parameter_count() < model.parameter_count()) {
     throw InputError("--lora-rank",
@@ -166,8 +175,7 @@ TrainingResult train_gpt2(const Plan& plan, Communicator& comm, const TrainingOp
   require_checkpointable(plan, options);
   MemoryLedger ledger;
   ledger.place(Device::Gpu, comm.memory_space());
-  const auto groups =
-      std::make_shared<const ProcessGroups>(comm, plan.schedule.context.parallel_shape());
+  const auto groups = std::make_shared<const ProcessGroups>(comm, plan.schedule.context);
   const RankPlace place = groups->place();
   const Gpt2Options gpt2 = gpt2_options(plan, options.seed, place.tensor);
   const Model& shard = rank_model(plan, place.stage);
@@ -208,6 +216,8 @@ TrainingResult train_gpt2(const Plan& plan, Communicator& comm, const TrainingOp
     result.collectives = difference(counts_after[0], counts_before[0]);
     result.tensor_parallel_collectives = difference(counts_after[1], counts_before[1]);
     result.pipeline_collectives = difference(counts_after[2], counts_before[2]);
+    result.replicate_collectives = difference(counts_after[3], counts_before[3]);
+    result.hpz_collectives = difference(counts_after[4], counts_before[4]);
     const LinkBytes links = engine.link_bytes();
     result.links = {links.pcie_h2d - links_before.pcie_h2d, links.pcie_d2h - links_before.pcie_d2h,
                     links.nvme_read - links_before.nvme_read, links.nvme_write - links_before.nvme_write};

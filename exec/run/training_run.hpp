@@ -68,11 +68,14 @@ struct TrainingResult {
   std::array<Bytes, kDeviceCount> peak{};                // highest over all steps, per device
   std::array<CategoryBytes, kDeviceCount> at_peak{};     // categories when that peak was reached
   std::array<CategoryBytes, kDeviceCount> category_high{};  // the highest each category reached
-  // Of one step (the last), per group: data-parallel, tensor-parallel, and between pipeline
-  // stages (their sends and receives and the tied embedding's all-reduce).
+  // Of one step (the last), per group: data-parallel (the shard group under hybrid sharding),
+  // tensor-parallel, between pipeline stages (their sends and receives and the tied embedding's
+  // all-reduce), hybrid sharding's replicate group and hpZ's secondary group.
   std::array<CollectiveCount, kOpKindCount> collectives{};
   std::array<CollectiveCount, kOpKindCount> tensor_parallel_collectives{};
   std::array<CollectiveCount, kOpKindCount> pipeline_collectives{};
+  std::array<CollectiveCount, kOpKindCount> replicate_collectives{};
+  std::array<CollectiveCount, kOpKindCount> hpz_collectives{};
   LinkBytes links;  // host-device copies and NVMe transfers of one step (the last)
 };
 

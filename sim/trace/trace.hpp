@@ -70,6 +70,10 @@ struct TraceSummary {
   // tied embedding's all-reduce), in measured traces of runs with those groups.
   std::optional<std::array<TraceCollective, kOpKindCount>> tensor_parallel_collectives;
   std::optional<std::array<TraceCollective, kOpKindCount>> pipeline_collectives;
+  // Over hybrid sharding's replicate group and hpZ's secondary group, in measured traces of runs
+  // with them (the plan JSON's replicate_collectives and hpz_collectives).
+  std::optional<std::array<TraceCollective, kOpKindCount>> replicate_collectives;
+  std::optional<std::array<TraceCollective, kOpKindCount>> hpz_collectives;
   std::optional<TraceLinkBytes> link_bytes;                               // host-device and NVMe, one step
   // The simulator writes it in predicted traces: allocated, reserved, device used, initialisation.
   std::optional<GpuMemoryFigures> gpu_memory;

@@ -145,6 +145,10 @@ void write_summary_counts(const TraceSummary& summary, json& object) {
     object["tensor_parallel_collectives"] = collectives_json(*summary.tensor_parallel_collectives);
   if (summary.pipeline_collectives)
     object["pipeline_collectives"] = collectives_json(*summary.pipeline_collectives);
+  if (summary.replicate_collectives)
+    object["replicate_collectives"] = collectives_json(*summary.replicate_collectives);
+  if (summary.hpz_collectives)
+    object["hpz_collectives"] = collectives_json(*summary.hpz_collectives);
   if (summary.link_bytes) object["link_bytes"] = link_bytes_json(*summary.link_bytes);
   if (summary.gpu_memory) object["gpu_memory"] = gpu_memory_json(*summary.gpu_memory);
 }
@@ -162,6 +166,10 @@ void read_summary_counts(const json& object, TraceSummary& summary) {
   }
   if (const json* pp = member(object, "pipeline_collectives"))
     summary.pipeline_collectives = read_collectives(*pp, "summary.pipeline_collectives", true);
+  if (const json* replicate = member(object, "replicate_collectives"))
+    summary.replicate_collectives = read_collectives(*replicate, "summary.replicate_collectives");
+  if (const json* hpz = member(object, "hpz_collectives"))
+    summary.hpz_collectives = read_collectives(*hpz, "summary.hpz_collectives");
   if (const json* links = member(object, "link_bytes")) {
     summary.link_bytes = read_link_bytes(*links, "summary.link_bytes");
   }

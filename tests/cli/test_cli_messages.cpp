@@ -224,17 +224,25 @@ TEST(CliMessages, RunHelpListsWhatTheExecutorRuns) {
     for (const char* listed : {"--stage", "--offload-optimizer", "--steps", "--measured-trace"})
       EXPECT_TRUE(contains(help.output, listed)) << command << ": " << listed;
     // Not listed as options.
-    for (const char* hidden : {"\n  --virtual-stages", "\n  --hpz", "\n  --quantized-weights",
-                               "\n  --framework", "\n  --shard-group"})
+    for (const char* hidden : {"\n  --virtual-stages", "\n  --quantized-weights",
+                               "\n  --quantized-gradients", "\n  --framework"})
       EXPECT_FALSE(contains(help.output, hidden)) << command << ": " << hidden;
     EXPECT_TRUE(contains(help.output, "\n  --steps")) << "the pattern finds listed options";
     EXPECT_TRUE(contains(help.output, "\n  --tp ")) << "tensor parallelism runs";
     EXPECT_TRUE(contains(help.output, "\n  --pp ")) << "pipeline parallelism runs";
+    EXPECT_TRUE(contains(help.output, "\n  --shard-group ")) << "hybrid sharding runs";
+    EXPECT_TRUE(contains(help.output, "\n  --hpz ")) << "hpZ runs";
     EXPECT_TRUE(contains(help.output, "refused by name and not listed here")) << help.output;
   }
-  const Result hpz = run("run -m gpt2-tiny --gpus 4 --stage 3 --hpz 2 --steps 1");
-  EXPECT_EQ(hpz.exit_code, 2) << hpz.output;
-  EXPECT_TRUE(contains(hpz.output, "--hpz")) << hpz.output;
+  const Result qwz = run("run -m gpt2-tiny --gpus 4 --stage 3 --quantized-weights true --steps 1");
+  EXPECT_EQ(qwz.exit_code, 2) << qwz.output;
+  EXPECT_TRUE(contains(qwz.output, "--quantized-weights")) << qwz.output;
+  // What the executor does not run of hybrid sharding is refused by name before anything runs.
+  const Result offload =
+      run("run -m gpt2-tiny --gpus 4 --stage 3 --shard-group 2 --offload-optimizer cpu --steps 1");
+  EXPECT_EQ(offload.exit_code, 2) << offload.output;
+  EXPECT_TRUE(contains(offload.output, "--shard-group: hybrid sharding with offload"))
+      << offload.output;
 }
 
 // Pipeline parallelism: every stage planned and listed, DeepSpeed's refusal of ZeRO-2/3 named, the

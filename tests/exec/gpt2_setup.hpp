@@ -22,6 +22,8 @@ struct Gpt2Setup {
   int tensor_parallel = 1;  // ranks of a TP group (the data-parallel ranks are the rest)
   bool sequence_parallel = false;
   int pipeline_stages = 1;
+  int shard_group = 0;  // hybrid sharding: ranks stage 3 partitions over (0: every DP rank)
+  int hpz = 1;          // ZeRO++ hpZ: ranks of a secondary partition group (1: off)
   // SGD with momentum updates in proportion to the gradients (Adam's updates of a near-zero
   // gradient are its sign): the parameter parity tests use it.
   OptimizerType optimizer = OptimizerType::AdamW;
@@ -34,7 +36,9 @@ inline std::string name_of(const Gpt2Setup& s) {
          (s.pipelined ? " pipelined" : "") +
          (s.tensor_parallel > 1 ? " tp " + std::to_string(s.tensor_parallel) : "") +
          (s.sequence_parallel ? " sp" : "") +
-         (s.pipeline_stages > 1 ? " pp " + std::to_string(s.pipeline_stages) : "");
+         (s.pipeline_stages > 1 ? " pp " + std::to_string(s.pipeline_stages) : "") +
+         (s.shard_group > 0 ? " shard group " + std::to_string(s.shard_group) : "") +
+         (s.hpz > 1 ? " hpz " + std::to_string(s.hpz) : "");
 }
 
 inline Model tiny_gpt2() {
@@ -81,6 +85,8 @@ inline Plan gpt2_plan(const Gpt2Setup& s, int ranks) {
   c.optimizer.weight_decay = 0.01;
   c.tensor_parallel = {.size = s.tensor_parallel, .sequence_parallel = s.sequence_parallel};
   c.pipeline.size = s.pipeline_stages;
+  c.zero.shard_group_size = s.shard_group;
+  c.zero.hpz_partition_size = s.hpz;
   request.dp_size = ranks / (s.tensor_parallel * s.pipeline_stages);
   request.cluster = with_ranks(cluster_from_preset("dgx-a100-80gb"), ranks, 8);
   request.options.cuda_context_bytes = 0;

@@ -114,11 +114,12 @@ struct Trained {
   Bytes measured_peak = 0;
   CategoryBytes highs{};
   CategoryBytes at_peak{};  // the categories when the peak was reached
+  // Counted over every step on hybrid sharding's replicate group and hpZ's secondary group.
+  CollectiveCount replicate_all_reduce, hpz_all_gather;
 };
 
 inline Trained train(const Plan& plan, const Gpt2Setup& s, int steps) {
-  const auto groups =
-      std::make_shared<const ProcessGroups>(world(), plan.schedule.context.parallel_shape());
+  const auto groups = std::make_shared<const ProcessGroups>(world(), plan.schedule.context);
   MemoryLedger ledger;
   Gpt2Model model(rank_model(plan, groups->place().stage),
                   {.micro_batch = s.micro_batch,
@@ -140,6 +141,10 @@ inline Trained train(const Plan& plan, const Gpt2Setup& s, int steps) {
     for (std::size_t c = 0; c < highs.size(); ++c) run.highs[c] = std::max(run.highs[c], highs[c]);
   }
   run.parameters = engine.full_parameters();
+  if (groups->replicate() != nullptr)
+    run.replicate_all_reduce = groups->replicate()->count(OpKind::AllReduce);
+  if (groups->secondary() != nullptr)
+    run.hpz_all_gather = groups->secondary()->count(OpKind::AllGather);
   return run;
 }
 
