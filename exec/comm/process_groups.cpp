@@ -22,16 +22,20 @@ std::unique_ptr<Communicator> split(Communicator& world, const char* flag, RankP
 
 }  // namespace
 
-ProcessGroups::ProcessGroups(Communicator& world, const ParallelShape& shape)
-    : shape_(shape), world_(&world) {
-  if (world.size() != shape.world()) {
+void ProcessGroups::require_processes(const ParallelShape& shape, int processes) {
+  if (processes != shape.world()) {
     throw InputError(
         "--gpus", std::to_string(shape.data) + " data-parallel x " + std::to_string(shape.tensor) +
                       " tensor-parallel x " + std::to_string(shape.pipeline) +
                       " pipeline ranks need " + std::to_string(shape.world()) + " processes, but " +
-                      std::to_string(world.size()) + " are running (start with mpirun -np " +
+                      std::to_string(processes) + " are running (start with mpirun -np " +
                       std::to_string(shape.world()) + ")");
   }
+}
+
+ProcessGroups::ProcessGroups(Communicator& world, const ParallelShape& shape)
+    : shape_(shape), world_(&world) {
+  require_processes(shape, world.size());
   place_ = place_of_rank(world.rank(), shape);
   if (shape.tensor == 1 && shape.pipeline == 1) {
     data_ = world_;

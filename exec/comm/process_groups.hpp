@@ -18,6 +18,8 @@ class ProcessGroups {
   // otherwise); a communicator that cannot split refuses TP and PP (InputError naming --tp or
   // --pp).
   ProcessGroups(Communicator& world, const ParallelShape& shape);
+  // The constructor's check of the world's size alone (InputError naming --gpus).
+  static void require_processes(const ParallelShape& shape, int processes);
 
   const ParallelShape& shape() const { return shape_; }
   const RankPlace& place() const { return place_; }
