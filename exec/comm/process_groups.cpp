@@ -33,6 +33,27 @@ void ProcessGroups::require_processes(const ParallelShape& shape, int processes)
   }
 }
 
+ProcessGroups::ProcessGroups(Communicator& world, const ParallelShape& shape, int expert_parallel)
+    : ProcessGroups(world, shape) {
+  if (expert_parallel > 1) split_expert_groups(expert_parallel);
+}
+
+void ProcessGroups::split_expert_groups(int ep) {
+  if (shape_.data % ep != 0) {
+    throw InputError("--ep", std::to_string(ep) + " does not divide the " +
+                                 std::to_string(shape_.data) + " data-parallel ranks");
+  }
+  // Within the DP group a rank's index is its place's data index (the split's key).
+  const int d = place_.data;
+  expert_ = data_->split(d / ep, d % ep);
+  expert_data_ = data_->split(d % ep, d / ep);
+  if (!expert_ || !expert_data_) {
+    throw InputError("--ep",
+                     "this backend's communicator cannot split into process groups (expert "
+                     "parallelism's groups are split off the data-parallel group)");
+  }
+}
+
 ProcessGroups::ProcessGroups(Communicator& world, const ParallelShape& shape)
     : shape_(shape), world_(&world) {
   require_processes(shape, world.size());
