@@ -1,5 +1,6 @@
 #include "cli/app.hpp"
 
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -34,7 +35,30 @@ std::string unknown_flag_message(const CLI::App& app) {
   return {};
 }
 
+// CLI11's message for a parse error (ours for an unknown flag), and the exit code.
+int parse_failure(CLI::App& app, const CLI::ParseError& error) {
+  if (dynamic_cast<const CLI::ExtrasError*>(&error) != nullptr) {
+    const std::string message = unknown_flag_message(app);
+    if (!message.empty()) {
+      std::cerr << "error: " << message << "\nRun with --help for more information.\n";
+      return kExitInvalidInput;
+    }
+  }
+  return app.exit(error) == 0 ? kExitOk : kExitInvalidInput;
+}
+
 }  // namespace
+
+int launcher_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
+    const char* value = std::getenv(name);
+    if (value == nullptr || *value == '\0') continue;
+    char* end = nullptr;
+    const long rank = std::strtol(value, &end, 10);
+    if (*end == '\0' && rank >= 0) return int(rank);
+  }
+  return 0;
+}
 
 int run(int argc, char** argv) {
   CLI::App app{"zerolens: plan, simulate, run and visualise ZeRO data-parallel training.\n"
@@ -53,14 +77,10 @@ int run(int argc, char** argv) {
   register_calibrate_command(app, registry);
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ExtrasError& error) {
-    const std::string message = unknown_flag_message(app);
-    if (message.empty()) return app.exit(error) == 0 ? kExitOk : kExitInvalidInput;
-    std::cerr << "error: " << message << "\nRun with --help for more information.\n";
-    return kExitInvalidInput;
   } catch (const CLI::ParseError& error) {
-    const int code = app.exit(error);
-    return code == 0 ? kExitOk : kExitInvalidInput;
+    // Every rank of an MPI job parses the same flags: the first one says what is wrong.
+    if (launcher_rank() > 0) return error.get_exit_code() == 0 ? kExitOk : kExitInvalidInput;
+    return parse_failure(app, error);
   }
   try {
     const int code = registry.run_selected();
@@ -71,6 +91,8 @@ int run(int argc, char** argv) {
       return kExitInvalidInput;
     }
     return output_failed() ? kExitInvalidInput : code;
+  } catch (const QuietExit& quiet) {
+    return quiet.code;
   } catch (const InputError& error) {
     std::cerr << "error: " << error.what() << '\n';
     return kExitInvalidInput;

@@ -98,10 +98,10 @@ std::string rank_trace_path(std::string path, int rank) {
 
 int run_run(const RunFlags& flags) {
   // First, on every rank: a device the build or a rank lacks stops the run before anything else.
-  const std::unique_ptr<exec::Backend> backend = exec::make_backend(flags.device);
+  const std::unique_ptr<exec::Backend> backend = make_run_backend(flags.device);
   Diagnostics diagnostics;
+  // What the executor refuses is refused here, by rank 0 alone, before the header.
   const Plan plan = make_run_plan(flags, *backend, diagnostics);
-  exec::check_trainable(plan);  // a model it cannot train is refused before the header
   const int rank = backend->communicator().rank();
   // One rank prints and records the run: the first of the stage the plan reports (rank 0 without
   // pipeline stages), so that its lines come in order.

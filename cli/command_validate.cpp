@@ -25,7 +25,7 @@ struct ValidateCommand {
 };
 
 int run_validate(ValidateCommand& command) {
-  const std::unique_ptr<exec::Backend> backend = exec::make_backend(command.run.device);
+  const std::unique_ptr<exec::Backend> backend = make_run_backend(command.run.device);
   const exec::Communicator& comm = backend->communicator();
   Diagnostics diagnostics;
   const Prediction predicted = predict(make_run_plan(command.run, *backend, diagnostics),

@@ -84,7 +84,9 @@ void add_run_options(CLI::App& command, RunFlags& flags) {
       ->group(group);
 }
 
-Plan make_run_plan(const RunFlags& flags, const exec::Backend& backend, Diagnostics& diagnostics) {
+namespace {
+
+Plan plan_for_run(const RunFlags& flags, const exec::Backend& backend, Diagnostics& diagnostics) {
   PlanOptions options = flags.plan;
   // The ranks mpirun started are the job's: DP x TP x PP of them.
   const bool ranks_given = options.gpus || options.dp;
@@ -170,7 +172,30 @@ Plan make_run_plan(const RunFlags& flags, const exec::Backend& backend, Diagnost
   Plan plan = make_plan(std::move(request));
   plan.notes.push_back(backend.plan_note());
   if (!kernel_note.empty()) plan.notes.push_back(kernel_note);
+  // Whatever the executor refuses of this plan, refused before the header and the step table.
+  exec::check_runnable(plan, flags.training, backend.communicator().size());
   return plan;
+}
+
+}  // namespace
+
+std::unique_ptr<exec::Backend> make_run_backend(const std::string& device) {
+  try {
+    return exec::make_backend(device);
+  } catch (const InputError&) {
+    if (launcher_rank() > 0) throw QuietExit{};  // refused alike on every rank (backends.hpp)
+    throw;
+  }
+}
+
+Plan make_run_plan(const RunFlags& flags, const exec::Backend& backend, Diagnostics& diagnostics) {
+  try {
+    return plan_for_run(flags, backend, diagnostics);
+  } catch (const InputError&) {
+    // The flags and the plan are the same on every rank: the first rank prints the refusal.
+    if (backend.communicator().rank() > 0) throw QuietExit{};
+    throw;
+  }
 }
 
 namespace {

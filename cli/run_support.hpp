@@ -27,10 +27,16 @@ struct RunFlags {
 // --steps, --seed, --log-every and --measured-trace.
 void add_run_options(CLI::App& command, RunFlags& flags);
 
+// exec::make_backend; under mpirun its refusal (the same on every rank) is printed by rank 0 only:
+// the other ranks throw QuietExit (cli/app.hpp).
+std::unique_ptr<exec::Backend> make_run_backend(const std::string& device);
+
 // The plan the executor runs: --gpus defaults to the number of MPI ranks; the model is planned
 // without dropout (the executor has none); no CUDA context or allocator fragmentation (outside
 // the ledger, or absent on the CPU) and the backend's own library workspace, unless given.
-// Notes go to `diagnostics`, the backend's note to the plan.
+// Notes go to `diagnostics`, the backend's note to the plan. Everything the executor refuses of
+// the flags and the plan (exec::check_runnable) is refused here, before anything is printed, and
+// once per job: rank 0 throws the InputError, the other ranks QuietExit.
 Plan make_run_plan(const RunFlags& flags, const exec::Backend& backend, Diagnostics& diagnostics);
 
 // Runs the steps on the backend's communicator and model, printing a line per --log-every steps

@@ -36,6 +36,38 @@ std::unique_ptr<Communicator> split_data(Communicator& data, const char* flag, i
 
 }  // namespace
 
+void ProcessGroups::require_processes(const ParallelShape& shape, int processes) {
+  if (processes != shape.world()) {
+    throw InputError(
+        "--gpus", std::to_string(shape.data) + " data-parallel x " + std::to_string(shape.tensor) +
+                      " tensor-parallel x " + std::to_string(shape.pipeline) +
+                      " pipeline ranks need " + std::to_string(shape.world()) + " processes, but " +
+                      std::to_string(processes) + " are running (start with mpirun -np " +
+                      std::to_string(shape.world()) + ")");
+  }
+}
+
+ProcessGroups::ProcessGroups(Communicator& world, const ParallelShape& shape, int expert_parallel)
+    : ProcessGroups(world, shape) {
+  if (expert_parallel > 1) split_expert_groups(expert_parallel);
+}
+
+void ProcessGroups::split_expert_groups(int ep) {
+  if (shape_.data % ep != 0) {
+    throw InputError("--ep", std::to_string(ep) + " does not divide the " +
+                                 std::to_string(shape_.data) + " data-parallel ranks");
+  }
+  // Within the DP group a rank's index is its place's data index (the split's key).
+  const int d = place_.data;
+  expert_ = data_->split(d / ep, d % ep);
+  expert_data_ = data_->split(d % ep, d / ep);
+  if (!expert_ || !expert_data_) {
+    throw InputError("--ep",
+                     "this backend's communicator cannot split into process groups (expert "
+                     "parallelism's groups are split off the data-parallel group)");
+  }
+}
+
 ProcessGroups::ProcessGroups(Communicator& world, const ParallelShape& shape)
     : ProcessGroups(world, shape, 0, 0) {}
 
@@ -45,14 +77,7 @@ ProcessGroups::ProcessGroups(Communicator& world, const ScheduleContext& context
 ProcessGroups::ProcessGroups(Communicator& world, const ParallelShape& shape, int shard_group,
                              int hpz_group)
     : shape_(shape), world_(&world) {
-  if (world.size() != shape.world()) {
-    throw InputError(
-        "--gpus", std::to_string(shape.data) + " data-parallel x " + std::to_string(shape.tensor) +
-                      " tensor-parallel x " + std::to_string(shape.pipeline) +
-                      " pipeline ranks need " + std::to_string(shape.world()) + " processes, but " +
-                      std::to_string(world.size()) + " are running (start with mpirun -np " +
-                      std::to_string(shape.world()) + ")");
-  }
+  require_processes(shape, world.size());
   place_ = place_of_rank(world.rank(), shape);
   if (shape.tensor == 1 && shape.pipeline == 1) {
     data_ = world_;

@@ -27,6 +27,14 @@ class ProcessGroups {
   ProcessGroups(Communicator& world, const ParallelShape& shape, int shard_group, int hpz_group);
   // The plan's shape and subdivisions.
   ProcessGroups(Communicator& world, const ScheduleContext& context);
+  // With `expert_parallel` above 1 (dividing the data-parallel ranks; InputError naming --ep
+  // otherwise) also the MoE groups DeepSpeed's _create_expert_and_data_parallel makes (sim's
+  // ProcessGroup::Expert and ExpertData): the EP group, expert_parallel consecutive ranks of this
+  // rank's DP group, and the expert-data-parallel group, the DP ranks expert_parallel apart (which
+  // hold the same experts), split off the DP group.
+  ProcessGroups(Communicator& world, const ParallelShape& shape, int expert_parallel);
+  // The constructor's check of the world's size alone (InputError naming --gpus).
+  static void require_processes(const ParallelShape& shape, int processes);
 
   const ParallelShape& shape() const { return shape_; }
   const RankPlace& place() const { return place_; }
@@ -42,11 +50,14 @@ class ProcessGroups {
   Communicator& shard() const { return *shard_; }
   Communicator* replicate() const { return replicate_; }  // nullptr without hybrid sharding
   Communicator* secondary() const { return secondary_; }  // hpZ's group; nullptr without
+  Communicator* expert() const { return expert_.get(); }            // nullptr without EP
+  Communicator* expert_data() const { return expert_data_.get(); }  // nullptr without EP
   bool first_stage() const { return place_.stage == 0; }
   bool last_stage() const { return place_.stage + 1 == shape_.pipeline; }
 
  private:
   void split_model_parallel();  // the DP, TP, pipeline and embedding groups
+  void split_expert_groups(int expert_parallel);
 
   ParallelShape shape_;
   RankPlace place_;
@@ -56,6 +67,7 @@ class ProcessGroups {
   Communicator* shard_ = nullptr;
   Communicator* replicate_ = nullptr;
   Communicator* secondary_ = nullptr;
+  std::unique_ptr<Communicator> expert_, expert_data_;
   Communicator* data_ = nullptr;
   Communicator* tensor_ = nullptr;
   Communicator* pipeline_ = nullptr;

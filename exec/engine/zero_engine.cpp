@@ -44,8 +44,20 @@ void require_data_subgroups(const Plan& plan, const ProcessGroups& groups) {
   }
 }
 
-void require_parallelism(const Plan& plan, const ProcessGroups& groups) {
+void require_parallelism(const Plan& plan) {
   const TrainingConfig& config = plan.request.config;
+  if (config.pipeline.active() && config.pipeline.virtual_stages > 1) {
+    throw InputError("--virtual-stages",
+                     "the interleaved pipeline schedule is not run by the CPU "
+                     "executor yet (1f1b and gpipe are)");
+  }
+  if (config.tensor_parallel.active() && config.activation_checkpointing.partition_activations) {
+    throw InputError("activation_checkpointing.partition_activations",
+                     "not run by the CPU executor yet (planned: docs/parallelism.md)");
+  }
+}
+
+void require_groups(const Plan& plan, const ProcessGroups& groups) {
   const ParallelShape planned = plan.schedule.context.parallel_shape();
   const ParallelShape& running = groups.shape();
   if (planned.data != running.data || planned.tensor != running.tensor ||
@@ -59,21 +71,14 @@ void require_parallelism(const Plan& plan, const ProcessGroups& groups) {
                                    " processes are running (start with mpirun -np " +
                                    std::to_string(world) + ")");
   }
-  if (config.pipeline.active() && config.pipeline.virtual_stages > 1) {
-    throw InputError("--virtual-stages",
-                     "the interleaved pipeline schedule is not run by the CPU "
-                     "executor yet (1f1b and gpipe are)");
-  }
   require_data_subgroups(plan, groups);
-  if (config.tensor_parallel.active() && config.activation_checkpointing.partition_activations) {
-    throw InputError("activation_checkpointing.partition_activations",
-                     "not run by the CPU executor yet (planned: docs/parallelism.md)");
-  }
 }
 
-void require_supported(const Plan& plan, const ProcessGroups& groups) {
+}  // namespace
+
+void check_engine_supports(const Plan& plan) {
   const TrainingConfig& config = plan.request.config;
-  require_parallelism(plan, groups);
+  require_parallelism(plan);
   const LossScaleConfig& scaling = config.precision.loss_scale;
   if (config.precision.precision == Precision::Fp16 && scaling.static_loss_scale < 0) {
     throw InputError("fp16.loss_scale", "must be 0 (dynamic) or a positive static scale");
@@ -88,8 +93,6 @@ void require_supported(const Plan& plan, const ProcessGroups& groups) {
                      "not run by the CPU executor yet");
   }
 }
-
-}  // namespace
 
 // A host optimizer's gradient partition would take the replicas' sum before the last micro-step's
 // own, and the replicas would share NVMe files; hpZ and hybrid sharding with TP or PP are not
@@ -123,7 +126,8 @@ ZeroEngine::ZeroEngine(const Plan& plan, Communicator& comm, LayerModel& model,
 
 ZeroEngine::ZeroEngine(const Plan& plan, std::shared_ptr<const ProcessGroups> groups,
                        LayerModel& model, MemoryLedger& ledger, const EngineOptions& options) {
-  require_supported(plan, *groups);
+  require_groups(plan, *groups);
+  check_engine_supports(plan);
   state_ = std::make_unique<State>(plan, std::move(groups), model, ledger, options);
 }
 

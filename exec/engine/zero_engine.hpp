@@ -62,6 +62,10 @@
 
 namespace zerolens::exec {
 
+// What the engine's constructor refuses of a plan whatever the ranks running it (InputError),
+// checked alone: a run refuses before it prints anything.
+void check_engine_supports(const Plan& plan);
+
 struct StepReport {
   double loss = 0;        // mean over the global batch
   double grad_norm = 0;   // of the averaged gradient, before clipping (0 on a skipped step)

@@ -170,6 +170,13 @@ void check_trainable(const Plan& plan) {
     gpt2_layout(rank_model(plan, stage), gpt2_options(plan, 0, 0));
 }
 
+void check_runnable(const Plan& plan, const TrainingOptions& options, int processes) {
+  check_trainable(plan);
+  ProcessGroups::require_processes(plan.schedule.context.parallel_shape(), processes);
+  check_engine_supports(plan);
+  require_checkpointable(plan, options);
+}
+
 TrainingResult train_gpt2(const Plan& plan, Communicator& comm, const TrainingOptions& options,
                           const std::function<void(const StepRecord&)>& on_step) {
   require_checkpointable(plan, options);

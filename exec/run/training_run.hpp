@@ -87,6 +87,10 @@ struct TrainingResult {
 // or read. Throws the InputError train_gpt2 would for a model the executor cannot train (not
 // GPT-2's architecture, a sequence beyond its positions), before anything runs or is printed.
 void check_trainable(const Plan& plan);
+// Everything the run refuses of `plan` before it starts, checked alone so that a caller can refuse
+// before it prints anything: check_trainable, `processes` not the plan's ranks (ProcessGroups),
+// what the engine does not run (check_engine_supports), checkpoints of TP or PP runs.
+void check_runnable(const Plan& plan, const TrainingOptions& options, int processes);
 
 TrainingResult train_gpt2(const Plan& plan, Communicator& comm, const TrainingOptions& options,
                           const std::function<void(const StepRecord&)>& on_step = {});

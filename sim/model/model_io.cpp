@@ -123,6 +123,81 @@ TransformerShape llama_like_from_hf(const json& c, const std::string& where,
   return s;
 }
 
+// Gemma3TextConfig's defaults (transformers' configuration_gemma3.py) for the keys a published
+// config may leave out: google/gemma-3-4b-it's text_config names only hidden_size,
+// intermediate_size, num_hidden_layers, rope_scaling and sliding_window.
+json with_gemma3_text_defaults(json c) {
+  static const json defaults = {{"vocab_size", 262208},
+                                {"hidden_size", 2304},
+                                {"intermediate_size", 9216},
+                                {"num_hidden_layers", 26},
+                                {"num_attention_heads", 8},
+                                {"num_key_value_heads", 4},
+                                {"head_dim", 256},
+                                {"max_position_embeddings", 131072},
+                                {"tie_word_embeddings", true},
+                                {"attention_bias", false},
+                                {"sliding_window", 4096}};
+  for (const auto& [key, value] : defaults.items())
+    if (!c.contains(key)) c[key] = value;
+  return c;
+}
+
+// Gemma 3's vision tower and projector (Gemma3ForConditionalGeneration: a SigLIP vision model,
+// modeling_siglip.py, and Gemma3MultiModalProjector), counted from "vision_config" with
+// SiglipVisionConfig's defaults: a patch convolution [h, c, p, p] with bias, a position embedding
+// of (image / patch)^2 positions, per layer two LayerNorms (weight and bias), q/k/v/out [h, h]
+// with biases and an MLP fc1 [f, h] + f, fc2 [h, f] + h, a final LayerNorm; the projector's
+// mm_input_projection_weight [h, text hidden] and its RMSNorm's h weights.
+Elements gemma3_vision_parameters(const json& v, const std::string& where,
+                                  std::int64_t text_hidden) {
+  as_object(v, where);
+  // Bounds far beyond any vision tower keep the count inside 64 bits.
+  const auto read = [&](const char* key, std::int64_t fallback, std::int64_t most) {
+    const json* value = member(v, key);
+    return value ? as_int(*value, join_key(where, key), 1, most) : fallback;
+  };
+  const Elements h = read("hidden_size", 768, 1 << 20), f = read("intermediate_size", 3072, 1 << 20);
+  const Elements layers = read("num_hidden_layers", 12, 1 << 12);
+  const Elements channels = read("num_channels", 3, 1 << 10);
+  const Elements image = read("image_size", 224, 1 << 16), patch = read("patch_size", 16, 1 << 16);
+  if (image % patch != 0)
+    throw InputError(join_key(where, "image_size"), "must be a multiple of patch_size");
+  const Elements positions = (image / patch) * (image / patch);
+  const Elements block = 2 * 2 * h + 4 * (h * h + h) + (f * h + f) + (h * f + h);
+  const Elements tower = channels * patch * patch * h + h + positions * h + layers * block + 2 * h;
+  return tower + checked_mul(h, text_hidden) + h;
+}
+
+// A multimodal Gemma 3 config (model_type "gemma3"): the language model is the gemma3_text stack
+// under "text_config", which is what zerolens plans; the vision tower is left out (its
+// activations and compute depend on the images of a batch), said with its parameter count.
+TransformerShape gemma3_text_stack(const json& c, const std::string& where,
+                                   Diagnostics& diagnostics) {
+  const std::string text_where = join_key(where, "text_config");
+  const json* text = member(c, "text_config");
+  if (!text)
+    throw InputError(text_where, "missing (a gemma3 config holds its language model there)");
+  as_object(*text, text_where);
+  if (const json* type = member(*text, "model_type")) {
+    const std::string name = as_string(*type, join_key(text_where, "model_type"));
+    if (name != "gemma3_text")
+      throw InputError(join_key(text_where, "model_type"), "'" + name + "': expected gemma3_text");
+  }
+  TransformerShape s =
+      llama_like_from_hf(with_gemma3_text_defaults(*text), text_where, "gemma3_text", diagnostics);
+  if (const json* vision = member(c, "vision_config")) {
+    const Elements left_out =
+        gemma3_vision_parameters(*vision, join_key(where, "vision_config"), s.hidden);
+    diagnostics.warn(join_key(where, "vision_config"),
+                     "left out: the plan is of the text model (text_config); the SigLIP vision "
+                     "tower and the multimodal projector (" +
+                         std::to_string(left_out) +
+                         " parameters) are not counted, nor their activations for images");
+  }
+  return s;
+}
+
 // Shape errors are reported under the config's own key names.
 void validate_with_hf_keys(const TransformerShape& shape, const std::string& where, bool gpt2) {
   static const std::map<std::string, std::pair<const char*, const char*>> names = {
@@ -153,15 +228,22 @@ Model model_from_hf_config(const json& config, Diagnostics& diagnostics, const s
   const json* type_value = member(config, "model_type");
   std::string supported = "gpt2";
   for (const std::string& family : llama_like_families()) supported += ", " + family;
-  supported += ", mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3";
+  supported +=
+      ", gemma3 (its text_config), mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3";
   for (const std::string& family : encoder_families()) supported += ", " + family;
   if (!type_value)
     throw InputError(join_key(where, "model_type"), "missing; expected one of: " + supported);
   const std::string type = as_string(*type_value, join_key(where, "model_type"));
   const auto& families = llama_like_families();
   TransformerShape shape;
+  std::string shape_where = where;  // where the shape's keys are
   if (type == "gpt2") {
     shape = gpt2_from_hf(config, where);
+  } else if (type == "gemma3") {
+    shape = gemma3_text_stack(config, where, diagnostics);
+    shape_where = join_key(where, "text_config");
+  } else if (type == "gemma3_text") {
+    shape = llama_like_from_hf(with_gemma3_text_defaults(config), where, type, diagnostics);
   } else if (std::find(families.begin(), families.end(), type) != families.end()) {
     shape = llama_like_from_hf(config, where, type, diagnostics);
   } else if (const std::string base = mixture_base_family(type); !base.empty()) {
@@ -174,7 +256,7 @@ Model model_from_hf_config(const json& config, Diagnostics& diagnostics, const s
     throw InputError(join_key(where, "model_type"),
                      "unsupported model type '" + type + "'; supported: " + supported);
   }
-  validate_with_hf_keys(shape, where, type == "gpt2");
+  validate_with_hf_keys(shape, shape_where, type == "gpt2");
   // Named as its repository is: _name_or_path when the config has one, else the directory of a
   // config.json, else the file (somedir/mistral.json is "mistral").
   const std::filesystem::path path(name);

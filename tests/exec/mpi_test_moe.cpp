@@ -14,10 +14,13 @@
 #include <cstdio>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "exec/comm/communicator.hpp"
+#include "exec/comm/process_groups.hpp"
 #include "exec/model/moe_layer.hpp"
+#include "sim/core/error.hpp"
 
 namespace zerolens::exec {
 namespace {
@@ -59,11 +62,14 @@ struct Trajectory {
 Trajectory train(int ep) {
   Communicator& comm = world();
   const int n = comm.size();
-  // DeepSpeed's groups: EP runs of ep consecutive ranks, the ranks holding the same experts ep
-  // apart.
-  const std::unique_ptr<Communicator> ep_group = comm.split(comm.rank() / ep, comm.rank());
-  const std::unique_ptr<Communicator> expert_data = comm.split(comm.rank() % ep, comm.rank());
-  ExpertParallelMoe layer(kShape, ep > 1 ? ep_group.get() : nullptr, 42);
+  // DeepSpeed's groups, as the engine's ProcessGroups split them: EP runs of ep consecutive
+  // ranks, the ranks holding the same experts ep apart. EP 1: every rank alone in its EP group
+  // (its exchange counter), the experts' gradients reduced over all.
+  const ProcessGroups groups(comm, {.data = n}, ep);
+  const std::unique_ptr<Communicator> alone = comm.split(comm.rank(), 0);
+  Communicator* const ep_group = ep > 1 ? groups.expert() : alone.get();
+  Communicator* const expert_data = ep > 1 ? groups.expert_data() : &comm;
+  ExpertParallelMoe layer(kShape, ep > 1 ? ep_group : nullptr, 42);
   const std::vector<float> x = rows_of(comm.rank(), 1), target = rows_of(comm.rank(), 2);
   const double global_tokens = double(kTokens) * n;
   Trajectory run;
@@ -147,6 +153,34 @@ TEST(ExpertParallel, EveryEpSizeFollowsDataParallelism) {
     }
   }
   if (compared == 0) GTEST_SKIP() << "one rank: no expert-parallel group to compare";
+}
+
+// The MoE groups ProcessGroups splits off the DP group are DeepSpeed's
+// (_create_expert_and_data_parallel, deepspeed/utils/groups.py: for ep_size 2 on 4 ranks
+// "expert_parallel_group = [0,1], [2,3]" and "expert_data_parallel_group = [0,2], [1,3]"): the
+// world ranks gathered over each group are rank / ep x ep + i (i < ep) and rank % ep + ep x i
+// (i < n / ep). An EP size that does not divide the DP ranks is refused naming --ep.
+TEST(ExpertParallel, ProcessGroupsSplitDeepSpeedsGroups) {
+  Communicator& comm = world();
+  const int n = comm.size(), r = comm.rank();
+  const auto members = [&](Communicator& group) {
+    const std::vector<float> mine{float(r)};
+    std::vector<float> all(std::size_t(group.size()));
+    group.all_gather(mine, all);
+    return std::vector<int>(all.begin(), all.end());
+  };
+  EXPECT_EQ(ProcessGroups(comm, {.data = n}, 1).expert(), nullptr);
+  for (const int ep : {2, 4}) {
+    if (n % ep != 0) continue;
+    SCOPED_TRACE("ep " + std::to_string(ep));
+    const ProcessGroups groups(comm, {.data = n}, ep);
+    std::vector<int> expert, expert_data;
+    for (int i = 0; i < ep; ++i) expert.push_back(r / ep * ep + i);
+    for (int i = 0; i < n / ep; ++i) expert_data.push_back(r % ep + ep * i);
+    EXPECT_EQ(members(*groups.expert()), expert);
+    EXPECT_EQ(members(*groups.expert_data()), expert_data);
+  }
+  EXPECT_THROW(ProcessGroups(comm, {.data = n}, n + 1), InputError);
 }
 
 // The all-to-all itself: block j of rank r's input arrives as block r of rank j's output, and the

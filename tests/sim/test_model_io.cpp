@@ -73,6 +73,61 @@ TEST(HfConfig, QwenGemmaPhiPublishedParameterCounts) {
   EXPECT_EQ(7'615'616'512, published[0].second);  // Qwen2-7B's safetensors total
 }
 
+// Gemma 3's multimodal config.json (google/gemma-3-4b-it, model_type "gemma3"): the text stack
+// under text_config, its missing keys Gemma3TextConfig's defaults (vocabulary 262,208, 8 heads,
+// 4 KV heads of 256, tied), is what is planned; the vision tower is left out, with its count in
+// the warning. Worked by hand (h 2560, q 8 x 256, k 4 x 256, f 10240, four norms a block and the
+// q/k norms of 256):
+//   block  2560 x (2048 + 2 x 1024) + 2048 x 2560 + 3 x 2560 x 10240 + 4 x 2560 + 2 x 256
+//          = 94,382,592;  text = 34 x block + 262,208 x 2560 + 2560 = 3,880,263,168
+//   SigLIP (h 1152, f 4304, 27 layers, 896 / 14 = 64 x 64 positions, 3 channels):
+//          conv 3 x 14 x 14 x 1152 + 1152 = 678,528; positions 4096 x 1152 = 4,718,592;
+//          layer 4 x 1152 + 4 x (1152^2 + 1152) + (4304 x 1152 + 4304) + (1152 x 4304 + 1152)
+//          = 15,239,504, x 27 = 411,466,608; final norm 2304: tower 416,866,032
+//   projector 1152 x 2560 + 1152 = 2,950,272
+// and text + tower + projector = 4,300,079,472, the checkpoint's published total (4.3B).
+TEST(HfConfig, Gemma3MultimodalPlansItsTextStack) {
+  Diagnostics notes;
+  const Model model = load_model(data("hf/gemma-3-4b-it.json"), notes);
+  const Elements block =
+      2560 * (2048 + 2 * 1024) + 2048 * 2560 + 3 * 2560 * 10240 + 4 * 2560 + 2 * 256;
+  EXPECT_EQ(block, 94'382'592);
+  EXPECT_EQ(model.parameter_count(), 34 * block + Elements(262'208) * 2560 + 2560);
+  EXPECT_EQ(model.parameter_count(), 3'880'263'168);
+  EXPECT_EQ(model.layers.back().shares_params_of, 0);  // tied, Gemma3TextConfig's default
+  const Elements tower = 678'528 + 4'718'592 + 27 * 15'239'504 + 2304, projector = 2'950'272;
+  EXPECT_EQ(model.parameter_count() + tower + projector, 4'300'079'472);
+  std::string left_out;
+  for (const std::string& warning : notes.warnings)
+    if (warning.find("vision_config") != std::string::npos) left_out = warning;
+  EXPECT_NE(left_out.find("left out"), std::string::npos) << left_out;
+  EXPECT_NE(left_out.find(std::to_string(tower + projector) + " parameters"), std::string::npos)
+      << left_out;
+
+  // The same stack as a text-only gemma3_text config (Gemma3ForCausalLM) gives the same model.
+  json text = read("hf/gemma-3-4b-it.json")["text_config"];
+  EXPECT_EQ(from_hf(text).parameter_count(), model.parameter_count());
+  // Errors name the nested key.
+  json bad = read("hf/gemma-3-4b-it.json");
+  bad["text_config"]["num_hidden_layers"] = 0;
+  EXPECT_THROW(
+      {
+        try {
+          from_hf(bad);
+        } catch (const InputError& error) {
+          EXPECT_EQ(error.where(), "config.json.text_config.num_hidden_layers");
+          throw;
+        }
+      },
+      InputError);
+  bad = read("hf/gemma-3-4b-it.json");
+  bad.erase("text_config");
+  EXPECT_THROW(from_hf(bad), InputError);
+  bad = read("hf/gemma-3-4b-it.json");
+  bad["vision_config"]["patch_size"] = 15;
+  EXPECT_THROW(from_hf(bad), InputError);
+}
+
 // What each family changes in a block: Qwen2 biases q, k and v but not o; Qwen3 norms each head's
 // queries and keys, which keeps their projections for backward; Gemma 2's extra norms keep the
 // attention and MLP outputs. Sliding windows and soft-capped logits are named as ignored.
