@@ -67,7 +67,9 @@ void print_measured(std::ostream& out, const exec::TrainingResult& result,
   const std::pair<const char*, const std::array<exec::CollectiveCount, kOpKindCount>*> groups[] = {
       {"dp", &result.collectives},
       {"tp", &result.tensor_parallel_collectives},
-      {"pp", &result.pipeline_collectives}};
+      {"pp", &result.pipeline_collectives},
+      {"node", &result.node_collectives},
+      {"cross-node", &result.cross_node_collectives}};
   for (const auto& [group, counts] : groups) {
     for (int k = 0; k < kOpKindCount; ++k) {
       const auto& count = (*counts)[std::size_t(k)];

@@ -26,17 +26,19 @@ void add_run_options(CLI::App& command, RunFlags& flags) {
   flags.plan.micro_batch = 4;
   add_plan_options(command, flags.plan);
   // What the executor does not run stays parsed, for the refusal that names it, but out of --help.
-  for (const char* name : {"--virtual-stages", "--shard-group", "--hpz", "--quantized-weights",
-                           "--quantized-gradients", "--framework", "--reshard-after-forward",
+  for (const char* name : {"--virtual-stages", "--shard-group", "--hpz", "--framework",
+                           "--reshard-after-forward",
                            "--reduce-dtype", "--cpu-checkpointing", "--dropout", "--ep",
                            "--capacity-factor", "--min-capacity", "--lora-rank", "--lora-targets",
                            "--quantize-base", "--lora-dropout", "--target-seq-len"})
     command.get_option(name)->group("");
   command.footer(
       "Flags of parallelism and frameworks the executor does not run (interleaved pipeline "
-      "stages, expert parallelism, ZeRO++, hybrid sharding, FSDP, CPU checkpointing, dropout, "
-      "LoRA) are refused by name and not listed here; `zerolens plan --help` lists every planning "
-      "flag. --tp, --sp and --pp run on --device cpu: mpirun -np (DP x TP x PP) ranks.");
+      "stages, expert parallelism, ZeRO++'s hpZ, hybrid sharding, FSDP, CPU checkpointing, "
+      "dropout, LoRA) are refused by name and not listed here; `zerolens plan --help` lists every "
+      "planning flag. --tp, --sp and --pp run on --device cpu: mpirun -np (DP x TP x PP) ranks; "
+      "so do ZeRO++'s --quantized-weights and --quantized-gradients (stage 3; "
+      "--gpus-per-node sets the nodes qgZ's hops see).");
   const char* group = "Training run";
   command.add_option("--steps", flags.training.steps, "Optimizer steps to run")
       ->capture_default_str()
@@ -117,13 +119,22 @@ Plan make_run_plan(const RunFlags& flags, const exec::Backend& backend, Diagnost
                      "the executor partitions over every data-parallel rank (hybrid "
                      "sharding is planned, not yet run: docs/parallelism.md)");
   }
-  if (request.config.zero.zeropp()) {
-    const ZeroConfig& z = request.config.zero;
-    throw InputError(z.hpz_partition_size > 1 ? "--hpz"
-                     : z.quantized_weights    ? "--quantized-weights"
-                                              : "--quantized-gradients",
-                     "the executor gathers and reduces in the training dtype over every "
-                     "data-parallel rank (ZeRO++ is planned, not yet run: docs/parallelism.md)");
+  const ZeroConfig& zero = request.config.zero;
+  if (zero.stage == 3 && zero.quantized_weights && zero.hpz_partition_size > 1) {
+    throw InputError("--quantized-weights",
+                     "qwZ together with hpZ (--hpz: quantized gathers of the secondary "
+                     "partition) is planned, not yet run; run either alone");
+  }
+  if (zero.hpz_partition_size > 1) {
+    throw InputError("--hpz",
+                     "the executor gathers over every data-parallel rank (hpZ's secondary "
+                     "partition is planned, not yet run: docs/parallelism.md)");
+  }
+  if (zero.stage == 3 && (zero.quantized_weights || zero.quantized_gradients) &&
+      flags.device != "cpu") {
+    throw InputError(zero.quantized_weights ? "--quantized-weights" : "--quantized-gradients",
+                     "ZeRO++'s quantized collectives run on --device cpu (the " + flags.device +
+                         " engine does not call the GPU quantization kernels yet)");
   }
   const bool tp = request.config.tensor_parallel.active(), pp = request.config.pipeline.active();
   if (pp && request.config.pipeline.virtual_stages > 1) {

@@ -55,6 +55,8 @@ struct Measurement {
   // The same over the tensor-parallel group and between pipeline stages (absent: not recorded).
   std::optional<std::array<TraceCollective, kOpKindCount>> tensor_parallel_collectives;
   std::optional<std::array<TraceCollective, kOpKindCount>> pipeline_collectives;
+  // ZeRO++ qgZ's hops among a node's ranks and across nodes (absent: not recorded).
+  std::optional<std::array<TraceCollective, kOpKindCount>> node_collectives, cross_node_collectives;
   TraceLinkBytes links;                                      // one step
   double step_seconds = 0;
 };

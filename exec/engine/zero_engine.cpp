@@ -59,9 +59,27 @@ void require_parallelism(const Plan& plan, const ProcessGroups& groups) {
   }
 }
 
+// ZeRO++'s quantized collectives quantize in host memory (kernels/quantize.hpp) over MPI.
+void require_zeropp_supported(const Plan& plan, const ProcessGroups& groups) {
+  const ScheduleContext& c = plan.schedule.context;
+  if (!c.quantized_weights && !c.quantized_gradients) return;
+  const char* flag = c.quantized_weights ? "--quantized-weights" : "--quantized-gradients";
+  if (groups.data().memory_space() != nullptr) {
+    throw InputError(flag,
+                     "ZeRO++'s quantized collectives run on --device cpu (the GPU kernels, "
+                     "kernels/cuda/quantize.hpp, are not wired into the CUDA engine yet)");
+  }
+  if (c.quantized_weights && c.hpz_group > 0) {
+    throw InputError("--quantized-weights",
+                     "qwZ together with hpZ (--hpz: quantized gathers of the secondary "
+                     "partition) is planned, not yet run");
+  }
+}
+
 void require_supported(const Plan& plan, const ProcessGroups& groups) {
   const TrainingConfig& config = plan.request.config;
   require_parallelism(plan, groups);
+  require_zeropp_supported(plan, groups);
   const LossScaleConfig& scaling = config.precision.loss_scale;
   if (config.precision.precision == Precision::Fp16 && scaling.static_loss_scale < 0) {
     throw InputError("fp16.loss_scale", "must be 0 (dynamic) or a positive static scale");
@@ -122,6 +140,14 @@ std::vector<float> ZeroEngine::full_parameters() {
 
 LinkBytes ZeroEngine::link_bytes() const {
   return state_->context.copied;
+}
+
+const Communicator* ZeroEngine::node_group() const {
+  return state_->grads.node_group();
+}
+
+const Communicator* ZeroEngine::cross_node_group() const {
+  return state_->grads.cross_node_group();
 }
 
 double ZeroEngine::loss_scale() const {
@@ -200,6 +226,8 @@ void ZeroEngine::State::run_op(const Op& op) {
       if (op.group == ProcessGroup::Pipeline) return grads.all_reduce_tied_embedding(op);
       require_data_group(op);
       return grads.reduce_bucket(op);
+    case OpKind::AllToAll:  // ZeRO++ qgZ's hops
+      return grads.quantized_hop(op);
     case OpKind::CopyH2D:
       return copy_to_device(op);
     case OpKind::CopyD2H:  // gradients, or ColossalAI's parameter shards

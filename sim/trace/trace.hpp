@@ -70,6 +70,9 @@ struct TraceSummary {
   // tied embedding's all-reduce), in measured traces of runs with those groups.
   std::optional<std::array<TraceCollective, kOpKindCount>> tensor_parallel_collectives;
   std::optional<std::array<TraceCollective, kOpKindCount>> pipeline_collectives;
+  // ZeRO++ qgZ's all-to-all hops among a node's ranks and across nodes (measured traces of runs
+  // with quantized gradients).
+  std::optional<std::array<TraceCollective, kOpKindCount>> node_collectives, cross_node_collectives;
   std::optional<TraceLinkBytes> link_bytes;                               // host-device and NVMe, one step
   // The simulator writes it in predicted traces: allocated, reserved, device used, initialisation.
   std::optional<GpuMemoryFigures> gpu_memory;

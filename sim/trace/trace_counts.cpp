@@ -145,6 +145,9 @@ void write_summary_counts(const TraceSummary& summary, json& object) {
     object["tensor_parallel_collectives"] = collectives_json(*summary.tensor_parallel_collectives);
   if (summary.pipeline_collectives)
     object["pipeline_collectives"] = collectives_json(*summary.pipeline_collectives);
+  if (summary.node_collectives) object["node_collectives"] = collectives_json(*summary.node_collectives);
+  if (summary.cross_node_collectives)
+    object["cross_node_collectives"] = collectives_json(*summary.cross_node_collectives);
   if (summary.link_bytes) object["link_bytes"] = link_bytes_json(*summary.link_bytes);
   if (summary.gpu_memory) object["gpu_memory"] = gpu_memory_json(*summary.gpu_memory);
 }
@@ -162,6 +165,10 @@ void read_summary_counts(const json& object, TraceSummary& summary) {
   }
   if (const json* pp = member(object, "pipeline_collectives"))
     summary.pipeline_collectives = read_collectives(*pp, "summary.pipeline_collectives", true);
+  if (const json* node = member(object, "node_collectives"))
+    summary.node_collectives = read_collectives(*node, "summary.node_collectives");
+  if (const json* cross = member(object, "cross_node_collectives"))
+    summary.cross_node_collectives = read_collectives(*cross, "summary.cross_node_collectives");
   if (const json* links = member(object, "link_bytes")) {
     summary.link_bytes = read_link_bytes(*links, "summary.link_bytes");
   }

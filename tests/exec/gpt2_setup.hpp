@@ -22,19 +22,24 @@ struct Gpt2Setup {
   int tensor_parallel = 1;  // ranks of a TP group (the data-parallel ranks are the rest)
   bool sequence_parallel = false;
   int pipeline_stages = 1;
+  bool quantized_weights = false, quantized_gradients = false;  // ZeRO++ qwZ, qgZ (stage 3)
+  int gpus_per_node = 8;  // the cluster's: qgZ's nodes
   // SGD with momentum updates in proportion to the gradients (Adam's updates of a near-zero
   // gradient are its sign): the parameter parity tests use it.
   OptimizerType optimizer = OptimizerType::AdamW;
 };
 
 inline std::string name_of(const Gpt2Setup& s) {
+  std::string zeropp = s.quantized_weights ? " qwZ" : "";
+  if (s.quantized_gradients) zeropp += " qgZ";
+  if (s.gpus_per_node != 8) zeropp.append(" ").append(std::to_string(s.gpus_per_node)).append(" per node");
   return "stage " + std::to_string(s.stage) + " " + to_string(s.precision) +
          (s.checkpointing ? " ckpt" : "") + (s.offload_optimizer ? " offload optimizer" : "") +
          (s.offload_param ? " offload params" : "") + (s.nvme ? " to nvme" : "") +
          (s.pipelined ? " pipelined" : "") +
          (s.tensor_parallel > 1 ? " tp " + std::to_string(s.tensor_parallel) : "") +
          (s.sequence_parallel ? " sp" : "") +
-         (s.pipeline_stages > 1 ? " pp " + std::to_string(s.pipeline_stages) : "");
+         (s.pipeline_stages > 1 ? " pp " + std::to_string(s.pipeline_stages) : "") + zeropp;
 }
 
 inline Model tiny_gpt2() {
@@ -82,7 +87,9 @@ inline Plan gpt2_plan(const Gpt2Setup& s, int ranks) {
   c.tensor_parallel = {.size = s.tensor_parallel, .sequence_parallel = s.sequence_parallel};
   c.pipeline.size = s.pipeline_stages;
   request.dp_size = ranks / (s.tensor_parallel * s.pipeline_stages);
-  request.cluster = with_ranks(cluster_from_preset("dgx-a100-80gb"), ranks, 8);
+  c.zero.quantized_weights = s.quantized_weights;
+  c.zero.quantized_gradients = s.quantized_gradients;
+  request.cluster = with_ranks(cluster_from_preset("dgx-a100-80gb"), ranks, s.gpus_per_node);
   request.options.cuda_context_bytes = 0;
   request.options.library_workspace_bytes = 0;
   request.options.allocator = AllocatorSpec{.kind = AllocatorKind::Flat};
