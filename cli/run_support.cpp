@@ -26,11 +26,11 @@ void add_run_options(CLI::App& command, RunFlags& flags) {
   flags.plan.micro_batch = 4;
   add_plan_options(command, flags.plan);
   // What the executor does not run stays parsed, for the refusal that names it, but out of --help.
-  for (const char* name : {"--virtual-stages", "--shard-group", "--hpz", "--framework",
-                           "--reshard-after-forward",
-                           "--reduce-dtype", "--cpu-checkpointing", "--dropout", "--ep",
-                           "--capacity-factor", "--min-capacity", "--lora-rank", "--lora-targets",
-                           "--quantize-base", "--lora-dropout", "--target-seq-len"})
+  for (const char* name :
+       {"--virtual-stages", "--shard-group", "--hpz", "--framework", "--reshard-after-forward",
+        "--reduce-dtype", "--cpu-checkpointing", "--dropout", "--ep", "--capacity-factor",
+        "--min-capacity", "--lora-rank", "--lora-targets", "--quantize-base", "--lora-dropout",
+        "--target-seq-len"})
     command.get_option(name)->group("");
   command.footer(
       "Flags of parallelism and frameworks the executor does not run (interleaved pipeline "

@@ -45,7 +45,8 @@ void store_code(std::uint8_t* codes, std::size_t i, int code, int bits) {
   }
   const auto nibble = std::uint8_t(code & 0x0F);
   std::uint8_t& byte = codes[i / 2];
-  byte = (i % 2 == 0) ? std::uint8_t((byte & 0xF0) | nibble) : std::uint8_t((byte & 0x0F) | (nibble << 4));
+  byte = (i % 2 == 0) ? std::uint8_t((byte & 0xF0) | nibble)
+                      : std::uint8_t((byte & 0x0F) | (nibble << 4));
 }
 
 template <bool Add>

@@ -22,7 +22,9 @@
 
 namespace zerolens::kernels {
 
-inline constexpr int quantized_max(int bits) { return (1 << (bits - 1)) - 1; }
+inline constexpr int quantized_max(int bits) {
+  return (1 << (bits - 1)) - 1;
+}
 
 // Bytes of `count` codes: one each for int8, half a byte each (rounded up) for int4.
 std::size_t quantized_code_bytes(std::size_t count, int bits);

@@ -233,9 +233,9 @@ Numbers GradientReducer::reduce_flat(const Op& op, Numbers bucket, Elements firs
 // partition, or, with the optimizer on the host, held until the schedule's CopyD2H moves them.
 void GradientReducer::keep_reduced(Numbers reduced, std::vector<OwnedRun> runs) {
   if (ctx_.host_optimizer()) {
-    Reduced part{{ctx_.ledger, Device::Gpu, Component::ReduceBucket, ctx_.grad_format,
-                  reduced.size()},
-                 std::move(runs)};
+    Reduced part{
+        {ctx_.ledger, Device::Gpu, Component::ReduceBucket, ctx_.grad_format, reduced.size()},
+        std::move(runs)};
     part.values.view().copy_from(reduced);
     reduced_.push_back(std::move(part));
     return;

@@ -162,8 +162,8 @@ void ParameterStore::gather_layer_quantized(std::size_t owner) {
   }
   h2d_staging_.reset();
   ctx_.comm.all_gather_bytes(bytes.subspan(mine, message), bytes);
-  NumberBuffer dequantized(ctx_.ledger, Device::Gpu, Component::GatheredParams,
-                           NumberFormat::Fp16, dp * sent);
+  NumberBuffer dequantized(ctx_.ledger, Device::Gpu, Component::GatheredParams, NumberFormat::Fp16,
+                           dp * sent);
   {
     ScratchFloats values(ctx_.ledger, Device::Gpu, sent);
     for (std::size_t r = 0; r < dp; ++r) {

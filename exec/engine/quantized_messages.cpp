@@ -33,8 +33,9 @@ std::size_t QuantizedLayout::code_bytes() const {
 QuantizedLayout quantized_layout(std::size_t elements, std::int64_t groups, int bits) {
   if (groups < 1) throw std::logic_error("a quantized message needs at least one group");
   const auto count = std::size_t(groups);
-  const QuantizedLayout layout{
-      .elements = elements, .block = std::max<std::size_t>(1, (elements + count - 1) / count), .bits = bits};
+  const QuantizedLayout layout{.elements = elements,
+                               .block = std::max<std::size_t>(1, (elements + count - 1) / count),
+                               .bits = bits};
   if (layout.blocks() != count) {
     throw std::logic_error(std::to_string(elements) + " elements do not split into " +
                            std::to_string(groups) + " quantization groups");

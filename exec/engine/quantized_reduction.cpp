@@ -50,8 +50,10 @@ void GradientReducer::split_quantized_groups() {
     const std::size_t layer = std::size_t(ctx_.layout.tensor_layer[t]);
     throw InputError("--quantized-gradients",
                      "a gradient of " + ctx_.model.layers[layer].name + " is quantized in " +
-                         std::to_string(q.node_groups) + " groups (max(rows, cols, ranks)), "
-                         "which do not split over the " + std::to_string(ctx_.dp) +
+                         std::to_string(q.node_groups) +
+                         " groups (max(rows, cols, ranks)), "
+                         "which do not split over the " +
+                         std::to_string(ctx_.dp) +
                          " data-parallel ranks' partitions (DeepSpeed's swizzled quantization "
                          "assumes they do)");
   }
@@ -91,7 +93,8 @@ void GradientReducer::node_hop(std::span<const std::int32_t> tensors) {
     if (Elements(partition) != ctx_.layout.tensor_partition[std::size_t(t)])
       throw std::logic_error("qgZ: a quantized gradient's partition is padded");
     // Each destination's block: its N partitions, G / D groups.
-    const QuantizedLayout layout = quantized_layout(block, q.node_groups / ranks_per_node_, kGradientBits);
+    const QuantizedLayout layout =
+        quantized_layout(block, q.node_groups / ranks_per_node_, kGradientBits);
     if (Bytes(layout.bytes() * local) != q.node_hop)
       throw std::logic_error("qgZ node hop: message differs from the schedule's");
     PlacedBytes send(ctx_.ledger, Device::Gpu, Component::ReduceBucket, q.node_hop);
@@ -102,7 +105,8 @@ void GradientReducer::node_hop(std::span<const std::int32_t> tensors) {
       for (std::size_t k = 0; k < nodes; ++k)
         grad.sub((k * local + l) * partition, partition)
             .read(values.span().subspan(k * partition, partition));
-      quantize_into(values.span(), layout, bytes_of(send).subspan(l * layout.bytes(), layout.bytes()));
+      quantize_into(values.span(), layout,
+                    bytes_of(send).subspan(l * layout.bytes(), layout.bytes()));
     }
     node_->all_to_all_bytes(bytes_of(send), bytes_of(receive));
     grads_[std::size_t(t)].reset();

@@ -22,28 +22,33 @@ void check_arguments(std::size_t block, int bits) {
   if (block == 0) throw std::invalid_argument("quantization blocks of 0 elements");
 }
 
-__device__ inline int code_limit(int bits) { return (1 << (bits - 1)) - 1; }
+__device__ inline int code_limit(int bits) {
+  return (1 << (bits - 1)) - 1;
+}
 
 __device__ inline bool non_finite(float value) {
   return (__float_as_uint(value) & 0x7F800000u) == 0x7F800000u;
 }
 
 // max|x| / q_max of each block, NaN for a block holding a non-finite value.
-__global__ void scales_kernel(float* scales, const float* in, std::size_t count,
-                              std::size_t block, std::size_t blocks, int bits) {
+__global__ void scales_kernel(float* scales, const float* in, std::size_t count, std::size_t block,
+                              std::size_t blocks, int bits) {
   __shared__ float scratch[32];
   for (std::size_t b = blockIdx.x; b < blocks; b += gridDim.x) {
     const std::size_t first = b * block;
     const std::size_t last = first + block < count ? first + block : count;
     float largest = 0.0f, bad = 0.0f;
     for (std::size_t i = first + threadIdx.x; i < last; i += blockDim.x) {
-      if (non_finite(in[i])) bad = 1.0f;
-      else largest = fmaxf(largest, fabsf(in[i]));
+      if (non_finite(in[i]))
+        bad = 1.0f;
+      else
+        largest = fmaxf(largest, fabsf(in[i]));
     }
     largest = device::block_max(largest, scratch);
     bad = device::block_max(bad, scratch);
     if (threadIdx.x == 0)
-      scales[b] = bad > 0.0f ? __int_as_float(0x7FC00000) : __fdiv_rn(largest, float(code_limit(bits)));
+      scales[b] =
+          bad > 0.0f ? __int_as_float(0x7FC00000) : __fdiv_rn(largest, float(code_limit(bits)));
   }
 }
 

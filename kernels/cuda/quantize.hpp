@@ -8,8 +8,9 @@
 
 namespace zerolens::kernels::cuda {
 
-// Device pointers; sizes as kernels/quantize.hpp states (quantized_code_bytes, quantization_blocks).
-// `bits` 8 or 4 and `block` > 0 (std::invalid_argument otherwise). Asynchronous on `stream`.
+// Device pointers; sizes as kernels/quantize.hpp states (quantized_code_bytes,
+// quantization_blocks). `bits` 8 or 4 and `block` > 0 (std::invalid_argument otherwise).
+// Asynchronous on `stream`.
 void quantize_blocks(std::uint8_t* codes, float* scales, const float* in, std::size_t count,
                      std::size_t block, int bits, cudaStream_t stream);
 void dequantize_blocks(float* out, const std::uint8_t* codes, const float* scales,

@@ -145,7 +145,8 @@ void write_summary_counts(const TraceSummary& summary, json& object) {
     object["tensor_parallel_collectives"] = collectives_json(*summary.tensor_parallel_collectives);
   if (summary.pipeline_collectives)
     object["pipeline_collectives"] = collectives_json(*summary.pipeline_collectives);
-  if (summary.node_collectives) object["node_collectives"] = collectives_json(*summary.node_collectives);
+  if (summary.node_collectives)
+    object["node_collectives"] = collectives_json(*summary.node_collectives);
   if (summary.cross_node_collectives)
     object["cross_node_collectives"] = collectives_json(*summary.cross_node_collectives);
   if (summary.link_bytes) object["link_bytes"] = link_bytes_json(*summary.link_bytes);

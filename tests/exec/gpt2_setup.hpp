@@ -23,7 +23,7 @@ struct Gpt2Setup {
   bool sequence_parallel = false;
   int pipeline_stages = 1;
   bool quantized_weights = false, quantized_gradients = false;  // ZeRO++ qwZ, qgZ (stage 3)
-  int gpus_per_node = 8;  // the cluster's: qgZ's nodes
+  int gpus_per_node = 8;                                        // the cluster's: qgZ's nodes
   // SGD with momentum updates in proportion to the gradients (Adam's updates of a near-zero
   // gradient are its sign): the parameter parity tests use it.
   OptimizerType optimizer = OptimizerType::AdamW;
@@ -32,7 +32,8 @@ struct Gpt2Setup {
 inline std::string name_of(const Gpt2Setup& s) {
   std::string zeropp = s.quantized_weights ? " qwZ" : "";
   if (s.quantized_gradients) zeropp += " qgZ";
-  if (s.gpus_per_node != 8) zeropp.append(" ").append(std::to_string(s.gpus_per_node)).append(" per node");
+  if (s.gpus_per_node != 8)
+    zeropp.append(" ").append(std::to_string(s.gpus_per_node)).append(" per node");
   return "stage " + std::to_string(s.stage) + " " + to_string(s.precision) +
          (s.checkpointing ? " ckpt" : "") + (s.offload_optimizer ? " offload optimizer" : "") +
          (s.offload_param ? " offload params" : "") + (s.nvme ? " to nvme" : "") +

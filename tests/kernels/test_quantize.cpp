@@ -45,7 +45,8 @@ void expect_within_half_a_step(const std::vector<float>& in, std::size_t block, 
   for (std::size_t b = 0; b < q.scales.size(); ++b) {
     const std::size_t first = b * block, last = std::min(in.size(), first + block);
     double largest = 0;
-    for (std::size_t i = first; i < last; ++i) largest = std::max(largest, std::fabs(double(in[i])));
+    for (std::size_t i = first; i < last; ++i)
+      largest = std::max(largest, std::fabs(double(in[i])));
     const double reference_scale = largest / limit;  // float64
     ASSERT_NEAR(q.scales[b], reference_scale, reference_scale * 0x1p-24) << "block " << b;
     const double bound = double(q.scales[b]) / 2 + 2.0001 * largest * 0x1p-24;
@@ -68,7 +69,8 @@ void expect_within_half_a_step(const std::vector<float>& in, std::size_t block, 
 TEST(Quantize, RoundTripIsWithinHalfAStepOfEveryElement) {
   std::mt19937 rng(20);
   for (const int bits : {8, 4}) {
-    for (const std::size_t block : {std::size_t(1), std::size_t(7), std::size_t(64), std::size_t(8000)}) {
+    for (const std::size_t block :
+         {std::size_t(1), std::size_t(7), std::size_t(64), std::size_t(8000)}) {
       expect_within_half_a_step(random_floats(20000, rng), block, bits);
       expect_within_half_a_step(random_floats(4099, rng, -3e-3f, 1e-3f), block, bits);
       expect_within_half_a_step(random_floats(4101, rng, -5e4f, 7e4f), block, bits);
@@ -148,8 +150,10 @@ TEST(Quantize, DequantizeAddSumsOntoTheOutput) {
 TEST(Quantize, RefusesOtherWidthsAndEmptyBlocks) {
   std::vector<float> in(4, 1.0f), scales(4), out(4);
   std::vector<std::uint8_t> codes(4);
-  EXPECT_THROW(quantize_blocks(codes.data(), scales.data(), in.data(), 4, 2, 5), std::invalid_argument);
-  EXPECT_THROW(quantize_blocks(codes.data(), scales.data(), in.data(), 4, 0, 8), std::invalid_argument);
+  EXPECT_THROW(quantize_blocks(codes.data(), scales.data(), in.data(), 4, 2, 5),
+               std::invalid_argument);
+  EXPECT_THROW(quantize_blocks(codes.data(), scales.data(), in.data(), 4, 0, 8),
+               std::invalid_argument);
   EXPECT_THROW(dequantize_blocks(out.data(), codes.data(), scales.data(), 4, 2, 16),
                std::invalid_argument);
   EXPECT_EQ(quantized_code_bytes(5, 4), 3u);

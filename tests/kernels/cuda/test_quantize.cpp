@@ -24,7 +24,8 @@ using CudaQuantize = CudaTest;
 
 std::vector<float> test_values(std::size_t count, std::mt19937& rng) {
   std::vector<float> values = random_floats(count, rng, -2.0f, 3.0f);
-  for (std::size_t i = 0; i < std::min<std::size_t>(count, 40); ++i) values[i] = 0.0f;  // zero blocks
+  for (std::size_t i = 0; i < std::min<std::size_t>(count, 40); ++i)
+    values[i] = 0.0f;  // zero blocks
   if (count > 300) {
     values[200] = std::numeric_limits<float>::infinity();
     values[290] = std::numeric_limits<float>::quiet_NaN();
@@ -48,7 +49,8 @@ void expect_same_as_cpu(const std::vector<float>& in, std::size_t block, int bit
   dequantize_blocks(device_values.data(), device_codes.data(), device_scales.data(), in.size(),
                     block, bits, nullptr);
   EXPECT_EQ(device_codes.download(), codes) << bits << " bits, blocks of " << block;
-  const std::vector<float> gpu_scales = device_scales.download(), gpu_values = device_values.download();
+  const std::vector<float> gpu_scales = device_scales.download(),
+                           gpu_values = device_values.download();
   for (std::size_t b = 0; b < blocks; ++b)
     ASSERT_EQ(std::bit_cast<std::uint32_t>(gpu_scales[b]), std::bit_cast<std::uint32_t>(scales[b]))
         << "block " << b;
@@ -60,7 +62,8 @@ void expect_same_as_cpu(const std::vector<float>& in, std::size_t block, int bit
 TEST_F(CudaQuantize, CodesScalesAndValuesMatchTheCpuBitForBit) {
   std::mt19937 rng(7);
   for (const int bits : {8, 4}) {
-    for (const std::size_t block : {std::size_t(1), std::size_t(7), std::size_t(64), std::size_t(8000)}) {
+    for (const std::size_t block :
+         {std::size_t(1), std::size_t(7), std::size_t(64), std::size_t(8000)}) {
       expect_same_as_cpu(test_values(20001, rng), block, bits);
       expect_same_as_cpu(test_values(33, rng), block, bits);
     }
