@@ -142,12 +142,16 @@ void expect_follows_zero3(const std::vector<Gpt2Setup>& variants) {
   }
 }
 
+// The last variant offloads the optimizer and the parameters to the host: qwZ quantizes the
+// partitions its CopyH2D staged, qgZ's reduced parts go to the host by the bucket's CopyD2H.
 TEST(ZeroPlusPlus, QuantizedCollectivesFollowZero3OnFourRanks) {
   if (world().size() != 4) GTEST_SKIP() << "the 4-rank variants need 4 ranks";
   using P = Precision;
+  Gpt2Setup offloaded = zeropp(true, true, 2, P::Bf16);
+  offloaded.offload_optimizer = offloaded.offload_param = true;
   expect_follows_zero3({zeropp(true, false, 8, P::Fp32), zeropp(true, false, 8, P::Bf16),
                         zeropp(false, true, 2, P::Fp32), zeropp(false, true, 8, P::Bf16),
-                        zeropp(true, true, 2, P::Bf16)});
+                        zeropp(true, true, 2, P::Bf16), offloaded});
 }
 
 // 2 nodes of 4: both hops with 4-rank node groups.
