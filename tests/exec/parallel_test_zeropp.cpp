@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "parallel_support.hpp"
+#include "sim/schedule/zeropp.hpp"
 
 namespace zerolens::exec {
 namespace {
@@ -152,6 +153,31 @@ TEST(ZeroPlusPlus, QuantizedCollectivesFollowZero3OnFourRanks) {
   expect_follows_zero3({zeropp(true, false, 8, P::Fp32), zeropp(true, false, 8, P::Bf16),
                         zeropp(false, true, 2, P::Fp32), zeropp(false, true, 8, P::Bf16),
                         zeropp(true, true, 2, P::Bf16), offloaded});
+}
+
+// fp16: an infinity in one rank's quantized gradient makes its int4 block's scale NaN
+// (kernels/quantize.hpp), so the reduced partitions hold NaN and every rank skips that step, as
+// with plain ZeRO-3; the steps around it update.
+TEST(ZeroPlusPlus, AnInfinityInAQuantizedGradientSkipsTheStep) {
+  if (world().size() != 4) GTEST_SKIP() << "2 nodes of 2 need 4 ranks";
+  const Gpt2Setup setup = zeropp(false, true, 2, Precision::Fp16);
+  const Plan plan = gpt2_plan(setup, 4);
+  std::int32_t tensor = 0;  // the first gradient qgZ quantizes
+  const auto specs = tensors_of(plan.rank_model);
+  while (!qgz_tensor(specs[std::size_t(tensor)]->shape, 4, 2).quantized) ++tensor;
+  const auto groups =
+      std::make_shared<const ProcessGroups>(world(), plan.schedule.context.parallel_shape());
+  MemoryLedger ledger;
+  Gpt2Model model(plan.rank_model,
+                  {.micro_batch = setup.micro_batch,
+                   .seq_len = setup.seq_len,
+                   .activation_element_bytes = plan.request.config.precision.param_bytes()},
+                  ledger);
+  ZeroEngine engine(plan, groups, model, ledger,
+                    {.inject_inf = {{.step = 1, .rank = 3, .tensor = tensor, .element = 5}}});
+  std::vector<bool> skipped;
+  for (int step = 0; step < 3; ++step) skipped.push_back(engine.step(step).skipped);
+  EXPECT_EQ(skipped, (std::vector<bool>{false, true, false})) << specs[std::size_t(tensor)]->name;
 }
 
 // 2 nodes of 4: both hops with 4-rank node groups.
