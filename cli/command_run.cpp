@@ -69,7 +69,9 @@ void print_measured(std::ostream& out, const exec::TrainingResult& result,
       {"tp", &result.tensor_parallel_collectives},
       {"pp", &result.pipeline_collectives},
       {"replicate", &result.replicate_collectives},
-      {"hpz", &result.hpz_collectives}};
+      {"hpz", &result.hpz_collectives},
+      {"node", &result.node_collectives},
+      {"cross-node", &result.cross_node_collectives}};
   for (const auto& [group, counts] : groups) {
     for (int k = 0; k < kOpKindCount; ++k) {
       const auto& count = (*counts)[std::size_t(k)];

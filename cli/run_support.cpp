@@ -27,17 +27,17 @@ void add_run_options(CLI::App& command, RunFlags& flags) {
   add_plan_options(command, flags.plan);
   // What the executor does not run stays parsed, for the refusal that names it, but out of --help.
   for (const char* name :
-       {"--virtual-stages", "--quantized-weights", "--quantized-gradients", "--framework",
-        "--reshard-after-forward", "--reduce-dtype", "--cpu-checkpointing", "--dropout", "--ep",
-        "--capacity-factor", "--min-capacity", "--lora-rank", "--lora-targets", "--quantize-base",
-        "--lora-dropout", "--target-seq-len"})
+       {"--virtual-stages", "--framework", "--reshard-after-forward", "--reduce-dtype",
+        "--cpu-checkpointing", "--dropout", "--ep", "--capacity-factor", "--min-capacity",
+        "--lora-rank", "--lora-targets", "--quantize-base", "--lora-dropout", "--target-seq-len"})
     command.get_option(name)->group("");
   command.footer(
       "Flags of parallelism and frameworks the executor does not run (interleaved pipeline "
-      "stages, expert parallelism, ZeRO++'s quantized collectives, FSDP, CPU checkpointing, "
-      "dropout, LoRA) are refused by name and not listed here; `zerolens plan --help` lists every "
-      "planning flag. --tp, --sp and --pp run on --device cpu: mpirun -np (DP x TP x PP) ranks; "
-      "--shard-group and --hpz (stage 3) on --device cpu over data parallelism alone.");
+      "stages, expert parallelism, FSDP, CPU checkpointing, dropout, LoRA) are refused by name and "
+      "not listed here; `zerolens plan --help` lists every planning flag. --tp, --sp and --pp run "
+      "on --device cpu: mpirun -np (DP x TP x PP) ranks; so do, at stage 3 over data parallelism "
+      "alone, --shard-group, --hpz and ZeRO++'s --quantized-weights and --quantized-gradients "
+      "(--gpus-per-node sets the nodes qgZ's hops see).");
   const char* group = "Training run";
   command.add_option("--steps", flags.training.steps, "Optimizer steps to run")
       ->capture_default_str()
@@ -115,16 +115,17 @@ Plan plan_for_run(const RunFlags& flags, const exec::Backend& backend, Diagnosti
                                         "; plan FSDP with `zerolens plan --framework`");
   }
   const ZeroConfig& z = request.config.zero;
-  if (z.quantized_weights || z.quantized_gradients) {
-    throw InputError(z.quantized_weights ? "--quantized-weights" : "--quantized-gradients",
-                     "the executor gathers and reduces in the training dtype (ZeRO++'s quantized "
-                     "collectives are planned, not yet run: docs/parallelism.md)");
-  }
   const bool hybrid = z.shard_group_size > 0 && z.shard_group_size < request.dp_size;
+  const bool quantized = z.stage == 3 && (z.quantized_weights || z.quantized_gradients);
   if ((hybrid || z.hpz_partition_size > 1) && flags.device != "cpu") {
     throw InputError(hybrid ? "--shard-group" : "--hpz",
                      "hybrid sharding and hpZ run on --device cpu (their groups are split off "
                      "MPI's communicator)");
+  }
+  if (quantized && flags.device != "cpu") {
+    throw InputError(z.quantized_weights ? "--quantized-weights" : "--quantized-gradients",
+                     "ZeRO++'s quantized collectives run on --device cpu (the " + flags.device +
+                         " engine does not call the GPU quantization kernels yet)");
   }
   const bool tp = request.config.tensor_parallel.active(), pp = request.config.pipeline.active();
   if (pp && request.config.pipeline.virtual_stages > 1) {

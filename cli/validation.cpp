@@ -67,7 +67,8 @@ void memory_checks(const MemoryTimeline& predicted, const Measurement& measured,
 }
 
 // One group's collectives: bytes per kind held, calls shown. `prefix` names the group ("" for
-// the data-parallel group, as traces before other groups named it; "tp ", "pp ").
+// the data-parallel group, as traces before other groups named it; "tp ", "pp ", "node ",
+// "cross-node ").
 void group_checks(const std::string& prefix,
                   const std::array<CollectiveTotals, kOpKindCount>& predicted,
                   const std::array<TraceCollective, kOpKindCount>& measured,
@@ -102,10 +103,13 @@ void collective_checks(const Plan& plan, const Measurement& measured, const Tole
       groups[] = {{&plan.comm.tensor_parallel, &measured.tensor_parallel_collectives},
                   {&plan.comm.pipeline, &measured.pipeline_collectives},
                   {&plan.comm.replicate, &measured.replicate_collectives},
-                  {&plan.comm.secondary, &measured.hpz_collectives}};
-  const char* prefixes[] = {"tp ", "pp ", "replicate ", "hpz "};
+                  {&plan.comm.secondary, &measured.hpz_collectives},
+                  {&plan.comm.node_local, &measured.node_collectives},
+                  {&plan.comm.cross_node, &measured.cross_node_collectives}};
+  const char* prefixes[] = {"tp ", "pp ", "replicate ", "hpz ", "node ", "cross-node "};
   const char* keys[] = {"summary.tensor_parallel_collectives", "summary.pipeline_collectives",
-                        "summary.replicate_collectives", "summary.hpz_collectives"};
+                        "summary.replicate_collectives",       "summary.hpz_collectives",
+                        "summary.node_collectives",            "summary.cross_node_collectives"};
   for (std::size_t g = 0; g < std::size(groups); ++g) {
     const auto& [predicted, counted] = groups[g];
     if (!counted->has_value()) {
@@ -186,6 +190,8 @@ Measurement measurement_of(const Trace& measured) {
           .pipeline_collectives = s.pipeline_collectives,
           .replicate_collectives = s.replicate_collectives,
           .hpz_collectives = s.hpz_collectives,
+          .node_collectives = s.node_collectives,
+          .cross_node_collectives = s.cross_node_collectives,
           .links = recorded(s.link_bytes, "summary.link_bytes"),
           .step_seconds = s.step_time};
 }

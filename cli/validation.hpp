@@ -58,6 +58,8 @@ struct Measurement {
   // Hybrid sharding's replicate group and hpZ's secondary group (absent: not recorded).
   std::optional<std::array<TraceCollective, kOpKindCount>> replicate_collectives;
   std::optional<std::array<TraceCollective, kOpKindCount>> hpz_collectives;
+  // ZeRO++ qgZ's hops among a node's ranks and across nodes (absent: not recorded).
+  std::optional<std::array<TraceCollective, kOpKindCount>> node_collectives, cross_node_collectives;
   TraceLinkBytes links;                                      // one step
   double step_seconds = 0;
 };

@@ -9,13 +9,19 @@ namespace {
 
 [[noreturn]] void missing(const char* what) {
   throw std::logic_error(std::string("this communicator has no ") + what +
-                         " (tensor and pipeline parallelism run on MPI's)");
+                         " (tensor and pipeline parallelism and ZeRO++ run on MPI's)");
 }
 
 }  // namespace
 
 void Communicator::all_reduce_max(std::span<float>) {
   missing("element-wise maximum");
+}
+void Communicator::all_gather_bytes(std::span<const std::byte>, std::span<std::byte>) {
+  missing("byte all-gather");
+}
+void Communicator::all_to_all_bytes(std::span<const std::byte>, std::span<std::byte>) {
+  missing("byte all-to-all");
 }
 void Communicator::send(std::span<const float>, int, int) {
   missing("send");

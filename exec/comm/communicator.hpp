@@ -4,6 +4,7 @@
 // call is counted (calls, message bytes as nccl-tests counts them) so measured traffic can be
 // compared with the schedule's figures.
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -60,6 +61,13 @@ class Communicator {
   virtual void all_to_all(std::span<const float> /*input*/, std::span<float> /*output*/) {
     throw std::logic_error("this communicator has no all-to-all");
   }
+  // Raw bytes, for ZeRO++'s quantized collectives (int8 or int4 codes with their fp32 scales):
+  // all_gather_bytes concatenates every rank's `input` in rank order into `output` (in place when
+  // `input` is this rank's block of it), counted as all_gather, the message the output;
+  // all_to_all_bytes sends block j of `input` to rank j as MPI_Alltoall does, counted as
+  // all_to_all, the message the whole buffer. Defaults: std::logic_error.
+  virtual void all_gather_bytes(std::span<const std::byte> input, std::span<std::byte> output);
+  virtual void all_to_all_bytes(std::span<const std::byte> input, std::span<std::byte> output);
   // Element-wise maximum over ranks of fp32 values, in place (the vocab-parallel loss's row
   // maxima), counted as an all-reduce. Default: std::logic_error (a communicator without it).
   virtual void all_reduce_max(std::span<float> buffer);

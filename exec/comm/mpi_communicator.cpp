@@ -208,6 +208,24 @@ class MpiCommunicator final : public Communicator {
     record(OpKind::AllToAll, float_bytes(input.size()));
   }
 
+  void all_gather_bytes(std::span<const std::byte> input, std::span<std::byte> output) override {
+    require_blocks(output.size(), input.size(), "all_gather_bytes");
+    collective(MPI_Iallgather(send_buffer(input, output), mpi_count(input.size()), MPI_BYTE,
+                              output.data(), mpi_count(input.size()), MPI_BYTE, comm_, &request_),
+               "MPI_Iallgather", Bytes(output.size()));
+    record(OpKind::AllGather, Bytes(output.size()));
+  }
+
+  void all_to_all_bytes(std::span<const std::byte> input, std::span<std::byte> output) override {
+    if (input.size() != output.size() || input.size() % std::size_t(size_) != 0)
+      throw std::invalid_argument("all_to_all_bytes: input and output of ranks x the block");
+    const int block = mpi_count(input.size() / std::size_t(size_));
+    collective(MPI_Ialltoall(input.data(), block, MPI_BYTE, output.data(), block, MPI_BYTE, comm_,
+                             &request_),
+               "MPI_Ialltoall", Bytes(input.size()));
+    record(OpKind::AllToAll, Bytes(input.size()));
+  }
+
   bool all_reduce_flag(bool flag, OpKind counted_as) override {
     std::uint8_t value = flag ? 1 : 0, result = 0;
     collective(MPI_Iallreduce(&value, &result, 1, MPI_UINT8_T, MPI_MAX, comm_, &request_),

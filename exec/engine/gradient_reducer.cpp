@@ -13,7 +13,9 @@ void LayerGrads::commit() {
 }
 
 GradientReducer::GradientReducer(EngineContext& context)
-    : ctx_(context), grads_(context.layout.tensor_numel.size()) {}
+    : ctx_(context), grads_(context.layout.tensor_numel.size()) {
+  if (ctx_.schedule.context.quantized_gradients) split_quantized_groups();
+}
 
 void GradientReducer::allocate_resident() {
   const auto owned_elements = std::size_t(ctx_.layout.owned);
@@ -87,7 +89,8 @@ Numbers GradientReducer::staging(std::size_t elements, NumberBuffer& transient) 
 // Allocated by an op other than a reduction (the first backward of stages 1-2, initialisation in
 // stage 3), freed after the update.
 void GradientReducer::follow_reduce_buffer(const Op& op, bool allocations) {
-  if (op.kind == OpKind::AllReduce || op.kind == OpKind::ReduceScatter)
+  if (op.kind == OpKind::AllReduce || op.kind == OpKind::ReduceScatter ||
+      op.kind == OpKind::AllToAll)
     return;  // their copies are transient
   for (const MemEffect& effect : ctx_.schedule.effects_of(op)) {
     if (effect.device != Device::Gpu || effect.component != Component::ReduceBucket) continue;
@@ -110,7 +113,9 @@ bool GradientReducer::reduce_buffer_comes_first(const Op& op) const {
 void GradientReducer::reduce_bucket(const Op& op) {
   const Bucket& bucket = ctx_.schedule.buckets.at(std::size_t(op.bucket));
   const auto tensors = ctx_.schedule.tensors_of(bucket);
-  if (ctx_.stage.partitions_parameters()) {
+  if (ctx_.schedule.context.quantized_gradients) {
+    reduce_bucket_stage3(bucket_tensors(op, /*quantized=*/false));  // qgZ's 1-D and odd ones
+  } else if (ctx_.stage.partitions_parameters()) {
     reduce_bucket_stage3(tensors);
   } else {
     reduce_bucket_flat(op, {tensors.begin(), tensors.end()});
@@ -228,10 +233,11 @@ Numbers GradientReducer::reduce_flat(const Op& op, Numbers bucket, Elements firs
 // partition, or, with the optimizer on the host, held until the schedule's CopyD2H moves them.
 void GradientReducer::keep_reduced(Numbers reduced, std::vector<OwnedRun> runs) {
   if (ctx_.host_optimizer()) {
-    reduced_ = {ctx_.ledger, Device::Gpu, Component::ReduceBucket, ctx_.grad_format,
-                reduced.size()};
-    reduced_.view().copy_from(reduced);
-    reduced_runs_ = std::move(runs);
+    Reduced part{
+        {ctx_.ledger, Device::Gpu, Component::ReduceBucket, ctx_.grad_format, reduced.size()},
+        std::move(runs)};
+    part.values.view().copy_from(reduced);
+    reduced_.push_back(std::move(part));
     return;
   }
   const float average = 1.0f / float(ctx_.data_parallel);
@@ -346,16 +352,17 @@ void GradientReducer::all_reduce_replicas(const Op& op) {
 void GradientReducer::copy_to_host(const Op& op) {
   if (op.bucket < 0) throw std::logic_error("the CPU executor copies only gradients to the host");
   const float average = 1.0f / float(ctx_.data_parallel);
-  std::size_t read = 0;
-  for (const OwnedRun& run : reduced_runs_) {
-    const Numbers host(
-        host_grads_.span().subspan(std::size_t(run.owned_offset), std::size_t(run.length)));
-    host.add_scaled(reduced_.view(read, std::size_t(run.length)), average);
-    read += std::size_t(run.length);
+  for (Reduced& part : reduced_) {
+    std::size_t read = 0;
+    for (const OwnedRun& run : part.runs) {
+      const Numbers host(
+          host_grads_.span().subspan(std::size_t(run.owned_offset), std::size_t(run.length)));
+      host.add_scaled(part.values.view(read, std::size_t(run.length)), average);
+      read += std::size_t(run.length);
+    }
+    ctx_.copied.pcie_d2h += part.values.bytes();
   }
-  ctx_.copied.pcie_d2h += reduced_.bytes();
-  reduced_.reset();
-  reduced_runs_.clear();
+  reduced_.clear();
 }
 
 Numbers GradientReducer::owned_grads(const OwnedSegment& segment) {

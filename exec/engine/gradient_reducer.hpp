@@ -3,11 +3,13 @@
 // bucket reductions as the schedule orders them, and where the reduced gradients this rank owns are
 // kept until the update (the device partition, stage 1's per-bucket chunks, or the fp32 host
 // partition with optimizer offload).
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
 
 #include "exec/engine/context.hpp"
+#include "sim/schedule/zeropp.hpp"
 
 namespace zerolens::exec {
 
@@ -51,6 +53,14 @@ class GradientReducer {
   // in the other shard groups (DeepSpeed's MiCS allreduce_mics_shard_grads at the boundary).
   void all_reduce_replicas(const Op& op);
   void copy_to_host(const Op& op);   // CopyD2H of a reduced bucket (optimizer offload)
+  // ZeRO++ qgZ (exec/engine/quantized_reduction.cpp): the bucket's quantizable gradients (sim's
+  // qgz_tensor) in two int4 all-to-all hops, among the node's ranks (an AllToAll over NodeLocal)
+  // and then among the ranks of the same local index on every node (CrossNode); the bucket's
+  // other gradients go by reduce_bucket's reduce-scatter.
+  void quantized_hop(const Op& op);
+  // qgZ's groups (nullptr without qgZ; no cross-node group on one node), for the run's counts.
+  const Communicator* node_group() const { return node_.get(); }
+  const Communicator* cross_node_group() const { return cross_node_.get(); }
 
   // The reduced gradients of an owned segment, wherever this stage and device keep them.
   Numbers owned_grads(const OwnedSegment& segment);
@@ -61,6 +71,11 @@ class GradientReducer {
 
  private:
   void reduce_bucket_stage3(std::span<const std::int32_t> tensors);
+  void split_quantized_groups();
+  std::vector<std::int32_t> bucket_tensors(const Op& op, bool quantized) const;
+  QgzTensor quantized_tensor(std::int32_t tensor) const;
+  void node_hop(std::span<const std::int32_t> tensors);
+  void cross_node_hop(std::span<const std::int32_t> tensors);
   void reduce_bucket_flat(const Op& op, std::vector<std::int32_t> tensors);
   Numbers reduce_flat(const Op& op, Numbers bucket, Elements first, Elements last);
   void keep_reduced(Numbers reduced, std::vector<OwnedRun> runs);
@@ -80,8 +95,19 @@ class GradientReducer {
   std::vector<GradChunk> grad_chunks_;  // stage 1: the reduced part of each bucket
   NumberBuffer scatter_output_;         // a reduce-scatter's share, while it is added in
   NumberBuffer reduce_buffer_;          // the schedule's persistent ReduceBucket (ipg buffer)
-  NumberBuffer reduced_;  // optimizer offload: a bucket's owned gradients until its CopyD2H
-  std::vector<OwnedRun> reduced_runs_;  // where they go in the host partition
+  // Optimizer offload: a bucket's owned gradients until its CopyD2H (one part per reduction of
+  // the bucket: qgZ's hops and its reduce-scatter give several), and where they go in the host
+  // partition.
+  struct Reduced {
+    NumberBuffer values;
+    std::vector<OwnedRun> runs;
+  };
+  std::vector<Reduced> reduced_;
+  // qgZ: the node's ranks and the ranks of this local index on every node, split off the
+  // data-parallel group; each quantized tensor's requantized sum between the two hops.
+  std::unique_ptr<Communicator> node_, cross_node_;
+  int ranks_per_node_ = 1, nodes_ = 1;
+  std::vector<PlacedBytes> cross_node_messages_;
 };
 
 }  // namespace zerolens::exec

@@ -1,7 +1,11 @@
 #include "exec/engine/parameter_store.hpp"
 
 #include <algorithm>
+#include <cstddef>
 #include <stdexcept>
+
+#include "exec/engine/quantized_messages.hpp"
+#include "sim/schedule/zeropp.hpp"
 
 namespace zerolens::exec {
 
@@ -106,6 +110,10 @@ LayerParams ParameterStore::layer_params(std::size_t owner) {
 // secondary partitions are consecutive blocks of the gathered tensor, in the rank order of the
 // secondary group (consecutive data-parallel ranks).
 void ParameterStore::gather_layer(std::size_t owner, bool from_secondary) {
+  if (ctx_.schedule.context.quantized_weights) {
+    if (from_secondary) throw std::logic_error("qwZ with hpZ is refused before the engine runs");
+    return gather_layer_quantized(owner);
+  }
   const auto [first, last] = ctx_.tensors_of_layer(owner);
   if (from_secondary) {
     Communicator* group = ctx_.groups->secondary();
@@ -127,12 +135,73 @@ void ParameterStore::gather_layer(std::size_t owner, bool from_secondary) {
     const auto partition = std::size_t(ctx_.layout.tensor_partition[index]);
     full_[index] = {ctx_.ledger, Device::Gpu, Component::GatheredParams, ctx_.param_format,
                     partition * std::size_t(ctx_.dp)};
-    const Numbers source =
-        h2d_staging_.size() > 0 ? h2d_staging_.view(staged, partition) : part_[index].view();
-    all_gather(ctx_.comm, source, full_[index].view());
-    staged += partition;
+    all_gather(ctx_.comm, staged_partition(index, staged), full_[index].view());
   }
   h2d_staging_.reset();
+}
+
+// A tensor's partition where the gather reads it: staged by the CopyH2D (offload), or in place.
+Numbers ParameterStore::staged_partition(std::size_t tensor, std::size_t& staged) {
+  const auto partition = std::size_t(ctx_.layout.tensor_partition[tensor]);
+  const Numbers source =
+      h2d_staging_.size() > 0 ? h2d_staging_.view(staged, partition) : part_[tensor].view();
+  staged += partition;
+  return source;
+}
+
+// ZeRO++ qwZ (partition_parameters.py, CUDAQuantizer): this rank's partitions of the layer,
+// concatenated, go out as int8 blocks and their fp32 scales (qwz_scale_groups of them: the
+// schedule's qwz_send_bytes), quantized straight into this rank's block of the gathered bytes
+// and gathered in place; every rank's block is dequantized into one 16-bit flat tensor (fp16, as
+// the CUDA dequantize writes it) and each tensor's gathered buffer copied out of it. The int8 and
+// 16-bit buffers go with the gather, as the schedule's effects free them.
+void ParameterStore::gather_layer_quantized(std::size_t owner) {
+  const auto [first, last] = ctx_.tensors_of_layer(owner);
+  std::vector<std::size_t> tensors;
+  std::size_t sent = 0;
+  for (auto t = first; t < last; ++t) {
+    if (ctx_.layout.tensor_persistent[std::size_t(t)]) continue;
+    tensors.push_back(std::size_t(t));
+    sent += std::size_t(ctx_.layout.tensor_partition[std::size_t(t)]);
+  }
+  const QuantizedLayout layout = quantized_layout(sent, qwz_scale_groups(Elements(sent)), 8);
+  const std::size_t message = layout.bytes(), dp = std::size_t(ctx_.dp);
+  const std::size_t mine = std::size_t(ctx_.rank) * message;
+  PlacedBytes gathered(ctx_.ledger, Device::Gpu, Component::GatheredParams, dp * message);
+  const std::span<std::byte> bytes(static_cast<std::byte*>(gathered.data()), dp * message);
+  {
+    ScratchFloats values(ctx_.ledger, Device::Gpu, sent);
+    std::size_t staged = 0;
+    for (const std::size_t t : tensors) {
+      const std::size_t at = staged;
+      const Numbers source = staged_partition(t, staged);
+      source.read(values.span().subspan(at, source.size()));
+    }
+    quantize_into(values.span(), layout, bytes.subspan(mine, message));
+  }
+  h2d_staging_.reset();
+  ctx_.comm.all_gather_bytes(bytes.subspan(mine, message), bytes);
+  NumberBuffer dequantized(ctx_.ledger, Device::Gpu, Component::GatheredParams, NumberFormat::Fp16,
+                           dp * sent);
+  {
+    ScratchFloats values(ctx_.ledger, Device::Gpu, sent);
+    for (std::size_t r = 0; r < dp; ++r) {
+      dequantize_from(bytes.subspan(r * message, message), layout, values.span(), false);
+      dequantized.view(r * sent, sent).write(values.span());
+    }
+  }
+  for (const std::size_t t : tensors) {
+    full_[t] = {ctx_.ledger, Device::Gpu, Component::GatheredParams, ctx_.param_format,
+                std::size_t(ctx_.layout.tensor_partition[t]) * dp};
+  }
+  for (std::size_t r = 0; r < dp; ++r) {
+    std::size_t at = r * sent;
+    for (const std::size_t t : tensors) {
+      const auto partition = std::size_t(ctx_.layout.tensor_partition[t]);
+      full_[t].view(r * partition, partition).copy_from(dequantized.view(at, partition));
+      at += partition;
+    }
+  }
 }
 
 void ParameterStore::gather_tensors(std::int32_t first, std::int32_t count) {

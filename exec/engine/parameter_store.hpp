@@ -65,6 +65,8 @@ class ParameterStore {
   static constexpr Elements kGatherSliceElements = Elements(1) << 20;
 
  private:
+  void gather_layer_quantized(std::size_t owner);
+  Numbers staged_partition(std::size_t tensor, std::size_t& staged);
   void gather_updated_slice(Elements offset, Elements elements);
   void write_flat(Elements first, Numbers values);
   void read_flat(Elements first, Numbers values);

@@ -74,11 +74,43 @@ void require_groups(const Plan& plan, const ProcessGroups& groups) {
   require_data_subgroups(plan, groups);
 }
 
+// ZeRO++'s quantized collectives quantize in host memory (kernels/quantize.hpp) over MPI.
+void require_host_quantization(const Plan& plan, const ProcessGroups& groups) {
+  const ScheduleContext& c = plan.schedule.context;
+  if (!c.quantized_weights && !c.quantized_gradients) return;
+  if (groups.data().memory_space() != nullptr) {
+    throw InputError(c.quantized_weights ? "--quantized-weights" : "--quantized-gradients",
+                     "ZeRO++'s quantized collectives run on --device cpu (the GPU kernels, "
+                     "kernels/cuda/quantize.hpp, are not wired into the CUDA engine yet)");
+  }
+}
+
+// The ZeRO++ combinations the executor runs: qwZ and qgZ over data parallelism alone, without hpZ
+// or hybrid sharding (each of those runs alone).
+void require_zeropp_supported(const Plan& plan) {
+  const ScheduleContext& c = plan.schedule.context;
+  if (!c.quantized_weights && !c.quantized_gradients) return;
+  const char* flag = c.quantized_weights ? "--quantized-weights" : "--quantized-gradients";
+  if (c.hpz_group > 0 || c.replicas() > 1) {
+    throw InputError(flag, std::string("ZeRO++'s quantized collectives together with ") +
+                               (c.hpz_group > 0 ? "hpZ (--hpz)" : "hybrid sharding (--shard-group)") +
+                               " are planned, not yet run; run either alone");
+  }
+  const TrainingConfig& config = plan.request.config;
+  if (config.tensor_parallel.active() || config.pipeline.active()) {
+    throw InputError(flag,
+                     "ZeRO++'s quantized collectives with tensor or pipeline parallelism are "
+                     "planned, not yet run by the executor (it runs them over data parallelism "
+                     "alone)");
+  }
+}
+
 }  // namespace
 
 void check_engine_supports(const Plan& plan) {
   const TrainingConfig& config = plan.request.config;
   require_parallelism(plan);
+  require_zeropp_supported(plan);
   const LossScaleConfig& scaling = config.precision.loss_scale;
   if (config.precision.precision == Precision::Fp16 && scaling.static_loss_scale < 0) {
     throw InputError("fp16.loss_scale", "must be 0 (dynamic) or a positive static scale");
@@ -128,6 +160,7 @@ ZeroEngine::ZeroEngine(const Plan& plan, std::shared_ptr<const ProcessGroups> gr
                        LayerModel& model, MemoryLedger& ledger, const EngineOptions& options) {
   require_groups(plan, *groups);
   check_engine_supports(plan);
+  require_host_quantization(plan, *groups);
   state_ = std::make_unique<State>(plan, std::move(groups), model, ledger, options);
 }
 
@@ -161,6 +194,14 @@ std::vector<float> ZeroEngine::full_parameters() {
 
 LinkBytes ZeroEngine::link_bytes() const {
   return state_->context.copied;
+}
+
+const Communicator* ZeroEngine::node_group() const {
+  return state_->grads.node_group();
+}
+
+const Communicator* ZeroEngine::cross_node_group() const {
+  return state_->grads.cross_node_group();
 }
 
 double ZeroEngine::loss_scale() const {
@@ -244,6 +285,8 @@ void ZeroEngine::State::run_op(const Op& op) {
       if (op.group == ProcessGroup::Replicate) return grads.all_reduce_replicas(op);
       require_data_group(op);
       return grads.reduce_bucket(op);
+    case OpKind::AllToAll:  // ZeRO++ qgZ's hops
+      return grads.quantized_hop(op);
     case OpKind::CopyH2D:
       return copy_to_device(op);
     case OpKind::CopyD2H:  // gradients, or ColossalAI's parameter shards

@@ -124,6 +124,10 @@ class ZeroEngine {
   // Every parameter, whole, in tensor order (a collective in stage 3: all ranks must call it).
   std::vector<float> full_parameters();
   LinkBytes link_bytes() const;
+  // ZeRO++ qgZ's node and cross-node groups, split off the data-parallel group (nullptr without
+  // qgZ, and the cross-node one on a single node): their collectives are counted apart.
+  const Communicator* node_group() const;
+  const Communicator* cross_node_group() const;
   double loss_scale() const;  // the scale the next step will use
 
   // Checkpoints: what this rank owns (fp32 master weights and optimizer states by segment, the

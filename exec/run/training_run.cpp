@@ -35,11 +35,16 @@ Counts counts_of(std::initializer_list<const Communicator*> comms) {
 }
 
 // Per group, as the plan's CommReport has them: data-parallel (where its Data ops run: the shard
-// group under hybrid sharding), tensor-parallel, pipeline, replicate, hpZ's.
-std::array<Counts, 5> group_counts(const ProcessGroups& groups) {
-  return {counts_of({&groups.shard()}), counts_of({groups.tensor()}),
-          counts_of({groups.pipeline(), groups.embedding()}), counts_of({groups.replicate()}),
-          counts_of({groups.secondary()})};
+// group under hybrid sharding), tensor-parallel, pipeline, replicate, hpZ's, and qgZ's node-local
+// and cross-node hops.
+std::array<Counts, 7> group_counts(const ProcessGroups& groups, const ZeroEngine& engine) {
+  return {counts_of({&groups.shard()}),
+          counts_of({groups.tensor()}),
+          counts_of({groups.pipeline(), groups.embedding()}),
+          counts_of({groups.replicate()}),
+          counts_of({groups.secondary()}),
+          counts_of({engine.node_group()}),
+          counts_of({engine.cross_node_group()})};
 }
 
 std::array<CollectiveCount, kOpKindCount> difference(const std::array<CollectiveCount, kOpKindCount>& after,
@@ -86,6 +91,10 @@ void record_counts(const TrainingResult& result, const Plan& plan, TraceSummary&
     summary.replicate_collectives = trace_counts(result.replicate_collectives);
   if (plan.schedule.context.hpz_group > 0)
     summary.hpz_collectives = trace_counts(result.hpz_collectives);
+  if (plan.schedule.context.quantized_gradients) {
+    summary.node_collectives = trace_counts(result.node_collectives);
+    summary.cross_node_collectives = trace_counts(result.cross_node_collectives);
+  }
   summary.link_bytes = TraceLinkBytes{result.links.pcie_h2d, result.links.pcie_d2h, result.links.nvme_read,
                                       result.links.nvme_write};
 }
@@ -209,7 +218,7 @@ TrainingResult train_gpt2(const Plan& plan, Communicator& comm, const TrainingOp
     throw_if_interrupted();
     set_current_step(step);
     ledger.reset_peaks();
-    const auto counts_before = group_counts(*groups);
+    const auto counts_before = group_counts(*groups, engine);
     const LinkBytes links_before = engine.link_bytes();
     const auto start = Clock::now();
     const StepReport report = engine.step(step, [&](std::size_t op, double begin, double end) {
@@ -219,12 +228,14 @@ TrainingResult train_gpt2(const Plan& plan, Communicator& comm, const TrainingOp
       throw_if_interrupted();  // after every op: a signal ends the run within an op's time
     });
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    const auto counts_after = group_counts(*groups);
+    const auto counts_after = group_counts(*groups, engine);
     result.collectives = difference(counts_after[0], counts_before[0]);
     result.tensor_parallel_collectives = difference(counts_after[1], counts_before[1]);
     result.pipeline_collectives = difference(counts_after[2], counts_before[2]);
     result.replicate_collectives = difference(counts_after[3], counts_before[3]);
     result.hpz_collectives = difference(counts_after[4], counts_before[4]);
+    result.node_collectives = difference(counts_after[5], counts_before[5]);
+    result.cross_node_collectives = difference(counts_after[6], counts_before[6]);
     const LinkBytes links = engine.link_bytes();
     result.links = {links.pcie_h2d - links_before.pcie_h2d, links.pcie_d2h - links_before.pcie_d2h,
                     links.nvme_read - links_before.nvme_read, links.nvme_write - links_before.nvme_write};

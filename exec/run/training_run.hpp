@@ -76,6 +76,8 @@ struct TrainingResult {
   std::array<CollectiveCount, kOpKindCount> pipeline_collectives{};
   std::array<CollectiveCount, kOpKindCount> replicate_collectives{};
   std::array<CollectiveCount, kOpKindCount> hpz_collectives{};
+  // ZeRO++ qgZ's all-to-all hops, among a node's ranks and across nodes.
+  std::array<CollectiveCount, kOpKindCount> node_collectives{}, cross_node_collectives{};
   LinkBytes links;  // host-device copies and NVMe transfers of one step (the last)
 };
 

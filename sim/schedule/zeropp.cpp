@@ -49,6 +49,8 @@ QgzTensor qgz_tensor(const std::vector<std::int64_t>& shape, int world, int rank
   const std::int64_t cross_groups = node_groups / ranks_per_node;
   const Elements per_node_rank = elements / ranks_per_node;
   result.quantized = true;
+  result.node_groups = node_groups;
+  result.cross_node_groups = cross_groups;
   result.node_hop = elements / 2 + 4 * node_groups;
   result.cross_node_hop = per_node_rank / 2 + 4 * cross_groups;
   // The int4 input and what the node's ranks send back, the reduced int4 slice and what the other

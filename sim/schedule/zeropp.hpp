@@ -32,6 +32,8 @@ struct QgzTensor {
   Bytes node_hop = 0;        // message of the all-to-all among the node's ranks (int4 + scales)
   Bytes cross_node_hop = 0;  // message of the all-to-all across nodes (int4 + scales)
   Bytes transient = 0;       // buffers alive while it is reduced (freed before the next tensor)
+  std::int64_t node_groups = 0;        // int4 groups (fp32 scales) of the whole tensor, node hop
+  std::int64_t cross_node_groups = 0;  // of the rank's reduced 1 / ranks-per-node, cross hop
 };
 QgzTensor qgz_tensor(const std::vector<std::int64_t>& shape, int world, int ranks_per_node);
 

@@ -74,6 +74,9 @@ struct TraceSummary {
   // with them (the plan JSON's replicate_collectives and hpz_collectives).
   std::optional<std::array<TraceCollective, kOpKindCount>> replicate_collectives;
   std::optional<std::array<TraceCollective, kOpKindCount>> hpz_collectives;
+  // ZeRO++ qgZ's all-to-all hops among a node's ranks and across nodes (measured traces of runs
+  // with quantized gradients).
+  std::optional<std::array<TraceCollective, kOpKindCount>> node_collectives, cross_node_collectives;
   std::optional<TraceLinkBytes> link_bytes;                               // host-device and NVMe, one step
   // The simulator writes it in predicted traces: allocated, reserved, device used, initialisation.
   std::optional<GpuMemoryFigures> gpu_memory;

@@ -149,6 +149,10 @@ void write_summary_counts(const TraceSummary& summary, json& object) {
     object["replicate_collectives"] = collectives_json(*summary.replicate_collectives);
   if (summary.hpz_collectives)
     object["hpz_collectives"] = collectives_json(*summary.hpz_collectives);
+  if (summary.node_collectives)
+    object["node_collectives"] = collectives_json(*summary.node_collectives);
+  if (summary.cross_node_collectives)
+    object["cross_node_collectives"] = collectives_json(*summary.cross_node_collectives);
   if (summary.link_bytes) object["link_bytes"] = link_bytes_json(*summary.link_bytes);
   if (summary.gpu_memory) object["gpu_memory"] = gpu_memory_json(*summary.gpu_memory);
 }
@@ -170,6 +174,10 @@ void read_summary_counts(const json& object, TraceSummary& summary) {
     summary.replicate_collectives = read_collectives(*replicate, "summary.replicate_collectives");
   if (const json* hpz = member(object, "hpz_collectives"))
     summary.hpz_collectives = read_collectives(*hpz, "summary.hpz_collectives");
+  if (const json* node = member(object, "node_collectives"))
+    summary.node_collectives = read_collectives(*node, "summary.node_collectives");
+  if (const json* cross = member(object, "cross_node_collectives"))
+    summary.cross_node_collectives = read_collectives(*cross, "summary.cross_node_collectives");
   if (const json* links = member(object, "link_bytes")) {
     summary.link_bytes = read_link_bytes(*links, "summary.link_bytes");
   }

@@ -221,11 +221,11 @@ TEST(CliMessages, RunHelpListsWhatTheExecutorRuns) {
   for (const char* command : {"run --help", "validate --help"}) {
     const Result help = run(command);
     EXPECT_EQ(help.exit_code, 0) << help.output;
-    for (const char* listed : {"--stage", "--offload-optimizer", "--steps", "--measured-trace"})
+    for (const char* listed : {"--stage", "--offload-optimizer", "--steps", "--measured-trace",
+                               "\n  --quantized-weights", "\n  --quantized-gradients"})
       EXPECT_TRUE(contains(help.output, listed)) << command << ": " << listed;
     // Not listed as options.
-    for (const char* hidden : {"\n  --virtual-stages", "\n  --quantized-weights",
-                               "\n  --quantized-gradients", "\n  --framework"})
+    for (const char* hidden : {"\n  --virtual-stages", "\n  --framework", "\n  --ep"})
       EXPECT_FALSE(contains(help.output, hidden)) << command << ": " << hidden;
     EXPECT_TRUE(contains(help.output, "\n  --steps")) << "the pattern finds listed options";
     EXPECT_TRUE(contains(help.output, "\n  --tp ")) << "tensor parallelism runs";
@@ -234,15 +234,19 @@ TEST(CliMessages, RunHelpListsWhatTheExecutorRuns) {
     EXPECT_TRUE(contains(help.output, "\n  --hpz ")) << "hpZ runs";
     EXPECT_TRUE(contains(help.output, "refused by name and not listed here")) << help.output;
   }
-  const Result qwz = run("run -m gpt2-tiny --gpus 4 --stage 3 --quantized-weights true --steps 1");
-  EXPECT_EQ(qwz.exit_code, 2) << qwz.output;
-  EXPECT_TRUE(contains(qwz.output, "--quantized-weights")) << qwz.output;
   // What the executor does not run of hybrid sharding is refused by name before anything runs.
   const Result offload =
       run("run -m gpt2-tiny --gpus 4 --stage 3 --shard-group 2 --offload-optimizer cpu --steps 1");
   EXPECT_EQ(offload.exit_code, 2) << offload.output;
   EXPECT_TRUE(contains(offload.output, "--shard-group: hybrid sharding with offload"))
       << offload.output;
+  // qwZ and hpZ each run; their combination is refused by the flag of the quantized part.
+  const Result both =
+      run("run -m gpt2-tiny --gpus 4 --stage 3 --hpz 2 --quantized-weights true --steps 1");
+  EXPECT_EQ(both.exit_code, 2) << both.output;
+  EXPECT_TRUE(contains(both.output,
+                       "--quantized-weights: ZeRO++'s quantized collectives together with hpZ"))
+      << both.output;
 }
 
 // Pipeline parallelism: every stage planned and listed, DeepSpeed's refusal of ZeRO-2/3 named, the
@@ -289,9 +293,10 @@ TEST(CliMessages, ZeroPlusPlusIsListedByGroupAndRefusalsNamed) {
   EXPECT_TRUE(
       contains(tensor.output, "zero_optimization.zero_quantized_weights: ZeRO++ with tensor"))
       << tensor.output;
+  // The executor runs qgZ: its node group's all-to-alls are listed (one rank: a node of one).
   const Result executor = run("run -m gpt2-tiny -s 3 --quantized-gradients true --steps 1");
-  EXPECT_EQ(executor.exit_code, 2) << executor.output;
-  EXPECT_TRUE(contains(executor.output, "--quantized-gradients: the executor")) << executor.output;
+  EXPECT_EQ(executor.exit_code, 0) << executor.output;
+  EXPECT_TRUE(contains(executor.output, "node       all_to_all")) << executor.output;
 }
 
 }  // namespace

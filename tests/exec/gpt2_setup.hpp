@@ -24,12 +24,18 @@ struct Gpt2Setup {
   int pipeline_stages = 1;
   int shard_group = 0;  // hybrid sharding: ranks stage 3 partitions over (0: every DP rank)
   int hpz = 1;          // ZeRO++ hpZ: ranks of a secondary partition group (1: off)
+  bool quantized_weights = false, quantized_gradients = false;  // ZeRO++ qwZ, qgZ (stage 3)
+  int gpus_per_node = 8;                                        // the cluster's: qgZ's nodes
   // SGD with momentum updates in proportion to the gradients (Adam's updates of a near-zero
   // gradient are its sign): the parameter parity tests use it.
   OptimizerType optimizer = OptimizerType::AdamW;
 };
 
 inline std::string name_of(const Gpt2Setup& s) {
+  std::string zeropp = s.quantized_weights ? " qwZ" : "";
+  if (s.quantized_gradients) zeropp += " qgZ";
+  if (s.gpus_per_node != 8)
+    zeropp.append(" ").append(std::to_string(s.gpus_per_node)).append(" per node");
   return "stage " + std::to_string(s.stage) + " " + to_string(s.precision) +
          (s.checkpointing ? " ckpt" : "") + (s.offload_optimizer ? " offload optimizer" : "") +
          (s.offload_param ? " offload params" : "") + (s.nvme ? " to nvme" : "") +
@@ -38,7 +44,7 @@ inline std::string name_of(const Gpt2Setup& s) {
          (s.sequence_parallel ? " sp" : "") +
          (s.pipeline_stages > 1 ? " pp " + std::to_string(s.pipeline_stages) : "") +
          (s.shard_group > 0 ? " shard group " + std::to_string(s.shard_group) : "") +
-         (s.hpz > 1 ? " hpz " + std::to_string(s.hpz) : "");
+         (s.hpz > 1 ? " hpz " + std::to_string(s.hpz) : "") + zeropp;
 }
 
 inline Model tiny_gpt2() {
@@ -88,7 +94,9 @@ inline Plan gpt2_plan(const Gpt2Setup& s, int ranks) {
   c.zero.shard_group_size = s.shard_group;
   c.zero.hpz_partition_size = s.hpz;
   request.dp_size = ranks / (s.tensor_parallel * s.pipeline_stages);
-  request.cluster = with_ranks(cluster_from_preset("dgx-a100-80gb"), ranks, 8);
+  c.zero.quantized_weights = s.quantized_weights;
+  c.zero.quantized_gradients = s.quantized_gradients;
+  request.cluster = with_ranks(cluster_from_preset("dgx-a100-80gb"), ranks, s.gpus_per_node);
   request.options.cuda_context_bytes = 0;
   request.options.library_workspace_bytes = 0;
   request.options.allocator = AllocatorSpec{.kind = AllocatorKind::Flat};
