@@ -52,11 +52,15 @@ int run_plan(const PlanCommand& command) {
   Output output(command.output);
   std::ostream& out = output.stream();
   if (command.compare) {
-    const auto plans = compare_variants(request);
-    if (command.json)
-      out << compare_to_json(plans).dump(2) << '\n';
-    else if (command.csv) print_compare_csv(out, plans);
-    else print_compare(out, plans, unit);
+    const VariantComparison comparison = compare_variants(request);
+    if (command.json) {
+      out << compare_to_json(comparison).dump(2) << '\n';
+    } else if (command.csv) {
+      print_compare_csv(out, comparison);
+      print_left_out(std::cerr, comparison);  // the CSV keeps one row shape
+    } else {
+      print_compare(out, comparison, unit);
+    }
     return kExitOk;
   }
   if (command.max_model) {

@@ -24,7 +24,13 @@ Plan plan_for(const PlanRequest& base, const Variant& variant, bool model_states
 
 }  // namespace
 
-void print_compare(std::ostream& out, const std::vector<VariantPlan>& plans, SizeUnit unit) {
+void print_left_out(std::ostream& out, const VariantComparison& comparison) {
+  for (const auto& [variant, reason] : comparison.left_out)
+    out << "left out: " << variant.label << ": " << reason << '\n';
+}
+
+void print_compare(std::ostream& out, const VariantComparison& comparison, SizeUnit unit) {
+  const std::vector<VariantPlan>& plans = comparison.plans;
   if (plans.empty()) return;
   out << "zerolens plan --compare: " << describe_setup(plans.front().plan) << "\n";
   out << "(stage and offload vary per row; memory at the peak in " << unit_name(unit)
@@ -40,9 +46,11 @@ void print_compare(std::ostream& out, const std::vector<VariantPlan>& plans, Siz
   out << "capacity: GPU " << format_bytes(cluster.gpu.memory_bytes, unit) << ", CPU "
       << format_bytes(cluster.node.cpu_memory_bytes, unit) << " per node, NVMe "
       << format_bytes(cluster.node.nvme_capacity_bytes, unit) << " per node\n";
+  print_left_out(out, comparison);
 }
 
-void print_compare_csv(std::ostream& out, const std::vector<VariantPlan>& plans) {
+void print_compare_csv(std::ostream& out, const VariantComparison& comparison) {
+  const std::vector<VariantPlan>& plans = comparison.plans;
   out << "variant,stage,offload_optimizer,offload_param,gpu_peak_bytes,cpu_peak_bytes,nvme_peak_bytes,fits,"
          "network_bytes,pcie_bytes,nvme_io_bytes\n";
   for (const auto& [variant, plan] : plans) {

@@ -35,7 +35,20 @@ struct VariantPlan {
   Variant variant;
   Plan plan;
 };
-std::vector<VariantPlan> compare_variants(const PlanRequest& base);
+// A variant the planner refuses for this job (DeepSpeed's pipeline engine runs stage 0 or 1 only,
+// so under --pp the ZeRO-2/3 variants), with the planner's reason ("key: why").
+struct LeftOutVariant {
+  Variant variant;
+  std::string reason;
+};
+struct VariantComparison {
+  std::vector<VariantPlan> plans;
+  std::vector<LeftOutVariant> left_out;
+};
+// Every variant of the job the planner accepts, in variants_for's order; those it refuses are left
+// out with its reason. Throws the first variant's InputError when it refuses them all (the job
+// itself is bad input).
+VariantComparison compare_variants(const PlanRequest& base);
 
 struct MaxModel {
   Variant variant;
