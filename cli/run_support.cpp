@@ -26,17 +26,16 @@ void add_run_options(CLI::App& command, RunFlags& flags) {
   flags.plan.micro_batch = 4;
   add_plan_options(command, flags.plan);
   // What the executor does not run stays parsed, for the refusal that names it, but out of --help.
-  for (const char* name : {"--virtual-stages", "--shard-group", "--hpz", "--quantized-weights",
+  for (const char* name : {"--shard-group", "--hpz", "--quantized-weights",
                            "--quantized-gradients", "--framework", "--reshard-after-forward",
                            "--reduce-dtype", "--cpu-checkpointing", "--dropout", "--ep",
                            "--capacity-factor", "--min-capacity", "--lora-rank", "--lora-targets",
                            "--quantize-base", "--lora-dropout", "--target-seq-len"})
     command.get_option(name)->group("");
   command.footer(
-      "Flags of parallelism and frameworks the executor does not run (interleaved pipeline "
-      "stages, expert parallelism, ZeRO++, hybrid sharding, FSDP, CPU checkpointing, dropout, "
-      "LoRA) are refused by name and not listed here; `zerolens plan --help` lists every planning "
-      "flag. --tp, --sp and --pp run on --device cpu: mpirun -np (DP x TP x PP) ranks.");
+      "Flags of parallelism and frameworks the executor does not run (expert parallelism, "
+      "ZeRO++, hybrid sharding, FSDP, CPU checkpointing, dropout, LoRA) are refused by name and not listed here; `zerolens plan --help` lists every planning "
+      "flag. --tp, --sp, --pp and --virtual-stages run on --device cpu: mpirun -np (DP x TP x PP) ranks.");
   const char* group = "Training run";
   command.add_option("--steps", flags.training.steps, "Optimizer steps to run")
       ->capture_default_str()
@@ -126,11 +125,6 @@ Plan make_run_plan(const RunFlags& flags, const exec::Backend& backend, Diagnost
                      "data-parallel rank (ZeRO++ is planned, not yet run: docs/parallelism.md)");
   }
   const bool tp = request.config.tensor_parallel.active(), pp = request.config.pipeline.active();
-  if (pp && request.config.pipeline.virtual_stages > 1) {
-    throw InputError("--virtual-stages",
-                     "the interleaved pipeline schedule is planned, not yet run (the executor "
-                     "runs 1f1b and gpipe: docs/executor.md)");
-  }
   if (request.config.expert_parallel.active()) {
     throw InputError("--ep",
                      "the executor does not run expert parallelism yet (it is planned: "

@@ -22,10 +22,20 @@ struct Gpt2Setup {
   int tensor_parallel = 1;  // ranks of a TP group (the data-parallel ranks are the rest)
   bool sequence_parallel = false;
   int pipeline_stages = 1;
+  int virtual_stages = 1;  // model chunks per stage: above 1 the interleaved 1F1B schedule
+  int blocks = 2;          // gpt2-tiny's 2, or more (PP x virtual stages must divide them)
   // SGD with momentum updates in proportion to the gradients (Adam's updates of a near-zero
   // gradient are its sign): the parameter parity tests use it.
   OptimizerType optimizer = OptimizerType::AdamW;
 };
+
+// " v 2 4 blocks": appended piece by piece (GCC 12's -Wrestrict misfires on the one expression).
+inline std::string chunks_and_blocks(const Gpt2Setup& s) {
+  std::string text;
+  if (s.virtual_stages > 1) text.append(" v ").append(std::to_string(s.virtual_stages));
+  if (s.blocks != 2) text.append(" ").append(std::to_string(s.blocks)).append(" blocks");
+  return text;
+}
 
 inline std::string name_of(const Gpt2Setup& s) {
   return "stage " + std::to_string(s.stage) + " " + to_string(s.precision) +
@@ -34,12 +44,14 @@ inline std::string name_of(const Gpt2Setup& s) {
          (s.pipelined ? " pipelined" : "") +
          (s.tensor_parallel > 1 ? " tp " + std::to_string(s.tensor_parallel) : "") +
          (s.sequence_parallel ? " sp" : "") +
-         (s.pipeline_stages > 1 ? " pp " + std::to_string(s.pipeline_stages) : "");
+         (s.pipeline_stages > 1 ? " pp " + std::to_string(s.pipeline_stages) : "") +
+         chunks_and_blocks(s);
 }
 
-inline Model tiny_gpt2() {
+inline Model tiny_gpt2(int blocks = 2) {
   TransformerShape shape = *model_from_preset("gpt2-tiny").shape;
   shape.dropout = 0;  // the executor trains without dropout
+  shape.layers = blocks;
   return build_transformer("gpt2-tiny", shape);
 }
 
@@ -47,7 +59,7 @@ inline Model tiny_gpt2() {
 // job's (data x tensor x pipeline parallel).
 inline Plan gpt2_plan(const Gpt2Setup& s, int ranks) {
   PlanRequest request;
-  request.model = tiny_gpt2();
+  request.model = tiny_gpt2(s.blocks);
   TrainingConfig& c = request.config;
   c.zero.stage = s.stage;
   c.precision.precision = s.precision;
@@ -81,6 +93,8 @@ inline Plan gpt2_plan(const Gpt2Setup& s, int ranks) {
   c.optimizer.weight_decay = 0.01;
   c.tensor_parallel = {.size = s.tensor_parallel, .sequence_parallel = s.sequence_parallel};
   c.pipeline.size = s.pipeline_stages;
+  c.pipeline.virtual_stages = s.virtual_stages;
+  if (s.virtual_stages > 1) c.pipeline.schedule = PipelineSchedule::Interleaved;
   request.dp_size = ranks / (s.tensor_parallel * s.pipeline_stages);
   request.cluster = with_ranks(cluster_from_preset("dgx-a100-80gb"), ranks, 8);
   request.options.cuda_context_bytes = 0;
