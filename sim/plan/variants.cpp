@@ -198,14 +198,22 @@ VariantComparison compare_variants(const PlanRequest& base) {
 
 std::vector<std::string> max_model_families() { return {"dense", "gpt2", "llama2", "llama3", "presets"}; }
 
-std::vector<MaxModel> find_max_models(const PlanRequest& base, const std::string& family) {
-  std::vector<MaxModel> results;
+MaxModelSearch find_max_models(const PlanRequest& base, const std::string& family) {
+  MaxModelSearch search;
   const std::vector<std::string> presets =
       family == "dense" ? std::vector<std::string>{} : family_presets(family);
+  std::exception_ptr first_refusal;
   for (const auto& v : variants_for(base)) {
-    results.push_back(family == "dense" ? largest_dense(base, v) : largest_preset(base, v, presets));
+    try {
+      search.variants.push_back(family == "dense" ? largest_dense(base, v)
+                                                  : largest_preset(base, v, presets));
+    } catch (const InputError& refused) {
+      if (!first_refusal) first_refusal = std::current_exception();
+      search.left_out.push_back({v, refused.what()});
+    }
   }
-  return results;
+  if (search.variants.empty() && first_refusal) std::rethrow_exception(first_refusal);
+  return search;
 }
 
 }  // namespace zerolens

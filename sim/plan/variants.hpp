@@ -66,9 +66,14 @@ struct MaxModel {
   };
   std::optional<Binding> binding;
 };
+struct MaxModelSearch {
+  std::vector<MaxModel> variants;
+  std::vector<LeftOutVariant> left_out;  // the variants the planner refuses, with its reason
+};
 // family: "dense" (binary search over dense:N to 3 significant digits), or a preset family
-// "gpt2", "llama2", "llama3", "presets" (all presets). Throws InputError for an unknown family.
-std::vector<MaxModel> find_max_models(const PlanRequest& base, const std::string& family);
+// "gpt2", "llama2", "llama3", "presets" (all presets). Throws InputError for an unknown family,
+// or the first variant's when the planner refuses every variant.
+MaxModelSearch find_max_models(const PlanRequest& base, const std::string& family);
 std::vector<std::string> max_model_families();
 
 }  // namespace zerolens

@@ -163,6 +163,13 @@ TEST(Cli, CompareUnderPipelineParallelismLeavesOutWhatThePlannerRefuses) {
   const Result csv = run(job + " --csv", false);
   ASSERT_EQ(csv.exit_code, 0);
   EXPECT_EQ(std::count(csv.out.begin(), csv.out.end(), '\n'), 1 + 3) << csv.out;
+  const Result largest = run(
+      "plan --model gpt2-124m --gpus 8 --pp 2 --stage 1 --precision bf16 --max-model gpt2 --json",
+      false);
+  ASSERT_EQ(largest.exit_code, 0) << largest.output;
+  const auto search = nlohmann::json::parse(largest.out);
+  EXPECT_EQ(search.at("variants").size(), 3u);
+  EXPECT_EQ(search.at("left_out").size(), 7u);
   const Result csv_and_notes = run(job + " --csv");
   EXPECT_NE(csv_and_notes.output.find("left out: ZeRO-3 + opt:nvme + param:nvme: "),
             std::string::npos)

@@ -359,10 +359,10 @@ TEST(LoraViews, CompareAndMaxModelKeepTheAdapters) {
     EXPECT_EQ(plan.request.model.trainable_parameter_count(), 4'194'304) << variant.label;
   }
   // On 24 GiB GPUs a 4-bit LLaMA-2 13B fits, whose 16-bit base alone (26 GB) would not.
-  const auto found = find_max_models(base, "llama2");
+  const auto found = find_max_models(base, "llama2").variants;
   EXPECT_EQ(found.front().model_name, "llama2-13b");
   base.model = with_adapters(model_from_preset("llama2-7b"), 8);
-  EXPECT_EQ(find_max_models(base, "llama2").front().model_name, "llama2-7b");
+  EXPECT_EQ(find_max_models(base, "llama2").variants.front().model_name, "llama2-7b");
 }
 
 }  // namespace

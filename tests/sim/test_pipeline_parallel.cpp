@@ -370,6 +370,14 @@ TEST(PipelineParallel, CompareLeavesOutTheVariantsThePipelineRefuses) {
     EXPECT_NE(reason.find("zero_optimization.stage"), std::string::npos) << reason;
   }
   EXPECT_EQ(left_out.size() + planned.size(), standard_variants().size());
+  // --max-model leaves out the same variants and searches the others.
+  const MaxModelSearch search = find_max_models(base, "gpt2");
+  ASSERT_EQ(search.variants.size(), planned.size());
+  for (std::size_t i = 0; i < planned.size(); ++i)
+    EXPECT_EQ(search.variants[i].variant.label, planned[i]);
+  ASSERT_EQ(search.left_out.size(), comparison.left_out.size());
+  for (std::size_t i = 0; i < search.left_out.size(); ++i)
+    EXPECT_EQ(search.left_out[i].reason, comparison.left_out[i].reason);
   PlanRequest fsdp = base;
   fsdp.config.framework = Framework::Fsdp2;
   EXPECT_THROW(compare_variants(fsdp), InputError);
