@@ -276,10 +276,15 @@ TEST(CliMessages, ZeroPlusPlusIsListedByGroupAndRefusalsNamed) {
   EXPECT_EQ(stage2.exit_code, 2) << stage2.output;
   EXPECT_TRUE(contains(stage2.output, "zero_optimization.zero_hpz_partition_size"))
       << stage2.output;
-  const Result tensor = run("plan -m gpt2-124m -s 3 --gpus 16 --tp 2 --quantized-weights true");
+  // qwZ runs with TP (over the DP group of each TP coordinate); hpZ and qgZ do not (DeepSpeed
+  // builds their groups from the world's ranks).
+  const Result quantized = run("plan -m gpt2-124m -s 3 --gpus 16 --tp 2 --quantized-weights true");
+  EXPECT_EQ(quantized.exit_code, 0) << quantized.output;
+  EXPECT_TRUE(contains(quantized.output, "all_gather       dp 8")) << quantized.output;
+  const Result tensor = run("plan -m gpt2-124m -s 3 --gpus 16 --tp 2 --hpz 8");
   EXPECT_EQ(tensor.exit_code, 2) << tensor.output;
-  EXPECT_TRUE(
-      contains(tensor.output, "zero_optimization.zero_quantized_weights: ZeRO++ with tensor"))
+  EXPECT_TRUE(contains(tensor.output, "zero_optimization.zero_hpz_partition_size: DeepSpeed builds "
+                                      "hpZ's secondary groups"))
       << tensor.output;
   const Result executor = run("run -m gpt2-tiny -s 3 --quantized-gradients true --steps 1");
   EXPECT_EQ(executor.exit_code, 2) << executor.output;
