@@ -283,8 +283,9 @@ TEST(CliMessages, ZeroPlusPlusIsListedByGroupAndRefusalsNamed) {
   EXPECT_TRUE(contains(quantized.output, "all_gather       dp 8")) << quantized.output;
   const Result tensor = run("plan -m gpt2-124m -s 3 --gpus 16 --tp 2 --hpz 8");
   EXPECT_EQ(tensor.exit_code, 2) << tensor.output;
-  EXPECT_TRUE(contains(tensor.output, "zero_optimization.zero_hpz_partition_size: DeepSpeed builds "
-                                      "hpZ's secondary groups"))
+  EXPECT_TRUE(contains(tensor.output,
+                       "zero_optimization.zero_hpz_partition_size: DeepSpeed builds "
+                       "hpZ's secondary groups"))
       << tensor.output;
   const Result executor = run("run -m gpt2-tiny -s 3 --quantized-gradients true --steps 1");
   EXPECT_EQ(executor.exit_code, 2) << executor.output;
