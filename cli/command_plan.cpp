@@ -24,9 +24,9 @@ struct PlanCommand {
   std::string output;
 };
 
-nlohmann::json max_model_json(const std::vector<MaxModel>& results) {
+nlohmann::json max_model_json(const MaxModelSearch& search) {
   nlohmann::json rows = nlohmann::json::array();
-  for (const auto& r : results) {
+  for (const auto& r : search.variants) {
     nlohmann::json row = {{"variant", r.variant.label},
                           {"found", r.found},
                           {"model", r.model_name},
@@ -40,7 +40,13 @@ nlohmann::json max_model_json(const std::vector<MaxModel>& results) {
     }
     rows.push_back(row);
   }
-  return {{"schema", "zerolens.max_model"}, {"version", kPlanJsonVersion}, {"variants", rows}};
+  nlohmann::json left_out = nlohmann::json::array();
+  for (const auto& [variant, reason] : search.left_out)
+    left_out.push_back({{"variant", variant.label}, {"reason", reason}});
+  return {{"schema", "zerolens.max_model"},
+          {"version", kPlanJsonVersion},
+          {"variants", rows},
+          {"left_out", left_out}};
 }
 
 int run_plan(const PlanCommand& command) {
@@ -52,18 +58,27 @@ int run_plan(const PlanCommand& command) {
   Output output(command.output);
   std::ostream& out = output.stream();
   if (command.compare) {
-    const auto plans = compare_variants(request);
-    if (command.json)
-      out << compare_to_json(plans).dump(2) << '\n';
-    else if (command.csv) print_compare_csv(out, plans);
-    else print_compare(out, plans, unit);
+    const VariantComparison comparison = compare_variants(request);
+    if (command.json) {
+      out << compare_to_json(comparison).dump(2) << '\n';
+    } else if (command.csv) {
+      print_compare_csv(out, comparison);
+      print_left_out(std::cerr, comparison.left_out);  // the CSV keeps one row shape
+    } else {
+      print_compare(out, comparison, unit);
+    }
     return kExitOk;
   }
   if (command.max_model) {
-    const auto results = find_max_models(request, *command.max_model);
-    if (command.json) out << max_model_json(results).dump(2) << '\n';
-    else if (command.csv) print_max_models_csv(out, results);
-    else print_max_models(out, results, request);
+    const MaxModelSearch search = find_max_models(request, *command.max_model);
+    if (command.json) {
+      out << max_model_json(search).dump(2) << '\n';
+    } else if (command.csv) {
+      print_max_models_csv(out, search.variants);
+      print_left_out(std::cerr, search.left_out);  // the CSV keeps one row shape
+    } else {
+      print_max_models(out, search, request);
+    }
     return kExitOk;
   }
   if (command.deepspeed_estimate) {

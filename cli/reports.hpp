@@ -12,10 +12,12 @@ namespace zerolens::cli {
 void print_plan(std::ostream& out, const Plan& plan, SizeUnit unit, bool show_components);
 void print_plan_csv(std::ostream& out, const Plan& plan);
 
-void print_compare(std::ostream& out, const std::vector<VariantPlan>& plans, SizeUnit unit);
-void print_compare_csv(std::ostream& out, const std::vector<VariantPlan>& plans);
+void print_compare(std::ostream& out, const VariantComparison& comparison, SizeUnit unit);
+void print_compare_csv(std::ostream& out, const VariantComparison& comparison);
+// One line per variant the planner refused: "left out: ZeRO-2: <reason>".
+void print_left_out(std::ostream& out, const std::vector<LeftOutVariant>& left_out);
 
-void print_max_models(std::ostream& out, const std::vector<MaxModel>& results, const PlanRequest& base);
+void print_max_models(std::ostream& out, const MaxModelSearch& search, const PlanRequest& base);
 void print_max_models_csv(std::ostream& out, const std::vector<MaxModel>& results);
 
 // DeepSpeed's estimator table for stages 2 and 3 next to zerolens's model-state figure and full

@@ -24,7 +24,13 @@ Plan plan_for(const PlanRequest& base, const Variant& variant, bool model_states
 
 }  // namespace
 
-void print_compare(std::ostream& out, const std::vector<VariantPlan>& plans, SizeUnit unit) {
+void print_left_out(std::ostream& out, const std::vector<LeftOutVariant>& left_out) {
+  for (const auto& [variant, reason] : left_out)
+    out << "left out: " << variant.label << ": " << reason << '\n';
+}
+
+void print_compare(std::ostream& out, const VariantComparison& comparison, SizeUnit unit) {
+  const std::vector<VariantPlan>& plans = comparison.plans;
   if (plans.empty()) return;
   out << "zerolens plan --compare: " << describe_setup(plans.front().plan) << "\n";
   out << "(stage and offload vary per row; memory at the peak in " << unit_name(unit)
@@ -40,9 +46,11 @@ void print_compare(std::ostream& out, const std::vector<VariantPlan>& plans, Siz
   out << "capacity: GPU " << format_bytes(cluster.gpu.memory_bytes, unit) << ", CPU "
       << format_bytes(cluster.node.cpu_memory_bytes, unit) << " per node, NVMe "
       << format_bytes(cluster.node.nvme_capacity_bytes, unit) << " per node\n";
+  print_left_out(out, comparison.left_out);
 }
 
-void print_compare_csv(std::ostream& out, const std::vector<VariantPlan>& plans) {
+void print_compare_csv(std::ostream& out, const VariantComparison& comparison) {
+  const std::vector<VariantPlan>& plans = comparison.plans;
   out << "variant,stage,offload_optimizer,offload_param,gpu_peak_bytes,cpu_peak_bytes,nvme_peak_bytes,fits,"
          "network_bytes,pcie_bytes,nvme_io_bytes\n";
   for (const auto& [variant, plan] : plans) {
@@ -71,7 +79,8 @@ std::string binding_text(const MaxModel& result) {
 // The workload every candidate is planned with goes first: with the defaults (fp32, micro-batch
 // 1, the model's own sequence length, no checkpointing) nothing large fits, and the reader must
 // see why.
-void print_max_models(std::ostream& out, const std::vector<MaxModel>& results, const PlanRequest& base) {
+void print_max_models(std::ostream& out, const MaxModelSearch& search, const PlanRequest& base) {
+  const std::vector<MaxModel>& results = search.variants;
   const TrainingConfig& c = base.config;
   out << "zerolens plan --max-model: largest model that fits " << base.dp_size << " x "
       << base.cluster.gpu.name << " (" << base.cluster.name << ")\n"
@@ -91,6 +100,7 @@ void print_max_models(std::ostream& out, const std::vector<MaxModel>& results, c
                    binding_text(result)});
   }
   table.print(out);
+  print_left_out(out, search.left_out);
 }
 
 void print_max_models_csv(std::ostream& out, const std::vector<MaxModel>& results) {

@@ -27,16 +27,16 @@ void add_run_options(CLI::App& command, RunFlags& flags) {
   add_plan_options(command, flags.plan);
   // What the executor does not run stays parsed, for the refusal that names it, but out of --help.
   for (const char* name :
-       {"--virtual-stages", "--framework", "--reshard-after-forward", "--reduce-dtype",
-        "--cpu-checkpointing", "--dropout", "--ep", "--capacity-factor", "--min-capacity",
-        "--lora-rank", "--lora-targets", "--quantize-base", "--lora-dropout", "--target-seq-len"})
+       {"--framework", "--reshard-after-forward", "--reduce-dtype", "--cpu-checkpointing",
+        "--dropout", "--ep", "--capacity-factor", "--min-capacity", "--lora-rank", "--lora-targets",
+        "--quantize-base", "--lora-dropout", "--target-seq-len"})
     command.get_option(name)->group("");
   command.footer(
-      "Flags of parallelism and frameworks the executor does not run (interleaved pipeline "
-      "stages, expert parallelism, FSDP, CPU checkpointing, dropout, LoRA) are refused by name and "
-      "not listed here; `zerolens plan --help` lists every planning flag. --tp, --sp and --pp run "
-      "on --device cpu: mpirun -np (DP x TP x PP) ranks; so do, at stage 3 over data parallelism "
-      "alone, --shard-group, --hpz and ZeRO++'s --quantized-weights and --quantized-gradients "
+      "Flags of parallelism and frameworks the executor does not run (expert parallelism, FSDP, "
+      "CPU checkpointing, dropout, LoRA) are refused by name and not listed here; `zerolens plan "
+      "--help` lists every planning flag. --tp, --sp, --pp and --virtual-stages run on --device "
+      "cpu: mpirun -np (DP x TP x PP) ranks; so do, at stage 3 over data parallelism alone, "
+      "--shard-group, --hpz and ZeRO++'s --quantized-weights and --quantized-gradients "
       "(--gpus-per-node sets the nodes qgZ's hops see).");
   const char* group = "Training run";
   command.add_option("--steps", flags.training.steps, "Optimizer steps to run")
@@ -128,11 +128,6 @@ Plan plan_for_run(const RunFlags& flags, const exec::Backend& backend, Diagnosti
                          " engine does not call the GPU quantization kernels yet)");
   }
   const bool tp = request.config.tensor_parallel.active(), pp = request.config.pipeline.active();
-  if (pp && request.config.pipeline.virtual_stages > 1) {
-    throw InputError("--virtual-stages",
-                     "the interleaved pipeline schedule is planned, not yet run (the executor "
-                     "runs 1f1b and gpipe: docs/executor.md)");
-  }
   if (request.config.expert_parallel.active()) {
     throw InputError("--ep",
                      "the executor does not run expert parallelism yet (it is planned: "

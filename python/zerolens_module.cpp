@@ -253,7 +253,8 @@ py::object plan(const py::kwargs& kwargs) {
   return to_python(document);
 }
 
-// DP, ZeRO-1/2/3 and each offload variant of the same job side by side (plan --compare --json).
+// DP, ZeRO-1/2/3 and each offload variant of the same job side by side, and those the planner
+// refuses for it with the reason (plan --compare --json).
 py::object compare(const py::kwargs& kwargs) {
   py::dict rest;
   const PlanRequest request = request_of(plan_inputs(kwargs, rest));

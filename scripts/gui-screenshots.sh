@@ -33,6 +33,11 @@ tp=(--model llama2-7b --cluster dgx-a100-80gb --gpus 8 --tp 2 --sp true --stage 
     --seq-len 4096 --rank 5)
 shot llama2-7b-tp2-ranks "${tp[@]}" --view ranks --step 246
 shot llama2-7b-tp2-timeline "${tp[@]}" --view timeline --step 246
+# The same model as tensor parallel 2 x pipeline 2 x data parallel 2 (ZeRO-1, 8 micro-batches of 1
+# a step): the Compare tab's 3D layouts of the 8 GPUs beside the ZeRO variants, the stage-2/3
+# variants the pipeline engine refuses listed with the reason.
+shot llama2-7b-3d-compare --model llama2-7b --cluster dgx-a100-80gb --gpus 8 --tp 2 --pp 2 --stage 1 \
+  --precision bf16 --seq-len 4096 --grad-accum 8 --view compare
 # GPT-2 1.5B on 8 x A100-40GB, ZeRO-3 with the optimizer on the CPU.
 real=(--model gpt2-1.5b --cluster dgx-a100-40gb --gpus 8 --stage 3 --offload-optimizer cpu --precision fp16
       --micro-batch 4 --activation-checkpointing true)

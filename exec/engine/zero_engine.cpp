@@ -46,11 +46,6 @@ void require_data_subgroups(const Plan& plan, const ProcessGroups& groups) {
 
 void require_parallelism(const Plan& plan) {
   const TrainingConfig& config = plan.request.config;
-  if (config.pipeline.active() && config.pipeline.virtual_stages > 1) {
-    throw InputError("--virtual-stages",
-                     "the interleaved pipeline schedule is not run by the CPU "
-                     "executor yet (1f1b and gpipe are)");
-  }
   if (config.tensor_parallel.active() && config.activation_checkpointing.partition_activations) {
     throw InputError("activation_checkpointing.partition_activations",
                      "not run by the CPU executor yet (planned: docs/parallelism.md)");

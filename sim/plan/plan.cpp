@@ -147,9 +147,14 @@ void check_activation_total(const Model& model, std::int64_t micro_batch, std::i
   }
 }
 
-// ZeRO++ as DeepSpeed builds its groups (utils/groups.py _create_zero_param_parallel_group: runs
-// of zero_hpz_partition_size consecutive ranks of the world; qgZ's local and global all-to-all
-// groups from the node's GPU count), which zerolens plans over pure data parallelism.
+// ZeRO++ as DeepSpeed builds its groups. qwZ quantizes a fetch over the parameter's own group
+// (partition_parameters.py all_gather_coalesced: get_partition_dp_group, the data_parallel_group
+// zero.Init was given, Megatron's DP group): with TP it runs over the DP group of each TP
+// coordinate, as zerolens plans it. hpZ's secondary groups are runs of zero_hpz_partition_size
+// consecutive ranks of the world (utils/groups.py _create_zero_param_parallel_group) and qgZ's
+// all-to-alls run over a node's world ranks and then the world (_get_local_all_to_all_group;
+// coalesced_collectives.py all_to_all_quant_reduce divides by dist.get_world_size()), whatever the
+// model-parallel groups: with TP innermost they would mix TP peers, whose shards differ.
 void check_zeropp(const PlanRequest& request) {
   const ZeroConfig& zero = request.config.zero;
   if (!zero.zeropp() || zero.stage != 3) return;
@@ -159,10 +164,16 @@ void check_zeropp(const PlanRequest& request) {
                                                                      : "zero_quantized_gradients");
   if (request.config.is_fsdp() || request.config.is_colossalai())
     throw InputError(key, "ZeRO++ is DeepSpeed's; FSDP and ColossalAI have no such option");
-  if (request.config.tensor_parallel.active() || request.config.pipeline.active())
-    throw InputError(key,
-                     "ZeRO++ with tensor or pipeline parallelism is not modelled (DeepSpeed groups "
-                     "its ranks over the whole world); plan it with --tp 1 --pp 1");
+  if (request.config.pipeline.active())  // validate() refuses stage 3 with a pipeline first
+    throw InputError(key, "ZeRO++ is stage 3's, which DeepSpeed's pipeline engine does not run");
+  if (request.config.tensor_parallel.active() &&
+      (zero.hpz_partition_size > 1 || zero.quantized_gradients))
+    throw InputError(zero.hpz_partition_size > 1 ? "zero_optimization.zero_hpz_partition_size"
+                                                 : "zero_optimization.zero_quantized_gradients",
+                     "DeepSpeed builds hpZ's secondary groups and qgZ's all-to-all groups from "
+                     "consecutive ranks of the world, not of the data-parallel group: with tensor "
+                     "parallelism they would hold tensor-parallel peers, whose parameters and "
+                     "gradients differ; qwZ (zero_quantized_weights) runs with --tp");
   if (zero.shard_group_size > 0 && zero.shard_group_size < request.dp_size)
     throw InputError(key, "ZeRO++ with hybrid sharding (mics_shard_size) is not modelled");
   const int hpz = zero.hpz_partition_size;

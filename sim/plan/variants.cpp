@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 
 #include "sim/config/overrides.hpp"
 #include "sim/core/error.hpp"
@@ -178,26 +179,41 @@ std::vector<Variant> variants_for(const PlanRequest& base) {
   return variants;
 }
 
-std::vector<VariantPlan> compare_variants(const PlanRequest& base) {
-  std::vector<VariantPlan> plans;
+VariantComparison compare_variants(const PlanRequest& base) {
+  VariantComparison comparison;
+  std::exception_ptr first_refusal;
   for (const auto& v : variants_for(base)) {
     PlanRequest request = base;
     request.config = apply_variant(base.config, v);
-    plans.push_back({v, make_plan(std::move(request))});
+    try {
+      comparison.plans.push_back({v, make_plan(std::move(request))});
+    } catch (const InputError& refused) {
+      if (!first_refusal) first_refusal = std::current_exception();
+      comparison.left_out.push_back({v, refused.what()});
+    }
   }
-  return plans;
+  if (comparison.plans.empty() && first_refusal) std::rethrow_exception(first_refusal);
+  return comparison;
 }
 
 std::vector<std::string> max_model_families() { return {"dense", "gpt2", "llama2", "llama3", "presets"}; }
 
-std::vector<MaxModel> find_max_models(const PlanRequest& base, const std::string& family) {
-  std::vector<MaxModel> results;
+MaxModelSearch find_max_models(const PlanRequest& base, const std::string& family) {
+  MaxModelSearch search;
   const std::vector<std::string> presets =
       family == "dense" ? std::vector<std::string>{} : family_presets(family);
+  std::exception_ptr first_refusal;
   for (const auto& v : variants_for(base)) {
-    results.push_back(family == "dense" ? largest_dense(base, v) : largest_preset(base, v, presets));
+    try {
+      search.variants.push_back(family == "dense" ? largest_dense(base, v)
+                                                  : largest_preset(base, v, presets));
+    } catch (const InputError& refused) {
+      if (!first_refusal) first_refusal = std::current_exception();
+      search.left_out.push_back({v, refused.what()});
+    }
   }
-  return results;
+  if (search.variants.empty() && first_refusal) std::rethrow_exception(first_refusal);
+  return search;
 }
 
 }  // namespace zerolens

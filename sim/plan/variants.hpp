@@ -35,7 +35,20 @@ struct VariantPlan {
   Variant variant;
   Plan plan;
 };
-std::vector<VariantPlan> compare_variants(const PlanRequest& base);
+// A variant the planner refuses for this job (DeepSpeed's pipeline engine runs stage 0 or 1 only,
+// so under --pp the ZeRO-2/3 variants), with the planner's reason ("key: why").
+struct LeftOutVariant {
+  Variant variant;
+  std::string reason;
+};
+struct VariantComparison {
+  std::vector<VariantPlan> plans;
+  std::vector<LeftOutVariant> left_out;
+};
+// Every variant of the job the planner accepts, in variants_for's order; those it refuses are left
+// out with its reason. Throws the first variant's InputError when it refuses them all (the job
+// itself is bad input).
+VariantComparison compare_variants(const PlanRequest& base);
 
 struct MaxModel {
   Variant variant;
@@ -53,9 +66,14 @@ struct MaxModel {
   };
   std::optional<Binding> binding;
 };
+struct MaxModelSearch {
+  std::vector<MaxModel> variants;
+  std::vector<LeftOutVariant> left_out;  // the variants the planner refuses, with its reason
+};
 // family: "dense" (binary search over dense:N to 3 significant digits), or a preset family
-// "gpt2", "llama2", "llama3", "presets" (all presets). Throws InputError for an unknown family.
-std::vector<MaxModel> find_max_models(const PlanRequest& base, const std::string& family);
+// "gpt2", "llama2", "llama3", "presets" (all presets). Throws InputError for an unknown family,
+// or the first variant's when the planner refuses every variant.
+MaxModelSearch find_max_models(const PlanRequest& base, const std::string& family);
 std::vector<std::string> max_model_families();
 
 }  // namespace zerolens

@@ -141,10 +141,12 @@ std::vector<ParallelLayout> layouts_of(const PlanRequest& base, const SweepSpace
 bool zeropp_accepted(std::optional<ZeroPlusPlus> zeropp, int stage, const ParallelLayout& layout,
                      std::vector<std::string>& notes) {
   if (!zeropp || *zeropp == ZeroPlusPlus::Off) return true;
-  if (stage == 3 && layout.tensor == 1 && layout.pipeline == 1) return true;
+  if (stage == 3 && layout.pipeline == 1 && (layout.tensor == 1 || *zeropp == ZeroPlusPlus::Qwz))
+    return true;
   add_note(notes,
-           "ZeRO++ variants are swept at stage 3 without TP or PP (a stage-3 feature; "
-           "with model parallelism not modelled)");
+           "ZeRO++ variants are swept at stage 3 without PP (DeepSpeed's pipeline engine runs "
+           "stage 0 or 1), and only qwZ with TP (DeepSpeed groups hpZ and qgZ over the world's "
+           "ranks)");
   return false;
 }
 

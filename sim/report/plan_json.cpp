@@ -234,12 +234,18 @@ json plan_to_json(const Plan& plan) {
   return out;
 }
 
-json compare_to_json(const std::vector<VariantPlan>& plans) {
+json compare_to_json(const VariantComparison& comparison) {
   json rows = json::array();
-  for (const auto& [variant, plan] : plans) {
+  for (const auto& [variant, plan] : comparison.plans) {
     rows.push_back({{"variant", variant.label}, {"plan", plan_to_json(plan)}});
   }
-  return {{"schema", "zerolens.compare"}, {"version", kPlanJsonVersion}, {"variants", rows}};
+  json left_out = json::array();
+  for (const auto& [variant, reason] : comparison.left_out)
+    left_out.push_back({{"variant", variant.label}, {"reason", reason}});
+  return {{"schema", "zerolens.compare"},
+          {"version", kPlanJsonVersion},
+          {"variants", rows},
+          {"left_out", left_out}};
 }
 
 PlanFigures plan_figures(const Plan& plan) {

@@ -14,8 +14,9 @@ namespace zerolens {
 inline constexpr int kPlanJsonVersion = 1;
 
 nlohmann::json plan_to_json(const Plan& plan);
-// `plan --compare --json` (schema "zerolens.compare"): each variant's label and plan, in order.
-nlohmann::json compare_to_json(const std::vector<VariantPlan>& plans);
+// `plan --compare --json` (schema "zerolens.compare"): each variant's label and plan, in order,
+// and each variant left out with the planner's reason.
+nlohmann::json compare_to_json(const VariantComparison& comparison);
 
 // The figures of a plan as read back from its JSON (for consumers and round-trip checks).
 struct PlanFigures {

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -124,6 +125,55 @@ TEST(Cli, FlagsOverrideTheConfigFile) {
 TEST(Cli, RequireFitExitsWithOneWhenItDoesNotFit) {
   EXPECT_EQ(run("plan --model gpt3-175b --gpus 8 --require-fit").exit_code, 1);
   EXPECT_EQ(run("plan --model gpt2-124m --gpus 8 --precision bf16 --require-fit").exit_code, 0);
+}
+
+// Under --pp the pipeline engine's refusal of ZeRO-2/3 leaves those variants out, each on a line
+// of its own with the planner's reason (text and JSON; the CSV keeps its rows and says so on
+// stderr), instead of failing the whole comparison.
+TEST(Cli, CompareUnderPipelineParallelismLeavesOutWhatThePlannerRefuses) {
+  const std::string job =
+      "plan --model gpt2-124m --cluster dgx-a100-80gb --gpus 8 --pp 2 --stage 1 --precision bf16 "
+      "--compare";
+  const Result text = run(job);
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  int left_out = 0;
+  for (std::size_t at = text.output.find("\nleft out: "); at != std::string::npos;
+       at = text.output.find("\nleft out: ", at + 1)) {
+    ++left_out;
+    const std::string line = text.output.substr(at + 1, text.output.find('\n', at + 1) - at - 1);
+    EXPECT_NE(
+        line.find(": zero_optimization.stage: DeepSpeed's pipeline engine runs ZeRO stage 0 or 1"),
+        std::string::npos)
+        << line;
+  }
+  EXPECT_EQ(left_out, 7) << text.output;
+  EXPECT_NE(text.output.find("ZeRO-1 + opt:cpu"), std::string::npos);
+
+  const Result json = run(job + " --json", false);
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  const auto document = nlohmann::json::parse(json.out);
+  std::vector<std::string> planned;
+  for (const auto& row : document.at("variants")) planned.push_back(row.at("variant"));
+  EXPECT_EQ(planned, (std::vector<std::string>{"DP", "ZeRO-1", "ZeRO-1 + opt:cpu"}));
+  ASSERT_EQ(document.at("left_out").size(), 7u);
+  EXPECT_EQ(document.at("left_out")[0].at("variant"), "ZeRO-2");
+  EXPECT_NE(document.at("left_out")[0].at("reason").get<std::string>().find("stage is 2"),
+            std::string::npos);
+
+  const Result csv = run(job + " --csv", false);
+  ASSERT_EQ(csv.exit_code, 0);
+  EXPECT_EQ(std::count(csv.out.begin(), csv.out.end(), '\n'), 1 + 3) << csv.out;
+  const Result largest = run(
+      "plan --model gpt2-124m --gpus 8 --pp 2 --stage 1 --precision bf16 --max-model gpt2 --json",
+      false);
+  ASSERT_EQ(largest.exit_code, 0) << largest.output;
+  const auto search = nlohmann::json::parse(largest.out);
+  EXPECT_EQ(search.at("variants").size(), 3u);
+  EXPECT_EQ(search.at("left_out").size(), 7u);
+  const Result csv_and_notes = run(job + " --csv");
+  EXPECT_NE(csv_and_notes.output.find("left out: ZeRO-3 + opt:nvme + param:nvme: "),
+            std::string::npos)
+      << csv_and_notes.output;
 }
 
 TEST(Cli, PlanningViews) {

@@ -25,7 +25,7 @@ constexpr int kSteps = 4;
 // rank.
 Gpt2Setup reference_of(Gpt2Setup setup, int ranks) {
   setup.micro_batch = setup.micro_batch * 2 / ranks;
-  setup.tensor_parallel = setup.pipeline_stages = 1;
+  setup.tensor_parallel = setup.pipeline_stages = setup.virtual_stages = 1;
   setup.sequence_parallel = false;
   setup.stage = 0;
   setup.checkpointing = false;
@@ -106,6 +106,48 @@ TEST(PipelineParallel, PipelineTrainsAsDataParallelism) {
       const int stage = place_of_rank(world().rank(), plan.schedule.context.parallel_shape()).stage;
       expect_memory_of(rank_schedule(plan, stage), run);
     }
+  }
+}
+
+// The interleaved 1F1B schedule (Megatron's virtual stages) at np 4: gpt2-tiny with 4 blocks over
+// PP 2 x 2 chunks a stage (stage 0 runs blocks 0 and 2 and the embedding, stage 1 blocks 1 and 3
+// and the head; an activation crosses the stages 3 times a micro-batch each way) x DP 2, 4
+// micro-batches a step, trains as plain data parallelism over the 4 ranks on the same global
+// batch: losses within the parity tolerances, each stage's model states exactly its schedule's.
+TEST(PipelineParallel, InterleavedPipelineTrainsAsDataParallelism) {
+  const int ranks = world().size();
+  if (ranks != 4) GTEST_SKIP() << "PP 2 x 2 virtual stages x DP 2 on 4 ranks";
+  for (const Precision precision : {Precision::Fp32, Precision::Bf16}) {
+    Gpt2Setup setup = pipeline_setup({}, 1, precision, precision == Precision::Fp32,
+                                     OptimizerType::AdamW);
+    setup.virtual_stages = 2;
+    setup.blocks = 4;
+    SCOPED_TRACE(name_of(setup));
+    Gpt2Setup reference_setup = reference_of(setup, ranks);
+    reference_setup.checkpointing = false;
+    const Trained reference = train(gpt2_plan(reference_setup, ranks), reference_setup, kSteps);
+    const Plan plan = gpt2_plan(setup, ranks);
+    ASSERT_EQ(plan.schedule.context.virtual_stages, 2);
+    const bool fp32 = precision == Precision::Fp32;
+    // Each stage holds 2 chunks and sends 3 messages a micro-batch (stage 0: chunks 0 and 2's
+    // outputs, chunk 2's input gradient; stage 1: chunk 1's output, chunks 3 and 1's input
+    // gradients), 12 a step, each b x s x h = 4 x 32 x 64 elements in the training dtype.
+    const int stage = place_of_rank(world().rank(), plan.schedule.context.parallel_shape()).stage;
+    EXPECT_EQ(rank_model(plan, stage).pipeline_chunks.size(), 2u);
+    int sends = 0;
+    for (const Op& op : rank_schedule(plan, stage).ops) {
+      if (op.kind != OpKind::Send) continue;
+      ++sends;
+      EXPECT_EQ(op.bytes, 4 * 32 * 64 * (fp32 ? 4 : 2));
+    }
+    EXPECT_EQ(sends, 3 * 4);
+    const Trained run = train(plan, setup, kSteps);
+    const double worst = worst_loss_difference(run, reference);
+    EXPECT_LE(worst, fp32 ? 2e-4 : 2e-3);
+    if (world().rank() == 0)
+      std::printf("[ parity   ] %s: largest loss difference %.3g (per step: %s)\n",
+                  name_of(setup).c_str(), worst, loss_differences(run, reference).c_str());
+    expect_memory_of(rank_schedule(plan, stage), run);
   }
 }
 

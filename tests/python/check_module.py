@@ -53,6 +53,14 @@ def main(binary):
           "compare() differs from plan --compare --json")
     check([v["variant"] for v in compared["variants"]][:4] == ["DP", "ZeRO-1", "ZeRO-2", "ZeRO-3"],
           f"compare() variants {[v['variant'] for v in compared['variants']]}")
+    check(compared["left_out"] == [], f"compare() left out {compared['left_out']}")
+    # Under a pipeline DeepSpeed runs stage 0 or 1: compare() leaves ZeRO-2/3 out, saying why.
+    piped = zerolens.compare(model="gpt2-124m", gpus=8, pp=2, stage=1, precision="bf16")
+    check([v["variant"] for v in piped["variants"]] == ["DP", "ZeRO-1", "ZeRO-1 + opt:cpu"],
+          f"compare(pp=2) variants {[v['variant'] for v in piped['variants']]}")
+    check(len(piped["left_out"]) == 7 and
+          all("pipeline engine runs ZeRO stage 0 or 1" in row["reason"] for row in piped["left_out"]),
+          f"compare(pp=2) left out {piped['left_out']}")
     expect_compare_error = [False]
     try:
         zerolens.compare(stagee=3)

@@ -350,17 +350,19 @@ TEST(LoraViews, CompareAndMaxModelKeepTheAdapters) {
   base.config.seq_len = 512;
   base.dp_size = 8;
   base.cluster = testing::test_cluster(8, Bytes{24} << 30);
-  const auto plans = compare_variants(base);
+  const auto comparison = compare_variants(base);
+  const auto& plans = comparison.plans;
+  EXPECT_TRUE(comparison.left_out.empty());
   ASSERT_EQ(plans.size(), standard_variants().size() - 2);
   for (const auto& [variant, plan] : plans) {
     EXPECT_EQ(variant.offload_param, OffloadDevice::None) << variant.label;
     EXPECT_EQ(plan.request.model.trainable_parameter_count(), 4'194'304) << variant.label;
   }
   // On 24 GiB GPUs a 4-bit LLaMA-2 13B fits, whose 16-bit base alone (26 GB) would not.
-  const auto found = find_max_models(base, "llama2");
+  const auto found = find_max_models(base, "llama2").variants;
   EXPECT_EQ(found.front().model_name, "llama2-13b");
   base.model = with_adapters(model_from_preset("llama2-7b"), 8);
-  EXPECT_EQ(find_max_models(base, "llama2").front().model_name, "llama2-7b");
+  EXPECT_EQ(find_max_models(base, "llama2").variants.front().model_name, "llama2-7b");
 }
 
 }  // namespace

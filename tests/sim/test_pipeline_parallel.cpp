@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/config/overrides.hpp"
+#include "sim/plan/variants.hpp"
 #include "sim/predict/prediction.hpp"
 #include "sim/schedule/comm.hpp"
 #include "sim/schedule/memory_replay.hpp"
@@ -340,6 +341,47 @@ TEST(PipelineParallel, ConfigReadsStagesAndRefusesWhatDeepSpeedRefuses) {
 
 namespace zerolens {
 namespace {
+
+// Under pipeline parallelism --compare plans what DeepSpeed's pipeline engine runs (stages 0 and 1,
+// ZeRO-1 with the optimizer on the CPU) and leaves out the 7 stage-2/3 variants with the planner's
+// reason, each one planned alone refused by the same words; FSDP's variants, all of them refused,
+// are the job's error.
+TEST(PipelineParallel, CompareLeavesOutTheVariantsThePipelineRefuses) {
+  const PlanRequest base = request_of(build_transformer("tiny", tiny_shape(4)), pp_config(2, 4), 2);
+  const VariantComparison comparison = compare_variants(base);
+  std::vector<std::string> planned, left_out;
+  for (const auto& [variant, plan] : comparison.plans) {
+    planned.push_back(variant.label);
+    EXPECT_LE(plan.schedule.context.stage, 1) << variant.label;
+    EXPECT_EQ(plan.pipeline_stages.size(), 2u) << variant.label;
+  }
+  EXPECT_EQ(planned, (std::vector<std::string>{"DP", "ZeRO-1", "ZeRO-1 + opt:cpu"}));
+  for (const auto& [variant, reason] : comparison.left_out) {
+    left_out.push_back(variant.label);
+    EXPECT_GE(variant.stage, 2) << variant.label;
+    PlanRequest alone = base;
+    alone.config = apply_variant(base.config, variant);
+    try {
+      make_plan(alone);
+      ADD_FAILURE() << variant.label << " was planned";
+    } catch (const InputError& error) {
+      EXPECT_EQ(reason, error.what());
+    }
+    EXPECT_NE(reason.find("zero_optimization.stage"), std::string::npos) << reason;
+  }
+  EXPECT_EQ(left_out.size() + planned.size(), standard_variants().size());
+  // --max-model leaves out the same variants and searches the others.
+  const MaxModelSearch search = find_max_models(base, "gpt2");
+  ASSERT_EQ(search.variants.size(), planned.size());
+  for (std::size_t i = 0; i < planned.size(); ++i)
+    EXPECT_EQ(search.variants[i].variant.label, planned[i]);
+  ASSERT_EQ(search.left_out.size(), comparison.left_out.size());
+  for (std::size_t i = 0; i < search.left_out.size(); ++i)
+    EXPECT_EQ(search.left_out[i].reason, comparison.left_out[i].reason);
+  PlanRequest fsdp = base;
+  fsdp.config.framework = Framework::Fsdp2;
+  EXPECT_THROW(compare_variants(fsdp), InputError);
+}
 
 // Settings that would be ignored are refused by name: chunks without stages, SP without TP, and a
 // layer list whose layers are not its shape's.

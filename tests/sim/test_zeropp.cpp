@@ -5,6 +5,8 @@
 // cross-node hop 0.25M), plus the quantization scales.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "sim/config/deepspeed.hpp"
@@ -155,6 +157,71 @@ TEST(ZeroPlusPlus, QuantizedGatherHoldsItsInt8AndDequantizedBuffers) {
     EXPECT_EQ(b.after_op[i][gpu], a.after_op[i][gpu]) << i;
     const Bytes extra = 16 * (65536 + 4 * 16) + 2 * 1024 * 1024;
     EXPECT_EQ(b.high_during_op[i][gpu], a.after_op[i][gpu] + extra) << i;
+  }
+}
+
+// qwZ with TP 2 x DP 4 on 2 nodes of 4 GPUs: each rank fetches its TP shard over the DP group of
+// its TP coordinate (DeepSpeed gathers over the parameter's data_parallel_group). Worked on paper
+// for block h.0 of the 2-block model of hidden 8, 2 heads, MLP 32: a TP rank holds
+//   ln_1 16 + qkv [12, 8] 96 + 12 + attention out [8, 4] 32 + 8 + ln_2 16 + fc_in [16, 8] 128 + 16
+//   + fc_out [8, 16] 128 + 8 = 460 parameters,
+// a DP partition of 460 / 4 = 115; 115 is not a multiple of 8, so ceil(115 / 8000) = 1 fp32 scale:
+// each rank sends 115 + 4 = 119 bytes and the fetch gathers 4 x 119 = 476 bytes (bf16: 920). The
+// DP group's ranks are t = 2 apart, so a node holds 2 of its 4: a ring all-gather of S = 476
+// sends S (g - 1) / g = 238 bytes within the node and S (m - 1) / (m g) = 119 across (g = 2 per
+// node, m = 2 nodes).
+TEST(ZeroPlusPlus, QuantizedWeightsWithTensorParallelismWorkedByHand) {
+  PlanRequest request;
+  request.model = build_transformer("tiny", testing::hand_worked_shape(2));
+  TrainingConfig& config = request.config;
+  config.zero.stage = 3;
+  config.precision.precision = Precision::Bf16;
+  config.zero.stage3_param_persistence_threshold = 0;
+  config.zero.stage3_max_reuse_distance = 0;
+  config.zero.stage3_prefetch_bucket_size = 0;
+  config.batch.micro_batch_per_gpu = 1;
+  config.seq_len = 8;
+  config.tensor_parallel.size = 2;
+  request.dp_size = 4;
+  request.cluster = with_ranks(cluster_from_preset("dgx-a100-80gb"), 8, 4);  // 2 nodes x 4
+  const Plan plain = make_plan(request);
+  request.config.zero.quantized_weights = true;
+  const Plan quantized = make_plan(request);
+  const auto h0 =
+      std::find_if(quantized.rank_model.layers.begin(), quantized.rank_model.layers.end(),
+                   [](const Layer& l) { return l.name == "h.0"; });
+  ASSERT_NE(h0, quantized.rank_model.layers.end());
+  EXPECT_EQ(h0->numel(), 460);
+  const int layer = int(h0 - quantized.rank_model.layers.begin());
+  ASSERT_EQ(plain.schedule.ops.size(), quantized.schedule.ops.size());
+  int fetches = 0;
+  for (std::size_t i = 0; i < quantized.schedule.ops.size(); ++i) {
+    const Op& op = quantized.schedule.ops[i];
+    if (op.kind != OpKind::AllGather || op.layer != layer) continue;
+    ++fetches;
+    EXPECT_EQ(op.group, ProcessGroup::Data);
+    EXPECT_EQ(op.group_size, 4);
+    EXPECT_EQ(op.bytes, 476);
+    EXPECT_EQ(plain.schedule.ops[i].bytes, 920);
+    const LinkTraffic traffic =
+        collective_traffic(op.kind, op.bytes, op_group_shape(op, quantized.schedule.context));
+    EXPECT_EQ(traffic.intra_node, 238);
+    EXPECT_EQ(traffic.inter_node, 119);
+  }
+  EXPECT_EQ(fetches, 2);  // forward and backward
+  // hpZ and qgZ keep their refusal with TP: DeepSpeed builds their groups over the world's ranks.
+  for (const bool hpz : {true, false}) {
+    PlanRequest refused = request;
+    refused.config.zero.hpz_partition_size = hpz ? 2 : 1;
+    refused.config.zero.quantized_gradients = !hpz;
+    try {
+      make_plan(refused);
+      ADD_FAILURE() << (hpz ? "hpZ" : "qgZ") << " with TP was planned";
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.where(), hpz ? "zero_optimization.zero_hpz_partition_size"
+                               : "zero_optimization.zero_quantized_gradients");
+      EXPECT_NE(std::string(e.what()).find("consecutive ranks of the world"), std::string::npos);
+    }
   }
 }
 
