@@ -181,8 +181,8 @@ void check_trainable(const Plan& plan) {
 
 void check_runnable(const Plan& plan, const TrainingOptions& options, int processes) {
   check_trainable(plan);
+  check_engine_supports(plan);  // what is not run at all, before how many processes would run it
   ProcessGroups::require_processes(plan.schedule.context.parallel_shape(), processes);
-  check_engine_supports(plan);
   require_checkpointable(plan, options);
 }
 
