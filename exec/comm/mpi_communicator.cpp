@@ -24,7 +24,8 @@ void check(int status, const char* call) {
   char message[MPI_MAX_ERROR_STRING];
   int length = 0;
   MPI_Error_string(status, message, &length);
-  throw std::runtime_error(std::string(call) + " failed: " + std::string(message, std::size_t(length)));
+  throw std::runtime_error(std::string(call) +
+                           " failed: " + std::string(message, std::size_t(length)));
 }
 
 // MPI counts are int: larger buffers would need MPI-4's large-count calls.
@@ -33,7 +34,9 @@ int mpi_count(std::size_t elements) {
   return int(elements);
 }
 
-Bytes float_bytes(std::size_t elements) { return Bytes(elements * sizeof(float)); }
+Bytes float_bytes(std::size_t elements) {
+  return Bytes(elements * sizeof(float));
+}
 
 // MPI has no fp16/bf16 sum: user-defined ops add two 16-bit numbers in fp32 and round back, as
 // NCCL's half-type reductions do at every step, so the wire carries 2-byte elements.
@@ -44,7 +47,9 @@ void sum_16bit(void* in, void* inout, int* length, MPI_Datatype*) {
   for (int i = 0; i < *length; ++i) b[i] = Narrow(Widen(a[i]) + Widen(b[i]));
 }
 
-Bytes half_bytes(std::size_t elements) { return Bytes(elements * sizeof(std::uint16_t)); }
+Bytes half_bytes(std::size_t elements) {
+  return Bytes(elements * sizeof(std::uint16_t));
+}
 
 void finalize_mpi() {
   int finalized = 0;
@@ -63,9 +68,15 @@ class MpiCommunicator final : public Communicator {
       std::atexit(finalize_mpi);
     }
     init();
+    const int cores = std::max(1, int(std::thread::hardware_concurrency()));
+    yield_seconds_ = ranks_on_node_ > cores ? kSharedCoreYieldSeconds : kYieldSeconds;
   }
-  // A group split off MPI_COMM_WORLD, owned (freed with the communicator).
-  explicit MpiCommunicator(MPI_Comm group) : comm_(group), owned_(true) { init(); }
+  // A group split off MPI_COMM_WORLD, owned (freed with the communicator); it waits as the world's
+  // ranks do (they decide whether the cores are shared).
+  MpiCommunicator(MPI_Comm group, double yield_seconds)
+      : comm_(group), owned_(true), yield_seconds_(yield_seconds) {
+    init();
+  }
   ~MpiCommunicator() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -83,8 +94,10 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm_size(node, &ranks_on_node_);
     MPI_Comm_free(&node);
     // Commutative; freed by MPI_Finalize.
-    check(MPI_Op_create(&sum_16bit<kernels::fp16_to_fp32, kernels::fp32_to_fp16>, 1, &sum_fp16_), "MPI_Op_create");
-    check(MPI_Op_create(&sum_16bit<kernels::bf16_to_fp32, kernels::fp32_to_bf16>, 1, &sum_bf16_), "MPI_Op_create");
+    check(MPI_Op_create(&sum_16bit<kernels::fp16_to_fp32, kernels::fp32_to_fp16>, 1, &sum_fp16_),
+          "MPI_Op_create");
+    check(MPI_Op_create(&sum_16bit<kernels::bf16_to_fp32, kernels::fp32_to_bf16>, 1, &sum_bf16_),
+          "MPI_Op_create");
   }
 
   int rank() const override { return rank_; }
@@ -265,34 +278,37 @@ class MpiCommunicator final : public Communicator {
     const bool member = rank_ < ranks;
     check(MPI_Comm_split(comm_, member ? 0 : MPI_UNDEFINED, rank_, &group), "MPI_Comm_split");
     if (!member) return nullptr;
-    return std::make_unique<MpiCommunicator>(group);
+    return std::make_unique<MpiCommunicator>(group, yield_seconds_);
   }
   std::unique_ptr<Communicator> split(int color, int key) override {
     MPI_Comm group = MPI_COMM_NULL;
     check(MPI_Comm_split(comm_, color >= 0 ? color : MPI_UNDEFINED, key, &group), "MPI_Comm_split");
     if (color < 0) return nullptr;
-    return std::make_unique<MpiCommunicator>(group);
+    return std::make_unique<MpiCommunicator>(group, yield_seconds_);
   }
   std::unique_ptr<Communicator> alone() override {
     MPI_Comm group = MPI_COMM_NULL;
     check(MPI_Comm_split(comm_, rank_, 0, &group), "MPI_Comm_split");
-    return std::make_unique<MpiCommunicator>(group);
+    return std::make_unique<MpiCommunicator>(group, yield_seconds_);
   }
   int ranks_on_node() const override { return ranks_on_node_; }
 
  private:
   void require_blocks(std::size_t whole, std::size_t block, const char* call) const {
     if (whole != block * std::size_t(size_)) {
-      throw std::invalid_argument(std::string(call) + ": the whole buffer must be ranks x the block");
+      throw std::invalid_argument(std::string(call) +
+                                  ": the whole buffer must be ranks x the block");
     }
   }
 
   void require_counts(std::size_t input, std::span<const int> counts, std::size_t output) const {
-    if (counts.size() != std::size_t(size_)) throw std::invalid_argument("reduce_scatter_sum: one count per rank");
+    if (counts.size() != std::size_t(size_))
+      throw std::invalid_argument("reduce_scatter_sum: one count per rank");
     std::size_t total = 0;
     for (const int count : counts) total += std::size_t(count);
     if (total != input || output != std::size_t(counts[std::size_t(rank_)])) {
-      throw std::invalid_argument("reduce_scatter_sum: counts must sum to the input, this rank's count to the output");
+      throw std::invalid_argument(
+          "reduce_scatter_sum: counts must sum to the input, this rank's count to the output");
     }
   }
 
@@ -312,7 +328,8 @@ class MpiCommunicator final : public Communicator {
   }
 
   MPI_Op sum_op(Precision format) const {
-    if (format == Precision::Fp32) throw std::invalid_argument("16-bit collective with fp32 format");
+    if (format == Precision::Fp32)
+      throw std::invalid_argument("16-bit collective with fp32 format");
     return format == Precision::Fp16 ? sum_fp16_ : sum_bf16_;
   }
 
@@ -342,7 +359,7 @@ class MpiCommunicator final : public Communicator {
       if (polls < kSpinPolls) continue;
       const double waited = std::chrono::duration<double>(Clock::now() - start).count();
       if (timeout > 0 && waited > timeout) stuck(call, bytes, waited);
-      if (waited < kYieldSeconds) {
+      if (waited < yield_seconds_) {
         std::this_thread::yield();  // the core goes to a rank that shares it, if any
         continue;
       }
@@ -368,11 +385,14 @@ class MpiCommunicator final : public Communicator {
   // Open MPI advances a nonblocking collective only inside MPI_Test: a rank asleep when its late
   // peer arrives holds up every round (a 249 KB all-reduce on 2 ranks: 0.08 ms in step, 0.98 ms
   // after a 2 ms skew with 50 us pauses, 15 ms with 2 ms pauses; 0.085 ms yielding;
-  // docs/executor.md). So a waiting rank yields for kYieldSeconds, the usual skew of a step, and a
-  // longer wait (a peer on NVMe, or stuck) sleeps, in pauses near a round's latency: a yielding
-  // rank still holds its share of a core, which ranks still computing need (4 ranks on 2 cores,
-  // NVMe offload: 40.5 ms a step yielding up to 50 ms, 35.1 ms up to 2 ms).
-  static constexpr double kYieldSeconds = 0.002;
+  // docs/executor.md). So a waiting rank yields for kYieldSeconds, the skew of a step, and a longer
+  // wait (a peer on NVMe, or stuck) sleeps, in pauses near a round's latency. Where the node's
+  // ranks share its cores, a yielding rank still holds its share of one, which the ranks still
+  // computing need: there it yields only for kSharedCoreYieldSeconds, the usual skew (4 ranks on 2
+  // cores, NVMe offload: 40.5 ms a step yielding up to 50 ms, 35.1 ms up to 2 ms; but 2 ranks on 2
+  // cores sleeping after 2 ms took 10.5-13.7 ms a step against 9.5-10.7 yielding).
+  static constexpr double kYieldSeconds = 0.05;
+  static constexpr double kSharedCoreYieldSeconds = 0.002;
   static constexpr std::chrono::microseconds kMinPause{20}, kMaxPause{50};
   static constexpr int kStuckExitCode = 3;
 
@@ -383,11 +403,14 @@ class MpiCommunicator final : public Communicator {
   int rank_ = 0;
   int size_ = 1;
   int ranks_on_node_ = 1;
+  double yield_seconds_ = kYieldSeconds;
   MPI_Op sum_fp16_ = MPI_OP_NULL, sum_bf16_ = MPI_OP_NULL;
 };
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_mpi_communicator() { return std::make_unique<MpiCommunicator>(); }
+std::unique_ptr<Communicator> make_mpi_communicator() {
+  return std::make_unique<MpiCommunicator>();
+}
 
 }  // namespace zerolens::exec
