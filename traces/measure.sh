@@ -27,9 +27,13 @@ options (environment variable in brackets):
   --rounds N           run the matrix N times and keep, per config, the round with the lowest
                        step time (default 1): on a shared host whose speed varies, rounds minutes
                        apart catch each config at the machine's own speed
-  --calibrate PASSES   first run `zerolens calibrate --passes PASSES` on as many ranks as the matrix's
-                       largest config into OUT/cluster.json (report: OUT/calibration.json) and
-                       predict every config on it: the step time is then compared (15 %)
+  --calibrate PASSES   before every round run `zerolens calibrate --passes PASSES` on as many ranks
+                       as the matrix's largest config and predict that round's configs on it: the
+                       step time is then compared (15 %). A kept run's trace carries the cluster
+                       it was predicted on; OUT/cluster.json and OUT/calibration.json (the report)
+                       are the first round's, OUT/calibration-round-N.json each round's report.
+                       On a host whose speed drifts (a shared virtual machine), a calibration
+                       minutes before the runs it predicts compares like with like
   --model NAME         model of every config (default gpt2-tiny; gpt2-124m fits a GPU)
   --only REGEX         run only the configs whose name matches (keeps the other files in OUT)
   --validate-args STR  extra arguments for every validate run (e.g. a device backend flag)
@@ -176,7 +180,7 @@ measure() {
   shift 3
   mkdir -p "$dir/logs"
   # shellcheck disable=SC2086 # the argument strings are split on purpose
-  "$MPIRUN" -np "$ranks" "$ZEROLENS" validate --model "$model" --steps "$steps" --log-every 1 "$@" $validate_args \
+  "$MPIRUN" -np "$ranks" "$ZEROLENS" validate --model "$model" --steps "$steps" --log-every 1 "$@" $round_args \
     $tolerance_args \
     --measured-trace "$dir/$name.measured.json" --predicted-trace "$dir/$name.predicted.json" \
     </dev/null >"$dir/logs/$name.txt" 2>&1
@@ -199,12 +203,24 @@ keep_faster() {
 if [[ -n "$calibrate_passes" ]]; then
   [[ "$calibrate_passes" =~ ^[1-9][0-9]*$ ]] || die "--calibrate: '$calibrate_passes' is not a positive number"
   most=$(matrix | awk '$2 > n {n = $2} END {print n}')
+  rm -f "$out"/calibration-round-*.json "$out"/logs/calibrate-round-*.txt
+fi
+
+# Calibrates the machine for round $1 into $2 (a cluster JSON): the round's configs are predicted
+# on it. The first round's is also OUT/cluster.json and OUT/calibration.json.
+calibrate_round() {
+  local round=$1 cluster=$2 log="$out/logs/calibrate-round-$1.txt"
   echo "calibrating on $most ranks ($calibrate_passes passes) ..."
   "$MPIRUN" -np "$most" "$ZEROLENS" calibrate --passes "$calibrate_passes" --nvme-path "$NVME_DIR" \
-    --name "calibrated-$DEVICE_NAME" -o "$out/cluster.json" --report "$out/calibration.json" \
-    </dev/null >"$out/logs/calibrate.txt" 2>&1 || die "calibrate failed ($out/logs/calibrate.txt)"
-  validate_args="$validate_args --cluster $out/cluster.json"
-fi
+    --name "calibrated-$DEVICE_NAME" -o "$cluster" --report "$out/calibration-round-$round.json" \
+    </dev/null >"$log" 2>&1 || die "calibrate failed ($log)"
+  grep -h 'reference step' "$log" || true
+  if [[ $round -eq 1 ]]; then
+    cp "$cluster" "$out/cluster.json"
+    cp "$out/calibration-round-$round.json" "$out/calibration.json"
+    cp "$log" "$out/logs/calibrate.txt"
+  fi
+}
 
 failed=()
 broken=()
@@ -213,6 +229,12 @@ for ((round = 1; round <= rounds; ++round)); do
   [[ $rounds -gt 1 ]] && echo "round $round of $rounds"
   dir=$out
   [[ $rounds -gt 1 ]] && dir=$scratch/round
+  round_args=$validate_args
+  if [[ -n "$calibrate_passes" ]]; then
+    mkdir -p "$scratch/clusters"
+    calibrate_round "$round" "$scratch/clusters/round-$round.json"
+    round_args="$validate_args --cluster $scratch/clusters/round-$round.json"
+  fi
   while read -r name ranks flags; do
     [[ -n "$only" && ! "$name" =~ $only ]] && continue
     printf '%-45s np %s ... ' "$model-$name" "$ranks"
