@@ -40,6 +40,9 @@ class Gpt2Model final : public LayerModel {
   void backward(std::size_t layer, ParamViews params, GradViews grads, float scale) override;
   double loss() const override;
   void connect_tensor_parallel(TensorParallelChannel& channel) override;
+  // Refuses a model without MoE blocks, and a group whose size and rank are not the share's
+  // (model.expert_parallel.size, options.expert_parallel_rank).
+  void connect_expert_parallel(Communicator& ep_group) override;
   void select_micro_batch(std::int32_t micro) override;
   std::span<float> receive_input(std::size_t layer) override;
   std::span<const float> output(std::size_t layer) override;
