@@ -26,6 +26,17 @@ struct ExpertAt {
   std::size_t fc_out_bias() const { return at + 3; }
 };
 
+// Dropless routing packs the routed rows: expert e's kept routes are rows offset[e] ..
+// offset[e] + count[e] - 1 of a [top-k x tokens, h] buffer, in slot (token) order.
+std::vector<std::size_t> packed_offsets(const kernels::MoeRoutes& routes) {
+  std::vector<std::size_t> offset(routes.experts + 1, 0);
+  for (std::size_t at = 0; at < routes.expert.size(); ++at) {
+    if (routes.slot[at] >= 0) ++offset[std::size_t(routes.expert[at]) + 1];
+  }
+  for (std::size_t e = 0; e < routes.experts; ++e) offset[e + 1] += offset[e];
+  return offset;
+}
+
 }  // namespace
 
 void ExpertParallelMoe::initialise_router(std::span<float> router, std::uint64_t seed) {
@@ -96,8 +107,7 @@ void ExpertParallelMoe::forward(std::span<const float> x, std::size_t tokens, Pa
     throw std::invalid_argument("ExpertParallelMoe: x or y is not tokens x h");
   check_params(params, 0);
   tokens_ = tokens;
-  x_ = buffer(kept_, x.size());
-  std::copy(x.begin(), x.end(), x_.data());
+  x_ = x;  // the caller keeps it to the backward (the block's ln_2 output)
   {
     Buffer logits = buffer(Component::ActivationWorking, tokens * E);
     kernels::matmul_forward(logits.data(), x.data(), params[0].data(), nullptr, tokens, h, E);
@@ -105,6 +115,24 @@ void ExpertParallelMoe::forward(std::span<const float> x, std::size_t tokens, Pa
     capacity_ =
         routing_.exchanges() ? std::size_t(routing_.capacity(std::int64_t(tokens))) : tokens;
     routes_ = kernels::moe_route(logits.data(), tokens, E, std::size_t(shape_.top_k), capacity_);
+  }
+  if (!routing_.exchanges()) {
+    // Dropless (Hugging Face's blocks): each expert computes the rows routed to it, no padding.
+    offsets_ = packed_offsets(routes_);
+    received_ = buffer(kept_, offsets_.back() * h);
+    for (std::size_t at = 0; at < routes_.expert.size(); ++at) {
+      if (routes_.slot[at] >= 0)
+        std::copy_n(x.data() + at / routes_.top_k * h, h, received_.data() + packed_row(at) * h);
+    }
+    experts_forward(params);
+    std::fill(y.begin(), y.end(), 0.0f);
+    for (std::size_t at = 0; at < routes_.expert.size(); ++at) {
+      if (routes_.slot[at] < 0) continue;
+      const float* row = returned_.data() + packed_row(at) * h;
+      float* out = y.data() + at / routes_.top_k * h;
+      for (std::size_t c = 0; c < h; ++c) out[c] += routes_.gate[at] * row[c];
+    }
+    return;
   }
   {
     Buffer dispatched = buffer(Component::ActivationWorking, E * capacity_ * h);
@@ -116,29 +144,55 @@ void ExpertParallelMoe::forward(std::span<const float> x, std::size_t tokens, Pa
   kernels::moe_combine(y.data(), returned_.data(), routes_, h);
 }
 
-// Each local expert computes the rows every EP rank sent it: [ep, local, C, h] rows gathered per
-// expert into [ep x C, h], GPT-2's MLP, scattered back; the outputs go back to the tokens' ranks.
+std::size_t ExpertParallelMoe::packed_row(std::size_t route) const {
+  return offsets_[std::size_t(routes_.expert[route])] + std::size_t(routes_.slot[route]);
+}
+
+// The rows of local expert `local` in the received buffer: with EP, C rows from each EP rank
+// ([ep, local experts, C, h]); dropless, its packed rows.
+std::vector<ExpertParallelMoe::Rows> ExpertParallelMoe::rows_of(std::size_t local) const {
+  if (!routing_.exchanges()) return {{offsets_[local], offsets_[local + 1] - offsets_[local]}};
+  std::vector<Rows> rows;
+  const std::size_t L = std::size_t(local_experts_);
+  for (std::size_t s = 0; s < std::size_t(ep_size_); ++s)
+    rows.push_back({(s * L + local) * capacity_, capacity_});
+  return rows;
+}
+
+// Each local expert computes its rows (every EP rank's C, or dropless its packed rows), gathered
+// into one [rows, h] block: GPT-2's MLP, scattered back; the outputs go back to the tokens' ranks.
 void ExpertParallelMoe::experts_forward(ParamViews params) {
-  const std::size_t h = shape_.hidden, f = shape_.ffn, C = capacity_;
-  const std::size_t L = std::size_t(local_experts_), ep = std::size_t(ep_size_), rows = ep * C;
-  hidden_ = buffer(kept_, L * rows * f);
-  activated_ = buffer(kept_, L * rows * f);
+  const std::size_t h = shape_.hidden, f = shape_.ffn, total = received_.size() / h;
+  hidden_ = buffer(kept_, total * f);
+  activated_ = buffer(kept_, total * f);
   Buffer outputs = buffer(Component::ActivationWorking, received_.size());
-  Buffer in = buffer(Component::ActivationWorking, rows * h);
-  Buffer out = buffer(Component::ActivationWorking, rows * h);
-  for (std::size_t le = 0; le < L; ++le) {
+  std::size_t first = 0;  // the expert's first row in hidden_ and activated_
+  for (std::size_t le = 0; le < std::size_t(local_experts_); ++le) {
     const ExpertAt e(le);
-    for (std::size_t s = 0; s < ep; ++s)
-      std::copy_n(received_.data() + ((s * L + le) * C) * h, C * h, in.data() + s * C * h);
-    float* hid = hidden_.data() + le * rows * f;
-    float* act = activated_.data() + le * rows * f;
+    const std::vector<Rows> parts = rows_of(le);
+    std::size_t rows = 0;
+    for (const Rows& part : parts) rows += part.count;
+    if (rows == 0) continue;
+    Buffer in = buffer(Component::ActivationWorking, rows * h);
+    Buffer out = buffer(Component::ActivationWorking, rows * h);
+    std::size_t at = 0;
+    for (const Rows& part : parts) {
+      std::copy_n(received_.data() + part.first * h, part.count * h, in.data() + at * h);
+      at += part.count;
+    }
+    float* hid = hidden_.data() + first * f;
+    float* act = activated_.data() + first * f;
     kernels::matmul_forward(hid, in.data(), params[e.fc_in_weight()].data(),
                             params[e.fc_in_bias()].data(), rows, h, f);
     kernels::gelu_forward(act, hid, rows * f);
     kernels::matmul_forward(out.data(), act, params[e.fc_out_weight()].data(),
                             params[e.fc_out_bias()].data(), rows, f, h);
-    for (std::size_t s = 0; s < ep; ++s)
-      std::copy_n(out.data() + s * C * h, C * h, outputs.data() + ((s * L + le) * C) * h);
+    at = 0;
+    for (const Rows& part : parts) {
+      std::copy_n(out.data() + at * h, part.count * h, outputs.data() + part.first * h);
+      at += part.count;
+    }
+    first += rows;
   }
   returned_ = buffer(kept_, outputs.size());
   exchange(outputs.span(), returned_.span());
@@ -146,32 +200,39 @@ void ExpertParallelMoe::experts_forward(ParamViews params) {
 
 void ExpertParallelMoe::experts_backward(ParamViews params, GradViews grads,
                                          std::span<const float> doutput, std::span<float> dinput) {
-  const std::size_t h = shape_.hidden, f = shape_.ffn, C = capacity_;
-  const std::size_t L = std::size_t(local_experts_), ep = std::size_t(ep_size_), rows = ep * C;
-  Buffer in = buffer(Component::ActivationWorking, rows * h);
-  Buffer dout = buffer(Component::ActivationWorking, rows * h);
-  Buffer dact = buffer(Component::ActivationWorking, rows * f);
-  Buffer din = buffer(Component::ActivationWorking, rows * h);
-  for (std::size_t le = 0; le < L; ++le) {
+  const std::size_t h = shape_.hidden, f = shape_.ffn;
+  std::size_t first = 0;
+  for (std::size_t le = 0; le < std::size_t(local_experts_); ++le) {
     const ExpertAt e(le);
-    for (std::size_t s = 0; s < ep; ++s) {
-      const std::size_t at = ((s * L + le) * C) * h;
-      std::copy_n(received_.data() + at, C * h, in.data() + s * C * h);
-      std::copy_n(doutput.data() + at, C * h, dout.data() + s * C * h);
+    const std::vector<Rows> parts = rows_of(le);
+    std::size_t rows = 0;
+    for (const Rows& part : parts) rows += part.count;
+    if (rows == 0) continue;
+    Buffer in = buffer(Component::ActivationWorking, rows * h);
+    Buffer dout = buffer(Component::ActivationWorking, rows * h);
+    Buffer dact = buffer(Component::ActivationWorking, rows * f);
+    Buffer din = buffer(Component::ActivationWorking, rows * h);
+    std::size_t at = 0;
+    for (const Rows& part : parts) {
+      std::copy_n(received_.data() + part.first * h, part.count * h, in.data() + at * h);
+      std::copy_n(doutput.data() + part.first * h, part.count * h, dout.data() + at * h);
+      at += part.count;
     }
-    const float* hid = hidden_.data() + le * rows * f;
-    const float* act = activated_.data() + le * rows * f;
-    std::fill_n(dact.data(), dact.size(), 0.0f);
+    const float* hid = hidden_.data() + first * f;
+    const float* act = activated_.data() + first * f;
     kernels::matmul_backward(dact.data(), grads[e.fc_out_weight()].data(),
                              grads[e.fc_out_bias()].data(), dout.data(), act,
                              params[e.fc_out_weight()].data(), rows, f, h);
     kernels::gelu_backward_inplace(dact.data(), hid, rows * f);
-    std::fill_n(din.data(), din.size(), 0.0f);
     kernels::matmul_backward(din.data(), grads[e.fc_in_weight()].data(),
                              grads[e.fc_in_bias()].data(), dact.data(), in.data(),
                              params[e.fc_in_weight()].data(), rows, h, f);
-    for (std::size_t s = 0; s < ep; ++s)
-      std::copy_n(din.data() + s * C * h, C * h, dinput.data() + ((s * L + le) * C) * h);
+    at = 0;
+    for (const Rows& part : parts) {
+      std::copy_n(din.data() + at * h, part.count * h, dinput.data() + part.first * h);
+      at += part.count;
+    }
+    first += rows;
   }
 }
 
@@ -182,15 +243,14 @@ void ExpertParallelMoe::backward(std::span<const float> dy, ParamViews params, G
     throw std::invalid_argument("ExpertParallelMoe: backward without its forward, or dy/dx not "
                                 "tokens x h");
   check_params(params, grads.size());
-  const std::size_t size = E * capacity_ * h;
+  const std::size_t size = received_.size();
   Buffer dgate = buffer(Component::ActivationWorking, T * std::size_t(shape_.top_k));
   Buffer ddispatched = buffer(Component::ActivationWorking, size);
   {
     Buffer dreturned = buffer(Component::ActivationWorking, size);
-    kernels::moe_combine_backward(dreturned.data(), dgate.data(), dy.data(), returned_.data(),
-                                  routes_, h);
+    combine_backward(dy, dreturned.span(), dgate.span());
     returned_.reset();
-    // The combine's gradient goes to the experts' ranks, their input gradient comes back.
+    // With EP the combine's gradient goes to the experts' ranks, their input gradient comes back.
     Buffer doutput = buffer(Component::ActivationWorking, size);
     exchange(dreturned.span(), doutput.span());
     dreturned.reset();
@@ -199,12 +259,42 @@ void ExpertParallelMoe::backward(std::span<const float> dy, ParamViews params, G
     for (Buffer* kept : {&received_, &hidden_, &activated_}) kept->reset();
     exchange(dreceived.span(), ddispatched.span());
   }
-  kernels::moe_dispatch_backward(dx.data(), ddispatched.data(), routes_, h);
+  if (routing_.exchanges()) {
+    kernels::moe_dispatch_backward(dx.data(), ddispatched.data(), routes_, h);
+  } else {
+    for (std::size_t at = 0; at < routes_.expert.size(); ++at) {
+      if (routes_.slot[at] < 0) continue;
+      const float* row = ddispatched.data() + packed_row(at) * h;
+      float* out = dx.data() + at / routes_.top_k * h;
+      for (std::size_t c = 0; c < h; ++c) out[c] += row[c];
+    }
+  }
   Buffer dlogits = buffer(Component::ActivationWorking, T * E);
   kernels::moe_route_backward(dlogits.data(), dgate.data(), routes_);
   kernels::matmul_backward(dx.data(), grads[0].data(), nullptr, dlogits.data(), x_.data(),
                            params[0].data(), T, h, E);
-  x_.reset();
+  x_ = {};
+}
+
+// The combine's gradients: each kept route's row gets gate x dy of its token, its gate dy . row.
+void ExpertParallelMoe::combine_backward(std::span<const float> dy, std::span<float> dreturned,
+                                         std::span<float> dgate) const {
+  const std::size_t h = shape_.hidden;
+  if (routing_.exchanges()) {
+    kernels::moe_combine_backward(dreturned.data(), dgate.data(), dy.data(), returned_.data(),
+                                  routes_, h);
+    return;
+  }
+  for (std::size_t at = 0; at < routes_.expert.size(); ++at) {
+    if (routes_.slot[at] < 0) continue;
+    const std::size_t row = packed_row(at) * h, token = at / routes_.top_k * h;
+    double dot = 0;
+    for (std::size_t c = 0; c < h; ++c) {
+      dreturned[row + c] += routes_.gate[at] * dy[token + c];
+      dot += double(dy[token + c]) * double(returned_[row + c]);
+    }
+    dgate[at] += float(dot);
+  }
 }
 
 }  // namespace zerolens::exec

@@ -6,13 +6,15 @@
 // over that group: the [E, C, h] dispatch buffer out to the experts' ranks and their outputs back
 // in forward, the gradients the same way in backward. C is sim's MoeRouting capacity (one formula
 // for the plan and the run); without an EP group the layer is dropless (C = tokens: every route
-// computed), as Hugging Face's blocks are.
+// computed, no row padded), as Hugging Face's blocks are.
 //
 // Its parameters and gradients are the caller's (the engine's ParamViews and GradViews in the MoE
 // GPT-2, exec/model/gpt2_layers.hpp): the router, then per local expert fc_in weight, fc_in bias,
 // fc_out weight, fc_out bias. What it keeps from forward to backward is charged to the memory
 // ledger (the `kept` component), its transient buffers as working activations; the routes
-// (indices and gates, a few values per token) are plain vectors.
+// (indices and gates, a few values per token) are plain vectors. Without an EP group (dropless)
+// each expert computes only the rows routed to it (top-k x tokens rows in all, as sim's
+// MoeRouting::rows plans); with one, the [E, C, h] buffer's rows, padding included.
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -42,7 +44,8 @@ class ExpertParallelMoe {
   ExpertParallelMoe(const MoeLayerShape& shape, Communicator* ep_group, MemoryLedger& ledger,
                     Component kept = Component::ActivationsStored, HeldAs held = HeldAs{4});
 
-  // y[tokens, h] (overwritten) from x[tokens, h] (this rank's tokens); keeps what backward needs.
+  // y[tokens, h] (overwritten) from x[tokens, h] (this rank's tokens); keeps what backward needs
+  // and reads x again in backward (the caller keeps it: the block's ln_2 output).
   void forward(std::span<const float> x, std::size_t tokens, ParamViews params,
                std::span<float> y);
   // ACCUMULATES dx and the router's and this rank's experts' gradients (`grads`, in the order of
@@ -73,6 +76,13 @@ class ExpertParallelMoe {
   void experts_backward(ParamViews params, GradViews grads, std::span<const float> doutput,
                         std::span<float> dinput);
   void check_params(ParamViews params, std::size_t grads) const;
+  void combine_backward(std::span<const float> dy, std::span<float> dreturned,
+                        std::span<float> dgate) const;
+  struct Rows {
+    std::size_t first = 0, count = 0;
+  };
+  std::vector<Rows> rows_of(std::size_t local) const;
+  std::size_t packed_row(std::size_t route) const;
 
   MoeLayerShape shape_;
   Communicator* ep_;
@@ -82,11 +92,14 @@ class ExpertParallelMoe {
   int ep_size_ = 1, local_experts_ = 0, first_expert_ = 0;
   MoeRouting routing_;
   std::size_t tokens_ = 0, capacity_ = 0;
-  // Kept for backward: the input, the rows the local experts received [ep, E/ep, C, h], their
-  // fc_in outputs and GELU outputs, and the experts' outputs returned to this rank's tokens
-  // [E, C, h]; and the routes.
-  Buffer x_, received_, hidden_, activated_, returned_;
+  // Kept for backward: the rows the local experts received (with EP [ep, E/ep, C, h]; dropless
+  // the routed rows packed by expert, [top-k x tokens, h]), their fc_in outputs and GELU outputs,
+  // and the experts' outputs returned to this rank's tokens (with EP [E, C, h]); the routes, and
+  // dropless each expert's first packed row. The input is the caller's.
+  std::span<const float> x_;
+  Buffer received_, hidden_, activated_, returned_;
   kernels::MoeRoutes routes_;
+  std::vector<std::size_t> offsets_;
 };
 
 }  // namespace zerolens::exec
