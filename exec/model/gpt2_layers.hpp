@@ -95,11 +95,10 @@ struct Gpt2Layers {
       : model(model_),
         options(options_),
         dims(layout.dims),
-        roles(std::move(layout.roles)),
+        roles(runnable_roles(model_, std::move(layout.roles))),
         corpus(options_.seed, std::int64_t(dims.vocab)),
         backend(ledger),
         moe_ledger(&ledger) {
-    if constexpr (!kRunsMixtureOfExperts<Backend>) refuse_mixture_of_experts(model, Backend::kModelName);
     moes.resize(model.layers.size());
     outputs.resize(model.layers.size());
     chunk_inputs.resize(model.layers.size());
@@ -108,6 +107,14 @@ struct Gpt2Layers {
     for (const PipelineChunk& chunk : model.pipeline_chunks) {
       if (chunk.global_index > 0 && chunk.first < chunk.end) chunk_first[chunk.first] = true;
     }
+  }
+
+  // A backend without MoE blocks refuses a model with them before it is constructed (no CUDA
+  // call).
+  static std::vector<Gpt2Role> runnable_roles(const Model& model, std::vector<Gpt2Role> roles) {
+    if constexpr (!kRunsMixtureOfExperts<Backend>)
+      refuse_mixture_of_experts(model, Backend::kModelName);
+    return roles;
   }
 
   void load_batch(std::int64_t first_sample, std::int64_t count) {
