@@ -81,7 +81,9 @@ struct Gpt2BlockBuffers {
 
 // Whether a backend runs MoE blocks (the CPU one: ExpertParallelMoe on host buffers).
 template <typename Backend>
-constexpr bool kRunsMixtureOfExperts = requires { requires Backend::kMixtureOfExperts; };
+constexpr bool kRunsMixtureOfExperts = requires {
+  requires Backend::kMixtureOfExperts;
+};
 
 // The layer dispatch, the batch and each role's steps; the models' State.
 template <typename Backend>
@@ -368,8 +370,8 @@ struct Gpt2Layers {
     }
     const std::size_t rows = dims.rows(), C = dims.channels;
     Gpt2BlockBuffers<Buffer>& a = blocks[layer];
-    moes[layer] = std::make_unique<ExpertParallelMoe>(moe_shape(), ep_group, *moe_ledger, component,
-                                                      held());
+    moes[layer] =
+        std::make_unique<ExpertParallelMoe>(moe_shape(), ep_group, *moe_ledger, component, held());
     Buffer y = working(rows * C);
     moes[layer]->forward(all_of(a.ln2), rows, p.subspan(kMoeRouter), all_of(y));
     if (recomputing) return;
@@ -665,7 +667,7 @@ struct Gpt2Layers {
   std::int32_t current_micro = 0;
   std::map<std::int32_t, MicroBatch> parked_micro;  // the other micro-batches in flight
   TensorParallelChannel* tp = nullptr;  // the TP group's collectives (set by the engine under TP)
-  MemoryLedger* moe_ledger;  // what the MoE blocks' layers charge their buffers to
+  MemoryLedger* moe_ledger;             // what the MoE blocks' layers charge their buffers to
   Communicator* ep_group = nullptr;     // the EP group (set by the engine under EP)
   std::vector<std::unique_ptr<ExpertParallelMoe>> moes;  // per MoE block, forward to backward
 };

@@ -2,7 +2,9 @@
 // GPT-2 for the executor: token and position embeddings, L blocks of [LayerNorm, causal multi-head
 // self-attention, LayerNorm, GELU MLP] with residuals, final LayerNorm, LM head tied to the token
 // embedding and softmax cross-entropy, on the CPU kernels, at any size sim's model describes
-// (presets such as gpt2-tiny, or a Hugging Face GPT-2 config.json).
+// (presets such as gpt2-tiny, or a Hugging Face GPT-2 config.json). A block's MLP may be a
+// DeepSpeed MoE layer of GPT-2 MLP experts (the MoE GPT-2, gpt2-tiny-moe; exec/model/moe_layer.hpp),
+// its experts exchanged over an expert-parallel group once connect_expert_parallel gives it one.
 //
 // Activations are allocated through the memory ledger and kept as sim's activation terms describe
 // an eager framework keeping them (docs/memory-model.md), so measured and predicted activation

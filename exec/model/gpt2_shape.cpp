@@ -99,9 +99,9 @@ void check_shape(const Model& model, const Gpt2Options& options) {
 }
 
 void check_param(const Layer& layer, std::size_t i, std::size_t p, const std::string& suffix) {
-  require(ends_with(layer.params[p].name, suffix), "model.layers[" + std::to_string(i) + "]",
-          "parameter " + std::to_string(p) + " is '" + layer.params[p].name + "', expected *" +
-              suffix);
+  require(
+      ends_with(layer.params[p].name, suffix), "model.layers[" + std::to_string(i) + "]",
+      "parameter " + std::to_string(p) + " is '" + layer.params[p].name + "', expected *" + suffix);
 }
 
 void check_block_params(const Layer& layer, std::size_t i) {
@@ -303,8 +303,8 @@ void gpt2_init_tensor(const Model& model, std::uint64_t seed, std::int32_t tenso
     std_dev = 0.02 / std::sqrt(2.0 * double(model.shape->layers));
   if (ends_with(spec.name, "wpe.weight")) std_dev = 0.01;
   const std::uint64_t key =
-      mix(seed ^ (std::uint64_t(whole_model_tensor(model, tensor, spec, expert_parallel_rank) + 1)
-                  << 40));
+      mix(seed ^
+          (std::uint64_t(whole_model_tensor(model, tensor, spec, expert_parallel_rank) + 1) << 40));
   const int tp = model.tensor_parallel.size;
   for (std::size_t i = 0; i < values.size(); ++i) {
     const auto whole =

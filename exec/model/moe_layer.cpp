@@ -44,7 +44,8 @@ void ExpertParallelMoe::initialise_router(std::span<float> router, std::uint64_t
   normal_fill(router, generator);
 }
 
-void ExpertParallelMoe::initialise_expert(std::span<float> fc_in_weight, std::span<float> fc_in_bias,
+void ExpertParallelMoe::initialise_expert(std::span<float> fc_in_weight,
+                                          std::span<float> fc_in_bias,
                                           std::span<float> fc_out_weight,
                                           std::span<float> fc_out_bias, std::uint64_t seed,
                                           int global_expert) {
@@ -79,7 +80,8 @@ ExpertParallelMoe::Buffer ExpertParallelMoe::buffer(Component component, std::si
 
 void ExpertParallelMoe::check_params(ParamViews params, std::size_t grads) const {
   const std::size_t h = shape_.hidden, f = shape_.ffn;
-  const bool sizes = params.size() == parameter_tensors() && (grads == 0 || grads == params.size()) &&
+  const bool sizes = params.size() == parameter_tensors() &&
+                     (grads == 0 || grads == params.size()) &&
                      params[0].size() == std::size_t(shape_.experts) * h;
   bool experts = sizes;
   for (std::size_t le = 0; experts && le < std::size_t(local_experts_); ++le) {
@@ -240,8 +242,9 @@ void ExpertParallelMoe::backward(std::span<const float> dy, ParamViews params, G
                                  std::span<float> dx) {
   const std::size_t h = shape_.hidden, E = std::size_t(shape_.experts), T = tokens_;
   if (dy.size() != T * h || dx.size() != T * h || x_.size() != T * h)
-    throw std::invalid_argument("ExpertParallelMoe: backward without its forward, or dy/dx not "
-                                "tokens x h");
+    throw std::invalid_argument(
+        "ExpertParallelMoe: backward without its forward, or dy/dx not "
+        "tokens x h");
   check_params(params, grads.size());
   const std::size_t size = received_.size();
   Buffer dgate = buffer(Component::ActivationWorking, T * std::size_t(shape_.top_k));

@@ -46,12 +46,10 @@ class ExpertParallelMoe {
 
   // y[tokens, h] (overwritten) from x[tokens, h] (this rank's tokens); keeps what backward needs
   // and reads x again in backward (the caller keeps it: the block's ln_2 output).
-  void forward(std::span<const float> x, std::size_t tokens, ParamViews params,
-               std::span<float> y);
+  void forward(std::span<const float> x, std::size_t tokens, ParamViews params, std::span<float> y);
   // ACCUMULATES dx and the router's and this rank's experts' gradients (`grads`, in the order of
   // the parameters) given dy; frees what forward kept.
-  void backward(std::span<const float> dy, ParamViews params, GradViews grads,
-                std::span<float> dx);
+  void backward(std::span<const float> dy, ParamViews params, GradViews grads, std::span<float> dx);
 
   // The routing sim plans for `tokens` tokens of this rank (capacity, exchange bytes).
   const MoeRouting& routing() const { return routing_; }

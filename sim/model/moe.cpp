@@ -1,5 +1,5 @@
-// Blocks of the mixture-of-experts families (docs/model-format.md) and their routing
-// (docs/parallelism.md, "Mixture of experts"). Parameters follow the Hugging Face modeling files
+// Blocks of the mixture-of-experts families and of the MoE GPT-2 (docs/model-format.md) and their
+// routing (docs/parallelism.md, "Mixture of experts"). Parameters follow the Hugging Face modeling files
 // (modeling_mixtral.py, modeling_qwen2_moe.py, modeling_qwen3_moe.py, modeling_deepseek_v2/v3.py);
 // the activation terms are the tensors autograd keeps in those blocks (dropless, no expert
 // parallelism) or in DeepSpeed's MOELayer and TopKGate (deepspeed/moe/sharded_moe.py, with it).
@@ -202,8 +202,12 @@ void add_mlp(std::vector<TensorSpec>& params, const TransformerShape& s, const s
 // Per row (token) of an MLP of width f: the elements kept for backward (SwiGLU: gate output, SiLU
 // output, up output, down input, 4f; GELU: its input and output, 2f), the widest intermediate
 // gradients in backward (2f; f) and the matrix-product weights (3hf; 2hf).
-double mlp_kept(MlpKind kind, double f) { return kind == MlpKind::Gelu ? 2 * f : 4 * f; }
-double mlp_backward_working(MlpKind kind, double f) { return kind == MlpKind::Gelu ? f : 2 * f; }
+double mlp_kept(MlpKind kind, double f) {
+  return kind == MlpKind::Gelu ? 2 * f : 4 * f;
+}
+double mlp_backward_working(MlpKind kind, double f) {
+  return kind == MlpKind::Gelu ? f : 2 * f;
+}
 double mlp_weights(MlpKind kind, double h, double f) {
   return (kind == MlpKind::Gelu ? 2 : 3) * h * f;
 }

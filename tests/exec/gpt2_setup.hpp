@@ -56,8 +56,8 @@ inline std::string name_of(const Gpt2Setup& s) {
          (s.sequence_parallel ? " sp" : "") +
          (s.pipeline_stages > 1 ? " pp " + std::to_string(s.pipeline_stages) : "") +
          (s.shard_group > 0 ? " shard group " + std::to_string(s.shard_group) : "") +
-         (s.hpz > 1 ? " hpz " + std::to_string(s.hpz) : "") + zeropp +
-         chunks_and_blocks(s) + (s.moe ? " moe" : "");
+         (s.hpz > 1 ? " hpz " + std::to_string(s.hpz) : "") + zeropp + chunks_and_blocks(s) +
+         (s.moe ? " moe" : "");
 }
 
 inline Model tiny_gpt2(int blocks = 2) {

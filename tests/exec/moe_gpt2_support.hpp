@@ -53,8 +53,8 @@ inline std::size_t owner(const Model& model, std::size_t l) {
 
 // One micro-batch's forward (and with `grads`, backward at `scale`): the mean loss.
 inline double run_micro_batch(const Model& model, exec::LayerModel& layers, LayerTensors& weights,
-                              LayerTensors* grads, std::int64_t first_sample,
-                              std::int64_t samples, float scale = 1.0f) {
+                              LayerTensors* grads, std::int64_t first_sample, std::int64_t samples,
+                              float scale = 1.0f) {
   std::vector<std::vector<std::span<const float>>> params(model.layers.size());
   std::vector<std::vector<std::span<float>>> grad_views(model.layers.size());
   for (std::size_t l = 0; l < model.layers.size(); ++l) {

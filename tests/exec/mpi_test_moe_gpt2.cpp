@@ -29,8 +29,8 @@ Communicator& world() {
   return *communicator;
 }
 
-using testing::Gpt2Setup;
 using testing::gpt2_plan;
+using testing::Gpt2Setup;
 using testing::initial_weights;
 using testing::LayerTensors;
 using testing::name_of;
@@ -42,7 +42,8 @@ std::vector<double> train(const Gpt2Setup& s, int steps) {
   const Plan plan = gpt2_plan(s, world().size());
   MemoryLedger ledger;
   Gpt2Model model(plan.request.model,
-                  {.micro_batch = s.micro_batch, .seq_len = s.seq_len,
+                  {.micro_batch = s.micro_batch,
+                   .seq_len = s.seq_len,
                    .checkpointing = s.checkpointing,
                    .activation_element_bytes = plan.request.config.precision.param_bytes()},
                   ledger);
@@ -68,7 +69,8 @@ TEST(MoeGpt2Engine, EveryStageTrainsItOverDataParallelism) {
     double largest = 0;
     for (int step = 0; step < kSteps; ++step) {
       EXPECT_NEAR(losses[std::size_t(step)], reference[std::size_t(step)], 2e-4) << step;
-      largest = std::max(largest, std::abs(losses[std::size_t(step)] - reference[std::size_t(step)]));
+      largest =
+          std::max(largest, std::abs(losses[std::size_t(step)] - reference[std::size_t(step)]));
     }
     if (world().rank() == 0)
       std::printf("%s on %d ranks: %.6f .. %.6f, largest difference from stage 0 %.3g\n",
@@ -84,26 +86,25 @@ TEST(MoeGpt2ExpertParallel, EpTwoComputesEpOnesGradients) {
   const ProcessGroups groups(comm, {.data = n}, 2);
   Communicator& pair = *groups.expert();
   const Model whole = tiny_moe_gpt2();
-  const Model share = expert_parallel_shard(whole, {.size = 2, .capacity_factor = 2.0,
-                                                     .min_capacity = 0});
+  const Model share =
+      expert_parallel_shard(whole, {.size = 2, .capacity_factor = 2.0, .min_capacity = 0});
   MemoryLedger ledger;
   // EP 1: the pair's global batch (samples first .. first + 2 x kBatch - 1) on one model.
   const std::int64_t first = std::int64_t(comm.rank() / 2 * 2) * kBatch;
   Gpt2Model reference_model(whole, {.micro_batch = 2 * kBatch, .seq_len = kSeq}, ledger);
   LayerTensors reference_w = initial_weights(whole, reference_model);
   LayerTensors reference_g = zeros_like(whole);
-  const double reference_loss = run_micro_batch(whole, reference_model, reference_w,
-                                                &reference_g, first, 2 * kBatch);
+  const double reference_loss =
+      run_micro_batch(whole, reference_model, reference_w, &reference_g, first, 2 * kBatch);
   // EP 2: this rank's micro-batch, its 2 experts; each rank's mean loss is half the pair's.
-  Gpt2Model model(share,
-                  {.micro_batch = kBatch, .seq_len = kSeq, .expert_parallel_rank = pair.rank()},
-                  ledger);
+  Gpt2Model model(
+      share, {.micro_batch = kBatch, .seq_len = kSeq, .expert_parallel_rank = pair.rank()}, ledger);
   model.connect_expert_parallel(pair);
   LayerTensors w = initial_weights(share, model);
   LayerTensors g = zeros_like(share);
   const auto calls = pair.count(OpKind::AllToAll).calls;
-  const double loss = run_micro_batch(share, model, w, &g, first + pair.rank() * kBatch, kBatch,
-                                      0.5f);
+  const double loss =
+      run_micro_batch(share, model, w, &g, first + pair.rank() * kBatch, kBatch, 0.5f);
   // One MoE block: the dispatch and the return in forward, their gradients in backward.
   EXPECT_EQ(pair.count(OpKind::AllToAll).calls - calls, 4);
   const double pair_loss = pair.all_reduce_sum(0.5 * loss);
@@ -113,8 +114,7 @@ TEST(MoeGpt2ExpertParallel, EpTwoComputesEpOnesGradients) {
     for (std::size_t t = 0; t < g[l].size(); ++t) {
       const TensorSpec& spec = share.layers[l].params[t];
       // Local expert e's tensors are the whole model's expert (pair rank x 2 + e)'s.
-      const std::size_t whole_t =
-          spec.expert ? t + 4 * 2 * std::size_t(pair.rank()) : t;
+      const std::size_t whole_t = spec.expert ? t + 4 * 2 * std::size_t(pair.rank()) : t;
       if (!spec.expert) pair.all_reduce_sum(g[l][t]);  // the pair's tokens' share of it
       const std::vector<float>& expected = reference_g[l][whole_t];
       ASSERT_EQ(g[l][t].size(), expected.size()) << spec.name;

@@ -17,8 +17,8 @@
 #include "exec/memory/memory_ledger.hpp"
 #include "exec/model/gpt2_model.hpp"
 #include "moe_gpt2_support.hpp"
-#include "solo_communicator.hpp"
 #include "sim/core/error.hpp"
+#include "solo_communicator.hpp"
 
 namespace zerolens::exec {
 namespace {
@@ -115,19 +115,22 @@ TEST(MoeGpt2, GradientsMatchCentralDifferences) {
   run_micro_batch(model, layers, w, &g, 0, kBatch);
   const struct {
     std::size_t layer, tensor;
-  } checked[] = {{moe_layer, kMoeRouter},          {moe_layer, kMoeRouter + 1},  // expert 0 fc_in
-                 {moe_layer, kMoeRouter + 4 + 2},  {moe_layer, kMoeRouter + 4 + 3},
-                 {moe_layer, kMoeRouter + 12 + 1}, {moe_layer, kLn2Weight},
-                 {moe_layer, kQWeight},            {1, kFcInWeight},
+  } checked[] = {{moe_layer, kMoeRouter},
+                 {moe_layer, kMoeRouter + 1},  // expert 0 fc_in
+                 {moe_layer, kMoeRouter + 4 + 2},
+                 {moe_layer, kMoeRouter + 4 + 3},
+                 {moe_layer, kMoeRouter + 12 + 1},
+                 {moe_layer, kLn2Weight},
+                 {moe_layer, kQWeight},
+                 {1, kFcInWeight},
                  {0, 0}};
   const float step = 1e-2f;
   for (const auto& [l, t] : checked) {
     const std::string name = model.layers[l].params[t].name;
     std::vector<std::size_t> order(g[l][t].size());
     for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::partial_sort(order.begin(), order.begin() + 3, order.end(), [&](auto a, auto b) {
-      return std::abs(g[l][t][a]) > std::abs(g[l][t][b]);
-    });
+    std::partial_sort(order.begin(), order.begin() + 3, order.end(),
+                      [&](auto a, auto b) { return std::abs(g[l][t][a]) > std::abs(g[l][t][b]); });
     for (std::size_t k = 0; k < 3; ++k) {
       const std::size_t i = order[k];
       const float original = w[l][t][i];

@@ -214,10 +214,11 @@ TEST(MoeModels, Gpt2TinyMoeCountsByHand) {
   // The block's tensor order: GPT-2's 12 non-MLP tensors, the router, each expert's four.
   const std::vector<TensorSpec>& p = model.layers[2].params;
   ASSERT_EQ(p.size(), 12u + 1 + 4 * 4);
-  const char* names[] = {"ln_1.weight", "ln_1.bias", "attn.q_proj.weight", "attn.q_proj.bias",
-                         "attn.k_proj.weight", "attn.k_proj.bias", "attn.v_proj.weight",
-                         "attn.v_proj.bias", "attn.o_proj.weight", "attn.o_proj.bias",
-                         "ln_2.weight", "ln_2.bias", "mlp.gate.weight"};
+  const char* names[] = {"ln_1.weight",        "ln_1.bias",          "attn.q_proj.weight",
+                         "attn.q_proj.bias",   "attn.k_proj.weight", "attn.k_proj.bias",
+                         "attn.v_proj.weight", "attn.v_proj.bias",   "attn.o_proj.weight",
+                         "attn.o_proj.bias",   "ln_2.weight",        "ln_2.bias",
+                         "mlp.gate.weight"};
   for (std::size_t i = 0; i < 13; ++i) EXPECT_EQ(p[i].name, "h.1." + std::string(names[i]));
   EXPECT_EQ(p[12].shape, (std::vector<std::int64_t>{4, 64}));
   EXPECT_FALSE(p[12].expert);
