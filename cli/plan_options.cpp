@@ -22,8 +22,9 @@ CLI::Option* add_named(CLI::App& app, const std::string& flags, const std::strin
 
 void add_plan_options(CLI::App& app, PlanOptions& o) {
   app.add_option("-m,--model", o.model,
-                 "Model: a preset (gpt2-124m ... llama3-70b, gpt2-tiny), dense:<N> (exactly N "
-                 "parameters, e.g. dense:7.5e9), or a JSON file (Hugging Face config.json or a layer list)")
+                 "Model: a preset (gpt2-124m ... llama3-70b, gpt2-tiny, gpt2-tiny-moe), dense:<N> "
+                 "(exactly N parameters, e.g. dense:7.5e9), or a JSON file (Hugging Face "
+                 "config.json or a layer list)")
       ->capture_default_str();
   app.add_option("--hf-config", o.hf_config, "Hugging Face config.json (GPT-2, LLaMA, Mistral); overrides --model");
   app.add_option("-c,--deepspeed-config", o.deepspeed_config,

@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -35,6 +36,7 @@
 #include "exec/memory/memory_ledger.hpp"
 #include "exec/model/gpt2_shape.hpp"
 #include "exec/model/layer_model.hpp"
+#include "exec/model/moe_layer.hpp"
 #include "exec/model/tensor_parallel_channel.hpp"
 #include "kernels/attention.hpp"
 #include "sim/model/model.hpp"
@@ -50,8 +52,9 @@ struct Gpt2BlockBuffers {
   // statistics stay fp32 in any precision, as in mixed-precision LayerNorm kernels).
   // The residual stream's buffers (norm outputs and statistics, mid) hold this rank's stream rows;
   // those inside the parallel regions its heads' and MLP columns of every row.
+  // A MoE block (dense_mlp false) has no fc_in outputs: its experts keep their own.
   template <typename Make, typename Fp32>
-  void allocate(const Gpt2Dims& d, Make make, Fp32 fp32) {
+  void allocate(const Gpt2Dims& d, Make make, Fp32 fp32, bool dense_mlp = true) {
     const std::size_t rows = d.rows(), here = d.stream_rows(), C = d.channels, W = d.width_here(),
                       F = d.ffn_here();
     ln1 = make(here * C);
@@ -64,6 +67,7 @@ struct Gpt2BlockBuffers {
     ln2 = make(here * C);
     ln2_mean = fp32(here);
     ln2_rstd = fp32(here);
+    if (!dense_mlp) return;
     fch = make(rows * F);
     fch_gelu = make(rows * F);
   }
@@ -73,6 +77,12 @@ struct Gpt2BlockBuffers {
       buffer->reset();
     }
   }
+};
+
+// Whether a backend runs MoE blocks (the CPU one: ExpertParallelMoe on host buffers).
+template <typename Backend>
+constexpr bool kRunsMixtureOfExperts = requires {
+  requires Backend::kMixtureOfExperts;
 };
 
 // The layer dispatch, the batch and each role's steps; the models' State.
@@ -87,9 +97,11 @@ struct Gpt2Layers {
       : model(model_),
         options(options_),
         dims(layout.dims),
-        roles(std::move(layout.roles)),
+        roles(runnable_roles(model_, std::move(layout.roles))),
         corpus(options_.seed, std::int64_t(dims.vocab)),
-        backend(ledger) {
+        backend(ledger),
+        moe_ledger(&ledger) {
+    moes.resize(model.layers.size());
     outputs.resize(model.layers.size());
     chunk_inputs.resize(model.layers.size());
     blocks.resize(model.layers.size());
@@ -97,6 +109,14 @@ struct Gpt2Layers {
     for (const PipelineChunk& chunk : model.pipeline_chunks) {
       if (chunk.global_index > 0 && chunk.first < chunk.end) chunk_first[chunk.first] = true;
     }
+  }
+
+  // A backend without MoE blocks refuses a model with them before it is constructed (no CUDA
+  // call).
+  static std::vector<Gpt2Role> runnable_roles(const Model& model, std::vector<Gpt2Role> roles) {
+    if constexpr (!kRunsMixtureOfExperts<Backend>)
+      refuse_mixture_of_experts(model, Backend::kModelName);
+    return roles;
   }
 
   void load_batch(std::int64_t first_sample, std::int64_t count) {
@@ -125,6 +145,7 @@ struct Gpt2Layers {
       case Gpt2Role::Embedding:
         return embedding_forward(params);
       case Gpt2Role::Block:
+      case Gpt2Role::MoeBlock:
         return block_forward(layer, params, false);
       case Gpt2Role::FinalNorm:
         return final_norm_forward(layer, params);
@@ -134,7 +155,7 @@ struct Gpt2Layers {
   }
 
   void recompute(std::size_t layer, ParamViews params) {
-    if (roles[layer] != Gpt2Role::Block)
+    if (roles[layer] != Gpt2Role::Block && roles[layer] != Gpt2Role::MoeBlock)
       throw std::logic_error("GPT-2: only blocks are checkpointed");
     block_forward(layer, params, true);
   }
@@ -144,6 +165,7 @@ struct Gpt2Layers {
       case Gpt2Role::Embedding:
         return embedding_backward(grads);
       case Gpt2Role::Block:
+      case Gpt2Role::MoeBlock:
         return block_backward(layer, params, grads);
       case Gpt2Role::FinalNorm:
         return final_norm_backward(layer, params, grads);
@@ -280,9 +302,10 @@ struct Gpt2Layers {
     const bool checkpointing = options.checkpointing;
     const Component component =
         checkpointing ? Component::ActivationWorking : Component::ActivationsStored;
+    const bool moe = roles[layer] == Gpt2Role::MoeBlock;
     a.allocate(
         d, [&](std::size_t count) { return backend.buffer(component, count, held()); },
-        [&](std::size_t count) { return backend.buffer(component, count, HeldAs{4}); });
+        [&](std::size_t count) { return backend.buffer(component, count, HeldAs{4}); }, !moe);
     backend.layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x,
                               p[kLn1Weight].data(), p[kLn1Bias].data(), here, C);
     {
@@ -303,6 +326,10 @@ struct Gpt2Layers {
     backend.residual_forward(a.mid.data(), a.mid.data(), x, here * C);
     backend.layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.mid.data(),
                               p[kLn2Weight].data(), p[kLn2Bias].data(), here, C);
+    if (moe) {
+      if constexpr (kRunsMixtureOfExperts<Backend>) moe_forward(layer, p, recomputing, component);
+      return;
+    }
     {
       const Buffer gathered = gather_stream(a.ln2);
       backend.matmul_forward(a.fch.data(), whole_or(gathered, a.ln2), p[kFcInWeight].data(),
@@ -320,6 +347,57 @@ struct Gpt2Layers {
     if (recomputing) return;
     outputs[layer] = std::move(out);
     if (checkpointing) a.release();
+  }
+
+  // A MoE block's MLP (DeepSpeed's MoE: TopKGate, MOELayer's all-to-alls, the experts;
+  // exec/model/moe_layer.hpp) on ln_2's output, its output added to the residual. What the layer
+  // keeps for backward is charged as the block's other activations are (working under
+  // checkpointing: a recompute runs the MoE forward again, all-to-alls included, as DeepSpeed's
+  // activation checkpointing does).
+  MoeLayerShape moe_shape() const {
+    return {.hidden = dims.channels,
+            .ffn = dims.expert_ffn,
+            .experts = int(dims.experts),
+            .top_k = int(dims.top_k),
+            .capacity_factor = dims.capacity_factor,
+            .min_capacity = dims.min_capacity};
+  }
+  void moe_forward(std::size_t layer, ParamViews p, bool recomputing, Component component) {
+    if (dims.ep > 1 && ep_group == nullptr) {
+      throw std::logic_error(std::string(Backend::kModelName) +
+                             ": a share of an expert-parallel model runs after "
+                             "connect_expert_parallel gave it its EP group");
+    }
+    const std::size_t rows = dims.rows(), C = dims.channels;
+    Gpt2BlockBuffers<Buffer>& a = blocks[layer];
+    moes[layer] =
+        std::make_unique<ExpertParallelMoe>(moe_shape(), ep_group, *moe_ledger, component, held());
+    Buffer y = working(rows * C);
+    moes[layer]->forward(all_of(a.ln2), rows, p.subspan(kMoeRouter), all_of(y));
+    if (recomputing) return;
+    const bool checkpointing = options.checkpointing;
+    Buffer out = activation(
+        checkpointing ? Component::ActivationCheckpoints : Component::ActivationsStored, rows * C);
+    backend.residual_forward(out.data(), y.data(), a.mid.data(), rows * C);
+    outputs[layer] = std::move(out);
+    if (checkpointing) {
+      a.release();
+      moes[layer].reset();
+    }
+  }
+
+  // Backward of moe_forward: d(ln_2 output) from the experts and the router (their gradients
+  // added), then ln_2's backward into the residual gradient.
+  void moe_backward(std::size_t layer, ParamViews p, GradViews g) {
+    const std::size_t rows = dims.rows(), C = dims.channels;
+    Gpt2BlockBuffers<Buffer>& a = blocks[layer];
+    Buffer dln2 = zeroed_working(rows * C);
+    moes[layer]->backward(all_of(dresidual), p.subspan(kMoeRouter), g.subspan(kMoeRouter),
+                          all_of(dln2));
+    moes[layer].reset();
+    backend.layernorm_backward(dresidual.data(), g[kLn2Weight].data(), g[kLn2Bias].data(),
+                               dln2.data(), a.mid.data(), p[kLn2Weight].data(), a.ln2_mean.data(),
+                               a.ln2_rstd.data(), rows, C);
   }
 
   void final_norm_forward(std::size_t layer, ParamViews p) {
@@ -441,7 +519,9 @@ struct Gpt2Layers {
     const std::size_t rows = d.rows(), here = d.stream_rows(), C = d.channels, W = d.width_here(),
                       F = d.ffn_here();
     Gpt2BlockBuffers<Buffer>& a = blocks[layer];
-    {
+    if (roles[layer] == Gpt2Role::MoeBlock) {
+      if constexpr (kRunsMixtureOfExperts<Backend>) moe_backward(layer, p, g);
+    } else {
       Buffer dfch = zeroed_working(rows * F);
       row_parallel_backward(dfch, g[kFcOutWeight].data(), g[kFcOutBias].data(), dresidual,
                             a.fch_gelu, p[kFcOutWeight].data(), F);
@@ -587,6 +667,9 @@ struct Gpt2Layers {
   std::int32_t current_micro = 0;
   std::map<std::int32_t, MicroBatch> parked_micro;  // the other micro-batches in flight
   TensorParallelChannel* tp = nullptr;  // the TP group's collectives (set by the engine under TP)
+  MemoryLedger* moe_ledger;             // what the MoE blocks' layers charge their buffers to
+  Communicator* ep_group = nullptr;     // the EP group (set by the engine under EP)
+  std::vector<std::unique_ptr<ExpertParallelMoe>> moes;  // per MoE block, forward to backward
 };
 
 }  // namespace zerolens::exec

@@ -23,6 +23,7 @@ class CpuGpt2Backend {
   using Tokens = TrackedBuffer<std::int32_t>;
   static constexpr const char* kModelName = "Gpt2Model";
   static constexpr bool kTensorParallel = true;  // the TP layer steps (gpt2_layers.hpp)
+  static constexpr bool kMixtureOfExperts = true;  // MoE blocks (exec/model/moe_layer.hpp)
 
   explicit CpuGpt2Backend(MemoryLedger& ledger) : ledger_(&ledger) {}
 
@@ -168,7 +169,19 @@ Gpt2Model::~Gpt2Model() = default;
 
 void Gpt2Model::init_tensor(std::int32_t tensor, std::span<float> values) const {
   gpt2_init_tensor(state_->model, state_->options.seed, tensor, values,
-                   state_->options.tensor_parallel_rank);
+                   state_->options.tensor_parallel_rank, state_->options.expert_parallel_rank);
+}
+
+void Gpt2Model::connect_expert_parallel(Communicator& ep_group) {
+  const Gpt2Dims& d = state_->dims;
+  if (d.experts == 0)
+    throw std::logic_error("Gpt2Model: '" + state_->model.name + "' has no MoE blocks");
+  if (std::size_t(ep_group.size()) != d.ep || std::size_t(ep_group.rank()) != d.ep_rank) {
+    throw std::logic_error("Gpt2Model: the EP group's rank " + std::to_string(ep_group.rank()) +
+                           " of " + std::to_string(ep_group.size()) + " is not the share's " +
+                           std::to_string(d.ep_rank) + " of " + std::to_string(d.ep));
+  }
+  state_->ep_group = &ep_group;
 }
 
 void Gpt2Model::connect_tensor_parallel(TensorParallelChannel& channel) {

@@ -2,7 +2,9 @@
 // GPT-2 for the executor: token and position embeddings, L blocks of [LayerNorm, causal multi-head
 // self-attention, LayerNorm, GELU MLP] with residuals, final LayerNorm, LM head tied to the token
 // embedding and softmax cross-entropy, on the CPU kernels, at any size sim's model describes
-// (presets such as gpt2-tiny, or a Hugging Face GPT-2 config.json).
+// (presets such as gpt2-tiny, or a Hugging Face GPT-2 config.json). A block's MLP may be a
+// DeepSpeed MoE layer of GPT-2 MLP experts (the MoE GPT-2, gpt2-tiny-moe; exec/model/moe_layer.hpp),
+// its experts exchanged over an expert-parallel group once connect_expert_parallel gives it one.
 //
 // Activations are allocated through the memory ledger and kept as sim's activation terms describe
 // an eager framework keeping them (docs/memory-model.md), so measured and predicted activation
@@ -40,6 +42,9 @@ class Gpt2Model final : public LayerModel {
   void backward(std::size_t layer, ParamViews params, GradViews grads, float scale) override;
   double loss() const override;
   void connect_tensor_parallel(TensorParallelChannel& channel) override;
+  // Refuses a model without MoE blocks, and a group whose size and rank are not the share's
+  // (model.expert_parallel.size, options.expert_parallel_rank).
+  void connect_expert_parallel(Communicator& ep_group) override;
   void select_micro_batch(std::int32_t micro) override;
   std::span<float> receive_input(std::size_t layer) override;
   std::span<const float> output(std::size_t layer) override;

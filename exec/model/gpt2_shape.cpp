@@ -81,12 +81,43 @@ void check_shape(const Model& model, const Gpt2Options& options) {
   require(options.seq_len >= 1 && options.seq_len <= s.max_positions, "--seq-len",
           std::to_string(options.seq_len) + " is outside 1.." + std::to_string(s.max_positions) + " (the position table)");
   require(options.micro_batch >= 1, "--micro-batch", "must be at least 1");
+  require(!s.mla, "model.mla", "latent attention is not supported" + why);
+  if (!s.moe) return;
+  // DeepSpeed's MoE around GPT-2's MLP: a router without bias and routed experts only.
+  const MoeShape& m = *s.moe;
+  require(m.shared_ffn == 0 && !m.shared_expert_gate, "model.moe.shared_ffn",
+          "shared experts are not supported (the executor runs DeepSpeed's MoE of routed GPT-2 "
+          "MLP experts)");
+  require(!m.router_bias, "model.moe.router_bias",
+          "a router bias is not supported (DeepSpeed's TopKGate.wg has none)");
+  require(!model.pipeline.active(), "--pp",
+          "pipeline parallelism of a mixture-of-experts GPT-2 is not run by the executor");
+  const ExpertParallelism& ep = model.expert_parallel;
+  require(options.expert_parallel_rank >= 0 && options.expert_parallel_rank < ep.size, "--ep",
+          "rank " + std::to_string(options.expert_parallel_rank) +
+              " is outside the expert-parallel group of " + std::to_string(ep.size));
+}
+
+void check_param(const Layer& layer, std::size_t i, std::size_t p, const std::string& suffix) {
+  require(
+      ends_with(layer.params[p].name, suffix), "model.layers[" + std::to_string(i) + "]",
+      "parameter " + std::to_string(p) + " is '" + layer.params[p].name + "', expected *" + suffix);
 }
 
 void check_block_params(const Layer& layer, std::size_t i) {
-  for (std::size_t p = 0; p < kBlockParams; ++p) {
-    require(ends_with(layer.params[p].name, kBlockSuffixes[p]), "model.layers[" + std::to_string(i) + "]",
-            "parameter " + std::to_string(p) + " is '" + layer.params[p].name + "', expected *" + kBlockSuffixes[p]);
+  for (std::size_t p = 0; p < kBlockParams; ++p) check_param(layer, i, p, kBlockSuffixes[p]);
+}
+
+// A MoE block: the block's tensors up to ln_2, the router, each local expert's four.
+void check_moe_block_params(const Layer& layer, std::size_t i, std::size_t local_experts) {
+  for (std::size_t p = 0; p < kMoeRouter; ++p) check_param(layer, i, p, kBlockSuffixes[p]);
+  check_param(layer, i, kMoeRouter, "mlp.gate.weight");
+  const char* const expert[] = {"fc_in.weight", "fc_in.bias", "fc_out.weight", "fc_out.bias"};
+  for (std::size_t e = 0; e < local_experts; ++e) {
+    for (std::size_t t = 0; t < 4; ++t) {
+      check_param(layer, i, kMoeRouter + 1 + 4 * e + t,
+                  "mlp.experts." + std::to_string(e) + "." + expert[t]);
+    }
   }
 }
 
@@ -106,11 +137,21 @@ std::vector<Gpt2Role> roles_of(const Model& model) {
     else if (layer.kind == LayerKind::FinalNorm && i + 2 == count) role = Gpt2Role::FinalNorm;
     else if (layer.kind == LayerKind::LmHead && i + 1 == count && tied_head)
       role = Gpt2Role::Head;
+    else if (layer.moe)
+      role = Gpt2Role::MoeBlock;
     else
       require(layer.kind == LayerKind::TransformerBlock && layer.params.size() == kBlockParams,
               "model.layers[" + std::to_string(i) + "]",
               "'" + layer.name + "' is not where GPT-2 has it");
     if (role == Gpt2Role::Block) check_block_params(layer, i);
+    if (role == Gpt2Role::MoeBlock) {
+      const auto local = std::size_t(layer.moe->local_experts);
+      require(layer.kind == LayerKind::TransformerBlock &&
+                  layer.params.size() == kMoeBlockParams(local),
+              "model.layers[" + std::to_string(i) + "]",
+              "'" + layer.name + "' is not a GPT-2 block with a MoE MLP");
+      check_moe_block_params(layer, i, local);
+    }
     roles.push_back(role);
   }
   const bool whole = !model.pipeline.active();
@@ -135,9 +176,26 @@ const TensorSpec* find_tensor(const Model& model, std::int32_t tensor) {
 // A pipeline stage's tensor `tensor` as the whole model numbers it (its initial values are the
 // whole model's): found by name in the model its shape builds, a tied head's copy by the name of
 // what it copies ("lm_head.weight (copy of wte.weight)").
-std::int32_t whole_model_tensor(const Model& model, std::int32_t tensor, const TensorSpec& spec) {
-  if (!model.pipeline.active()) return tensor;
-  std::string name = spec.name;
+// An expert parallel share's routed expert "h.1.mlp.experts.<local>.fc_in.weight" is the whole
+// model's "h.1.mlp.experts.<global>.fc_in.weight", global = EP rank x local experts + local.
+std::string global_expert_name(const Model& model, const std::string& name, int ep_rank) {
+  const std::string marker = ".mlp.experts.";
+  const auto at = name.find(marker);
+  if (!model.expert_parallel.active() || at == std::string::npos) return name;
+  const auto first = at + marker.size(), end = name.find('.', first);
+  const int local = std::stoi(name.substr(first, end - first));
+  const int per_rank = model.shape->moe->experts / model.expert_parallel.size;
+  return name.substr(0, first) + std::to_string(ep_rank * per_rank + local) + name.substr(end);
+}
+
+// A pipeline stage's or an expert-parallel share's tensor `tensor` as the whole model numbers it
+// (its initial values are the whole model's): found by name in the model its shape builds, a tied
+// head's copy by the name of what it copies ("lm_head.weight (copy of wte.weight)"), an expert by
+// its global index.
+std::int32_t whole_model_tensor(const Model& model, std::int32_t tensor, const TensorSpec& spec,
+                                int ep_rank) {
+  if (!model.pipeline.active() && !model.expert_parallel.active()) return tensor;
+  std::string name = global_expert_name(model, spec.name, ep_rank);
   const std::string copy = " (copy of ";
   if (const auto at = name.find(copy); at != std::string::npos)
     name = name.substr(at + copy.size(), name.size() - at - copy.size() - 1);
@@ -188,6 +246,7 @@ Gpt2Layout gpt2_layout(const Model& model, const Gpt2Options& options) {
   const TransformerShape& s = *model.shape;
   const TensorParallelism& tp = model.tensor_parallel;
   const std::size_t shard_vocab = shard_vocabulary(model);
+  const MoeShape moe = s.moe.value_or(MoeShape{});
   layout.dims = {.batch = std::size_t(options.micro_batch),
                  .seq_len = std::size_t(options.seq_len),
                  .channels = std::size_t(s.hidden),
@@ -199,8 +258,22 @@ Gpt2Layout gpt2_layout(const Model& model, const Gpt2Options& options) {
                  .tp_rank = std::size_t(options.tensor_parallel_rank),
                  .sp = tp.active() && tp.sequence_parallel,
                  .shard_vocab = shard_vocab,
-                 .vocab_first = std::size_t(options.tensor_parallel_rank) * shard_vocab};
+                 .vocab_first = std::size_t(options.tensor_parallel_rank) * shard_vocab,
+                 .experts = std::size_t(moe.experts),
+                 .top_k = std::size_t(moe.top_k),
+                 .expert_ffn = std::size_t(moe.expert_ffn),
+                 .ep = std::size_t(model.expert_parallel.size),
+                 .ep_rank = std::size_t(options.expert_parallel_rank),
+                 .capacity_factor = model.expert_parallel.capacity_factor,
+                 .min_capacity = model.expert_parallel.min_capacity};
   return layout;
+}
+
+void refuse_mixture_of_experts(const Model& model, const std::string& model_name) {
+  if (model.shape && model.shape->moe) {
+    throw InputError("--model", model_name + " does not run mixture-of-experts blocks ('" +
+                                    model.name + "'); train it on the CPU backend (Gpt2Model)");
+  }
 }
 
 std::int64_t whole_element(const TensorSpec& spec, int size, int rank, std::int64_t index) {
@@ -221,7 +294,7 @@ std::int64_t whole_element(const TensorSpec& spec, int size, int rank, std::int6
 // GPT-2's initialisation: N(0, 0.02) weights, residual projections scaled by 1/sqrt(2 L), N(0, 0.01)
 // positions, zero biases, unit norm gains.
 void gpt2_init_tensor(const Model& model, std::uint64_t seed, std::int32_t tensor,
-                      std::span<float> values, int tensor_parallel_rank) {
+                      std::span<float> values, int tensor_parallel_rank, int expert_parallel_rank) {
   const TensorSpec& spec = *find_tensor(model, tensor);
   const bool norm = spec.name.find("ln_") != std::string::npos;
   double std_dev = 0.02;
@@ -230,7 +303,8 @@ void gpt2_init_tensor(const Model& model, std::uint64_t seed, std::int32_t tenso
     std_dev = 0.02 / std::sqrt(2.0 * double(model.shape->layers));
   if (ends_with(spec.name, "wpe.weight")) std_dev = 0.01;
   const std::uint64_t key =
-      mix(seed ^ (std::uint64_t(whole_model_tensor(model, tensor, spec) + 1) << 40));
+      mix(seed ^
+          (std::uint64_t(whole_model_tensor(model, tensor, spec, expert_parallel_rank) + 1) << 40));
   const int tp = model.tensor_parallel.size;
   for (std::size_t i = 0; i < values.size(); ++i) {
     const auto whole =

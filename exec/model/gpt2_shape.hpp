@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "sim/model/model.hpp"
@@ -27,6 +28,9 @@ struct Gpt2Options {
   // Tensor parallelism: this rank's index in its TP group (the model is its shard: sim's
   // tensor_parallel_shard, whose TensorParallelism gives the group's size and SP).
   int tensor_parallel_rank = 0;
+  // Expert parallelism: this rank's index in its EP group (the model is its share: sim's
+  // expert_parallel_shard, whose ExpertParallelism gives the group's size and capacity).
+  int expert_parallel_rank = 0;
 };
 
 // The whole model's sizes, and what one rank of a TP group holds of them (tp 1: everything).
@@ -37,6 +41,13 @@ struct Gpt2Dims {
   // This rank's rows of the token embedding (the vocabulary padded to a multiple of the group
   // under TP) and the first of them.
   std::size_t shard_vocab = 0, vocab_first = 0;
+  // A MoE GPT-2 (gpt2-tiny-moe): the experts of each MoE block (all ranks), the top-k, the
+  // experts' width, and the expert-parallel group's size and this rank's place in it; its
+  // TopKGate capacity (sim's ExpertParallelism).
+  std::size_t experts = 0, top_k = 0, expert_ffn = 0, ep = 1, ep_rank = 0;
+  double capacity_factor = 1.0;
+  int min_capacity = 4;
+  std::size_t local_experts() const { return ep > 0 ? experts / ep : 0; }
   std::size_t rows() const { return batch * seq_len; }
   // Per rank: the attention heads, q/k/v width and MLP width (Megatron's column splits).
   std::size_t heads_here() const { return heads / tp; }
@@ -58,8 +69,15 @@ enum BlockParam : std::size_t {
   kLn1Weight, kLn1Bias, kQWeight, kQBias, kKWeight, kKBias, kVWeight, kVBias, kOWeight, kOBias,
   kLn2Weight, kLn2Bias, kFcInWeight, kFcInBias, kFcOutWeight, kFcOutBias, kBlockParams
 };
+// A MoE block (Gpt2Role::MoeBlock): the 12 tensors before the MLP as a block has them, then the
+// router [E, h] (DeepSpeed's TopKGate.wg) and per local expert fc_in weight, fc_in bias, fc_out
+// weight, fc_out bias (sim/model/moe.cpp's order).
+inline constexpr std::size_t kMoeRouter = kFcInWeight;
+inline constexpr std::size_t kMoeBlockParams(std::size_t local_experts) {
+  return kMoeRouter + 1 + 4 * local_experts;
+}
 
-enum class Gpt2Role { Embedding, Block, FinalNorm, Head };
+enum class Gpt2Role { Embedding, Block, MoeBlock, FinalNorm, Head };
 
 struct Gpt2Layout {
   Gpt2Dims dims;
@@ -76,8 +94,15 @@ Gpt2Layout gpt2_layout(const Model& model, const Gpt2Options& options);
 // function of the seed, the tensor id and the element's place in the whole tensor only, so a TP
 // shard (rank `tensor_parallel_rank` of model.tensor_parallel) starts as its slice of the whole
 // model. Throws std::out_of_range when there is no such tensor.
+// A routed expert's tensor starts as the whole model's tensor of its global expert index (EP rank
+// r holds experts r x E/ep ..), so every EP size starts from the same model.
 void gpt2_init_tensor(const Model& model, std::uint64_t seed, std::int32_t tensor,
-                      std::span<float> values, int tensor_parallel_rank = 0);
+                      std::span<float> values, int tensor_parallel_rank = 0,
+                      int expert_parallel_rank = 0);
+
+// Throws InputError naming `model_name` when `model` has mixture-of-experts blocks (a model whose
+// layer steps do not run them: the CUDA model).
+void refuse_mixture_of_experts(const Model& model, const std::string& model_name);
 
 // Element `index` of a TP shard's tensor `spec` (rank `rank` of `size`) as an element of the whole
 // tensor: a column or vocabulary split holds a block of whole rows, a row split the same block of

@@ -11,6 +11,8 @@
 
 namespace zerolens::exec {
 
+class Communicator;
+
 using ParamViews = std::span<const std::span<const float>>;
 using GradViews = std::span<const std::span<float>>;
 
@@ -47,6 +49,13 @@ class LayerModel {
   // (the engine's; it outlives the model's use of it). A model without TP refuses.
   virtual void connect_tensor_parallel(TensorParallelChannel& /*channel*/) {
     throw std::logic_error("this model does not run tensor parallelism");
+  }
+  // Expert parallelism: the group (DeepSpeed's expert-parallel group: ProcessGroups::expert())
+  // whose ranks hold the other experts of each MoE layer and exchange tokens by all-to-all; it
+  // outlives the model's use of it. Called before the first forward when the model is a share of
+  // sim's expert_parallel_shard (ep > 1). A model without MoE blocks refuses.
+  virtual void connect_expert_parallel(Communicator& /*ep_group*/) {
+    throw std::logic_error("this model does not run expert parallelism");
   }
 
  private:

@@ -193,7 +193,9 @@ TrainingResult train_gpt2(const Plan& plan, Communicator& comm, const TrainingOp
   ledger.place(Device::Gpu, comm.memory_space());
   const auto groups = std::make_shared<const ProcessGroups>(comm, plan.schedule.context);
   const RankPlace place = groups->place();
-  const Gpt2Options gpt2 = gpt2_options(plan, options.seed, place.tensor);
+  Gpt2Options gpt2 = gpt2_options(plan, options.seed, place.tensor);
+  // A MoE model's share holds its EP rank's experts (the engine connects the group to the model).
+  if (groups->expert() != nullptr) gpt2.expert_parallel_rank = groups->expert()->rank();
   const Model& shard = rank_model(plan, place.stage);
   const std::unique_ptr<LayerModel> model = options.make_model
                                                 ? options.make_model(shard, gpt2, ledger)

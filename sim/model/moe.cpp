@@ -1,5 +1,5 @@
-// Blocks of the mixture-of-experts families (docs/model-format.md) and their routing
-// (docs/parallelism.md, "Mixture of experts"). Parameters follow the Hugging Face modeling files
+// Blocks of the mixture-of-experts families and of the MoE GPT-2 (docs/model-format.md) and their
+// routing (docs/parallelism.md, "Mixture of experts"). Parameters follow the Hugging Face modeling files
 // (modeling_mixtral.py, modeling_qwen2_moe.py, modeling_qwen3_moe.py, modeling_deepseek_v2/v3.py);
 // the activation terms are the tensors autograd keeps in those blocks (dropless, no expert
 // parallelism) or in DeepSpeed's MOELayer and TopKGate (deepspeed/moe/sharded_moe.py, with it).
@@ -180,13 +180,44 @@ Part latent_attention(const TransformerShape& s, const std::string& prefix, Laye
   return part;
 }
 
-// A dense SwiGLU MLP of width f: gate output, SiLU output, up output, down input (4f) kept; the
-// widest intermediate gradients (2f) in backward.
-Part dense_mlp(std::int64_t h, std::int64_t f, const std::string& prefix, Layer& layer) {
-  add_swiglu(layer.params, prefix, h, f);
-  return Part{.inside = 4 * double(f),
-              .backward_working = 2 * double(f),
-              .matmul_weights = 3 * double(h) * double(f)};
+// GPT-2's MLP of width f (DeepSpeed's GPT-2 MoE examples use it as the expert): fc_in [f, h],
+// GELU, fc_out [h, f], with biases when the shape has them.
+void add_gelu_mlp(std::vector<TensorSpec>& params, const std::string& prefix, std::int64_t h,
+                  std::int64_t f, bool bias, bool expert = false) {
+  add_linear(params, prefix + ".fc_in", h, f, bias, expert);
+  add_linear(params, prefix + ".fc_out", f, h, bias, expert);
+}
+
+// The block's MLP kind (shape.mlp): an expert is a copy of it (DeepSpeed's MoE(expert=...)
+// deep-copies the module it is given: deepspeed/moe/experts.py Experts).
+void add_mlp(std::vector<TensorSpec>& params, const TransformerShape& s, const std::string& prefix,
+             std::int64_t f, bool expert = false) {
+  if (s.mlp == MlpKind::Gelu) {
+    add_gelu_mlp(params, prefix, s.hidden, f, s.mlp_bias, expert);
+  } else {
+    add_swiglu(params, prefix, s.hidden, f, expert);
+  }
+}
+
+// Per row (token) of an MLP of width f: the elements kept for backward (SwiGLU: gate output, SiLU
+// output, up output, down input, 4f; GELU: its input and output, 2f), the widest intermediate
+// gradients in backward (2f; f) and the matrix-product weights (3hf; 2hf).
+double mlp_kept(MlpKind kind, double f) {
+  return kind == MlpKind::Gelu ? 2 * f : 4 * f;
+}
+double mlp_backward_working(MlpKind kind, double f) {
+  return kind == MlpKind::Gelu ? f : 2 * f;
+}
+double mlp_weights(MlpKind kind, double h, double f) {
+  return (kind == MlpKind::Gelu ? 2 : 3) * h * f;
+}
+
+// A dense MLP of width f with its kept activations and backward working set.
+Part dense_mlp(const TransformerShape& s, std::int64_t f, const std::string& prefix, Layer& layer) {
+  add_mlp(layer.params, s, prefix, f);
+  return Part{.inside = mlp_kept(s.mlp, double(f)),
+              .backward_working = mlp_backward_working(s.mlp, double(f)),
+              .matmul_weights = mlp_weights(s.mlp, double(s.hidden), double(f))};
 }
 
 // The routing of one MoE layer as `ep` runs it, with what each row its experts compute keeps.
@@ -195,7 +226,7 @@ Part dense_mlp(std::int64_t h, std::int64_t f, const std::string& prefix, Layer&
 // a row of the received dispatch buffer (h, kept by the expert's first projections) and the
 // expert's 4f; in forward the combine's received buffer and its padded copy (_sparse_decode's
 // torch.cat) are alive together.
-MoeRouting routing(const MoeShape& m, std::int64_t h, const ExpertParallelism& ep) {
+MoeRouting routing(const MoeShape& m, MlpKind kind, std::int64_t h, const ExpertParallelism& ep) {
   const double f = double(m.expert_ffn), hidden = double(h);
   MoeRouting r{.experts = m.experts,
                .local_experts = m.experts / std::max(1, ep.size),
@@ -204,11 +235,12 @@ MoeRouting routing(const MoeShape& m, std::int64_t h, const ExpertParallelism& e
                .capacity_factor = ep.capacity_factor,
                .min_capacity = ep.min_capacity,
                .hidden = h};
-  r.row_elements = r.exchanges() ? hidden + 4 * f : 2 * hidden + 4 * f + 1;
+  const double kept = mlp_kept(kind, f);
+  r.row_elements = r.exchanges() ? hidden + kept : 2 * hidden + kept + 1;
   r.row_forward_working_elements = r.exchanges() ? 2 * hidden : 0;
   // The gradients of a row's input and output, and of its widest intermediates.
-  r.row_backward_working_elements = 2 * hidden + 2 * f;
-  r.row_flops = 2 * 3 * hidden * f;
+  r.row_backward_working_elements = 2 * hidden + mlp_backward_working(kind, f);
+  r.row_flops = 2 * mlp_weights(kind, hidden, f);
   return r;
 }
 
@@ -226,9 +258,9 @@ Part moe_mlp(const TransformerShape& s, const std::string& prefix, Layer& layer,
   const double E = double(m.experts), k = double(m.top_k), hidden = double(h);
   add_linear(layer.params, prefix + ".mlp.gate", h, m.experts, false);
   if (m.router_bias) add(layer.params, prefix + ".mlp.gate.e_score_correction_bias", {m.experts});
-  layer.moe = routing(m, h, ep);
+  layer.moe = routing(m, s.mlp, h, ep);
   for (int e = 0; e < layer.moe->local_experts; ++e)
-    add_swiglu(layer.params, prefix + ".mlp.experts." + std::to_string(e), h, m.expert_ffn, true);
+    add_mlp(layer.params, s, prefix + ".mlp.experts." + std::to_string(e), m.expert_ffn, true);
   Part part;
   part.matmul_weights = hidden * E;
   if (layer.moe->exchanges()) {
@@ -240,7 +272,7 @@ Part moe_mlp(const TransformerShape& s, const std::string& prefix, Layer& layer,
     part.forward_working_fixed = 8 * E * k;
   }
   if (m.shared_ffn > 0) {
-    const Part shared = dense_mlp(h, m.shared_ffn, prefix + ".mlp.shared_experts", layer);
+    const Part shared = dense_mlp(s, m.shared_ffn, prefix + ".mlp.shared_experts", layer);
     part.inside += shared.inside;
     part.backward_working += shared.backward_working;
     part.matmul_weights += shared.matmul_weights;
@@ -254,8 +286,10 @@ Part moe_mlp(const TransformerShape& s, const std::string& prefix, Layer& layer,
   return part;
 }
 
-void add_rms_norm(Layer& layer, const std::string& name, std::int64_t h) {
-  add(layer.params, name + ".weight", {h});
+// The shape's norm: RMSNorm's weight, or LayerNorm's weight and bias (GPT-2).
+void add_norm(Layer& layer, const TransformerShape& s, const std::string& name) {
+  add(layer.params, name + ".weight", {s.hidden});
+  if (s.norm == NormKind::LayerNorm) add(layer.params, name + ".bias", {s.hidden});
 }
 
 }  // namespace
@@ -264,13 +298,13 @@ Layer mixture_block_layer(const TransformerShape& s, int index, const ExpertPara
   const std::string prefix = "h." + std::to_string(index);
   Layer layer{.name = prefix, .kind = LayerKind::TransformerBlock};
   const std::int64_t h = s.hidden;
-  add_rms_norm(layer, prefix + ".ln_1", h);
+  add_norm(layer, s, prefix + ".ln_1");
   const Part attention =
       s.mla ? latent_attention(s, prefix, layer) : standard_attention(s, prefix, layer);
-  add_rms_norm(layer, prefix + ".ln_2", h);
+  add_norm(layer, s, prefix + ".ln_2");
   const Part mlp = s.moe && s.moe->is_moe_layer(index)
                        ? moe_mlp(s, prefix, layer, ep)
-                       : dense_mlp(h, s.ffn_hidden, prefix + ".mlp", layer);
+                       : dense_mlp(s, s.ffn_hidden, prefix + ".mlp", layer);
   const double hidden = double(h), a = double(s.heads);
   const bool dropout = s.dropout > 0;
   ActivationTerms& t = layer.activations;

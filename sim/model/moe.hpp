@@ -1,7 +1,7 @@
 #pragma once
 // The blocks of mixture-of-experts and multi-head-latent-attention transformers
 // (sim/model/moe.cpp), built for build_transformer: attention (grouped-query or MLA) and a dense or
-// MoE SwiGLU MLP.
+// MoE MLP of the shape's kind (SwiGLU, or GPT-2's GELU MLP).
 #include <string>
 
 #include "sim/config/parallelism.hpp"

@@ -11,9 +11,10 @@
 namespace zerolens {
 
 // The feed-forward part of a mixture-of-experts transformer. Each MoE layer has a router
-// ([experts, h]), `experts` routed SwiGLU experts of width `expert_ffn` of which each token visits
-// `top_k`, and optionally shared experts every token visits (one SwiGLU MLP of width `shared_ffn`).
-// The other layers keep a dense SwiGLU MLP of the shape's ffn_hidden.
+// ([experts, h]), `experts` routed experts of width `expert_ffn` of which each token visits
+// `top_k`, and optionally shared experts every token visits (one MLP of width `shared_ffn`). An
+// expert is the shape's MLP kind (SwiGLU in the Hugging Face families; GPT-2's GELU MLP with
+// biases in the MoE GPT-2, gpt2-tiny-moe). The other layers keep a dense MLP of ffn_hidden.
 struct MoeShape {
   int experts = 0;              // num_local_experts (Mixtral), num_experts, n_routed_experts
   int top_k = 1;                // num_experts_per_tok

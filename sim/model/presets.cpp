@@ -86,6 +86,12 @@ const std::map<std::string, TransformerShape>& presets() {
     TransformerShape tiny = gpt2_shape(2, 64, 4, 128);
     tiny.vocab = 256;
     t["gpt2-tiny"] = tiny;
+    // gpt2-tiny with DeepSpeed MoE layers (deepspeed/moe/layer.py MoE around GPT-2's MLP): 4
+    // experts of GPT-2's MLP, top-2 (TopKGate k=2), in every other block (the second of each
+    // pair: sparse_step 2), the others dense.
+    TransformerShape tiny_moe = tiny;
+    tiny_moe.moe = MoeShape{.experts = 4, .top_k = 2, .expert_ffn = 4 * 64, .sparse_step = 2};
+    t["gpt2-tiny-moe"] = tiny_moe;
     t["gpt2-124m"] = gpt2_shape(12, 768, 12, 1024);
     t["gpt2-355m"] = gpt2_shape(24, 1024, 16, 1024);
     t["gpt2-774m"] = gpt2_shape(36, 1280, 20, 1024);
@@ -237,7 +243,7 @@ std::string lower_case(std::string text) {
                        "llama2-7b, llama2-13b, llama2-70b, llama3-8b, llama3-70b, "
                        "mistral-7b, qwen2-7b, qwen3-8b, gemma-7b, gemma2-2b, phi3-mini, "
                        "bert-base-uncased, roberta-base, t5-small, t5-base, "
-                       "gpt2-tiny, dense:<N>, or a Hugging Face id of one of them" +
+                       "gpt2-tiny, gpt2-tiny-moe, dense:<N>, or a Hugging Face id of one of them" +
                        hub);
 }
 

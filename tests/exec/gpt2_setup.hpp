@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <string>
 
+#include "moe_gpt2_support.hpp"
 #include "sim/model/presets.hpp"
 #include "sim/plan/plan.hpp"
 
@@ -31,6 +32,7 @@ struct Gpt2Setup {
   // SGD with momentum updates in proportion to the gradients (Adam's updates of a near-zero
   // gradient are its sign): the parameter parity tests use it.
   OptimizerType optimizer = OptimizerType::AdamW;
+  bool moe = false;  // gpt2-tiny-moe (tests/exec/moe_gpt2_support.hpp) instead of gpt2-tiny
 };
 
 // " v 2 4 blocks": appended piece by piece (GCC 12's -Wrestrict misfires on the one expression).
@@ -54,8 +56,8 @@ inline std::string name_of(const Gpt2Setup& s) {
          (s.sequence_parallel ? " sp" : "") +
          (s.pipeline_stages > 1 ? " pp " + std::to_string(s.pipeline_stages) : "") +
          (s.shard_group > 0 ? " shard group " + std::to_string(s.shard_group) : "") +
-         (s.hpz > 1 ? " hpz " + std::to_string(s.hpz) : "") + zeropp +
-         chunks_and_blocks(s);
+         (s.hpz > 1 ? " hpz " + std::to_string(s.hpz) : "") + zeropp + chunks_and_blocks(s) +
+         (s.moe ? " moe" : "");
 }
 
 inline Model tiny_gpt2(int blocks = 2) {
@@ -69,7 +71,7 @@ inline Model tiny_gpt2(int blocks = 2) {
 // job's (data x tensor x pipeline parallel).
 inline Plan gpt2_plan(const Gpt2Setup& s, int ranks) {
   PlanRequest request;
-  request.model = tiny_gpt2(s.blocks);
+  request.model = s.moe ? tiny_moe_gpt2() : tiny_gpt2(s.blocks);
   TrainingConfig& c = request.config;
   c.zero.stage = s.stage;
   c.precision.precision = s.precision;

@@ -19,6 +19,7 @@
 
 #include "exec/comm/communicator.hpp"
 #include "exec/comm/process_groups.hpp"
+#include "exec/memory/memory_ledger.hpp"
 #include "exec/model/moe_layer.hpp"
 #include "sim/core/error.hpp"
 
@@ -69,14 +70,31 @@ Trajectory train(int ep) {
   const std::unique_ptr<Communicator> alone = comm.split(comm.rank(), 0);
   Communicator* const ep_group = ep > 1 ? groups.expert() : alone.get();
   Communicator* const expert_data = ep > 1 ? groups.expert_data() : &comm;
-  ExpertParallelMoe layer(kShape, ep > 1 ? ep_group : nullptr, 42);
+  MemoryLedger ledger;
+  ExpertParallelMoe layer(kShape, ep > 1 ? ep_group : nullptr, ledger);
+  // The layer's parameters and gradients are the caller's: the router, then each local expert's
+  // fc_in weight and bias, fc_out weight and bias, initialised by global expert index.
+  const std::size_t h = kHidden, f = kShape.ffn;
+  std::vector<std::vector<float>> weights{std::vector<float>(std::size_t(kExperts) * h)};
+  ExpertParallelMoe::initialise_router(weights[0], 42);
+  for (int e = 0; e < layer.local_experts(); ++e) {
+    for (const std::size_t size : {f * h, f, h * f, h}) weights.emplace_back(size);
+    const std::size_t at = weights.size() - 4;
+    ExpertParallelMoe::initialise_expert(weights[at], weights[at + 1], weights[at + 2],
+                                         weights[at + 3], 42, layer.first_expert() + e);
+  }
+  std::vector<std::vector<float>> grads;
+  for (const auto& w : weights) grads.emplace_back(w.size());
+  std::vector<std::span<const float>> param_views(weights.begin(), weights.end());
+  std::vector<std::span<float>> grad_views(grads.begin(), grads.end());
   const std::vector<float> x = rows_of(comm.rank(), 1), target = rows_of(comm.rank(), 2);
   const double global_tokens = double(kTokens) * n;
   Trajectory run;
   for (int step = 0; step < kSteps; ++step) {
     const Bytes before = ep_group->count(OpKind::AllToAll).bytes;
     const std::int64_t calls_before = ep_group->count(OpKind::AllToAll).calls;
-    const std::vector<float> y = layer.forward(x, kTokens);
+    std::vector<float> y(x.size());
+    layer.forward(x, kTokens, param_views, y);
     double loss = 0;
     std::vector<float> dy(y.size());
     for (std::size_t i = 0; i < y.size(); ++i) {
@@ -85,26 +103,27 @@ Trajectory train(int ep) {
       dy[i] = float(error / global_tokens);
     }
     run.losses.push_back(comm.report_sum(loss) / global_tokens);
-    std::fill(layer.router_grad().begin(), layer.router_grad().end(), 0.0f);
-    for (int e = 0; e < layer.local_experts(); ++e)
-      std::fill(layer.expert_grad(e).begin(), layer.expert_grad(e).end(), 0.0f);
-    run.dx = layer.backward(dy);
+    for (auto& g : grads) std::fill(g.begin(), g.end(), 0.0f);
+    run.dx.assign(x.size(), 0.0f);
+    layer.backward(dy, param_views, grad_views, run.dx);
     run.exchanged = ep_group->count(OpKind::AllToAll).bytes - before;
     run.exchanges = ep_group->count(OpKind::AllToAll).calls - calls_before;
-    comm.all_reduce_sum(layer.router_grad());
-    for (int e = 0; e < layer.local_experts(); ++e)
-      expert_data->all_reduce_sum(layer.expert_grad(e));
-    run.router_grad.assign(layer.router_grad().begin(), layer.router_grad().end());
+    comm.all_reduce_sum(grads[0]);
+    for (std::size_t t = 1; t < grads.size(); ++t) expert_data->all_reduce_sum(grads[t]);
+    run.router_grad = grads[0];
     run.expert_grads.assign(std::size_t(kExperts), {});
     for (int e = 0; e < layer.local_experts(); ++e) {
-      run.expert_grads[std::size_t(layer.first_expert() + e)].assign(layer.expert_grad(e).begin(),
-                                                                     layer.expert_grad(e).end());
+      std::vector<float>& all = run.expert_grads[std::size_t(layer.first_expert() + e)];
+      for (std::size_t t = 0; t < 4; ++t) {
+        const std::vector<float>& g = grads[1 + 4 * std::size_t(e) + t];
+        all.insert(all.end(), g.begin(), g.end());
+      }
     }
-    const auto sgd = [](std::span<float> w, std::span<const float> g) {
-      for (std::size_t i = 0; i < w.size(); ++i) w[i] -= 0.5f * g[i];
-    };
-    sgd(layer.router(), layer.router_grad());
-    for (int e = 0; e < layer.local_experts(); ++e) sgd(layer.expert(e), layer.expert_grad(e));
+    for (std::size_t t = 0; t < weights.size(); ++t) {
+      for (std::size_t i = 0; i < weights[t].size(); ++i) weights[t][i] -= 0.5f * grads[t][i];
+    }
+    // Everything the layer kept for backward is freed with it.
+    EXPECT_EQ(ledger.current(Device::Gpu), 0) << "step " << step;
   }
   // The bytes sim plans for the step: two exchanges in forward, two in backward, each the
   // [E, C, h] buffer in fp32 (the executor's CPU activations).

@@ -10,6 +10,7 @@
 
 #include "sim/config/deepspeed.hpp"
 #include "sim/model/model.hpp"
+#include "sim/model/presets.hpp"
 #include "sim/predict/sweep.hpp"
 #include "sim/schedule/comm.hpp"
 #include "sim/timeline/timeline.hpp"
@@ -152,6 +153,33 @@ TEST(ExpertParallel, ExchangeBytesWorkedByHand) {
   EXPECT_EQ(tokens, 4);
   // Without EP nothing is exchanged.
   EXPECT_EQ(moe_plan(moe_config(1)).comm.expert_parallel[std::size_t(OpKind::AllToAll)].calls, 0);
+}
+
+// gpt2-tiny-moe (sim/model/presets.cpp) plans at EP 2 x DP 4 (as `zerolens plan --model
+// gpt2-tiny-moe --ep 2 --dp 4`): its one MoE block (block 1) exchanges a [4 experts, C, 64]
+// buffer twice in forward and twice in backward. Micro-batch 2 x 16 = 32 tokens, top-2, capacity
+// factor 1: C = ceil(32 / 4 x 1 x 2) = 16, 4 x 16 x 64 = 4,096 elements, 8,192 bytes in bf16.
+// A rank holds 2 experts of 33,088 (fc_in 256 x 64 + 256, fc_out 64 x 256 + 64): 66,176, the
+// rest of the model 224,192 - 4 x 33,088 = 91,840 (tests/sim/test_moe_models.cpp).
+TEST(ExpertParallel, Gpt2TinyMoePlansItsExchanges) {
+  PlanRequest request;
+  TransformerShape shape = *model_from_preset("gpt2-tiny-moe").shape;
+  request.model = build_transformer("gpt2-tiny-moe", shape);
+  request.config = moe_config(2);
+  request.dp_size = 4;
+  request.cluster = with_ranks(cluster_from_preset("dgx-a100-80gb"), 4, 2);
+  const Plan plan = make_plan(request);
+  EXPECT_EQ(plan.rank_model.parameter_count(), 91'840 + 66'176);
+  EXPECT_EQ(plan.schedule.layout.expert_total, 66'176);
+  int exchanges = 0;
+  for (const Op& op : plan.schedule.ops) {
+    if (op.group != ProcessGroup::Expert) continue;
+    ++exchanges;
+    EXPECT_EQ(op.kind, OpKind::AllToAll);
+    EXPECT_EQ(op.bytes, 8'192);
+  }
+  EXPECT_EQ(exchanges, 4);
+  EXPECT_EQ(plan.comm.expert_parallel[std::size_t(OpKind::AllToAll)].calls, 4);
 }
 
 // Gradients: the experts' over the ranks holding the same experts ({0, 2}: one on each node, so

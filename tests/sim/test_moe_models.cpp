@@ -8,6 +8,7 @@
 
 #include "sim/model/layers_json.hpp"
 #include "sim/model/model_io.hpp"
+#include "sim/model/presets.hpp"
 
 namespace zerolens {
 namespace {
@@ -189,6 +190,78 @@ TEST(MoeModels, BadKeysAreNamed) {
   } catch (const InputError& error) {
     EXPECT_EQ(error.where(), "config.json.kv_lora_rank");
   }
+}
+
+// gpt2-tiny-moe (sim/model/presets.cpp): gpt2-tiny (h 64, 4 heads, vocabulary 256, 128 positions,
+// 2 blocks) whose second block's MLP is a DeepSpeed MoE of 4 GPT-2 MLP experts, top-2. By hand:
+//   embeddings: wte 256 x 64 = 16,384, wpe 128 x 64 = 8,192;
+//   a block's non-MLP tensors: ln_1 and ln_2 (w, b) 4 x 64 = 256, q/k/v/o 4 x (64 x 64 + 64) =
+//   16,640: 16,896;
+//   GPT-2's MLP: fc_in 256 x 64 + 256 = 16,640, fc_out 64 x 256 + 64 = 16,448: 33,088;
+//   block 0 dense: 16,896 + 33,088 = 49,984; block 1: 16,896 + router 4 x 64 = 256 + 4 x 33,088
+//   = 132,352: 149,504; ln_f 128; the head tied.
+//   Total 16,384 + 8,192 + 49,984 + 149,504 + 128 = 224,192 (gpt2-tiny's 124,672 + 99,520).
+//   Active (top-2 of 4 experts): 224,192 - 2 x 33,088 = 158,016.
+//   One rank's shard at ep 2 holds 2 experts: 224,192 - 2 x 33,088 = 158,016 as well.
+TEST(MoeModels, Gpt2TinyMoeCountsByHand) {
+  const Model model = model_from_preset("gpt2-tiny-moe");
+  EXPECT_EQ(model.parameter_count(), 224'192);
+  EXPECT_EQ(model.expert_parameter_count(), 4 * 33'088);
+  EXPECT_EQ(model.active_parameter_count(), 158'016);
+  ASSERT_EQ(model.layers.size(), 5u);
+  EXPECT_FALSE(model.layers[1].moe.has_value());
+  ASSERT_TRUE(model.layers[2].moe.has_value());
+  // The block's tensor order: GPT-2's 12 non-MLP tensors, the router, each expert's four.
+  const std::vector<TensorSpec>& p = model.layers[2].params;
+  ASSERT_EQ(p.size(), 12u + 1 + 4 * 4);
+  const char* names[] = {"ln_1.weight",        "ln_1.bias",          "attn.q_proj.weight",
+                         "attn.q_proj.bias",   "attn.k_proj.weight", "attn.k_proj.bias",
+                         "attn.v_proj.weight", "attn.v_proj.bias",   "attn.o_proj.weight",
+                         "attn.o_proj.bias",   "ln_2.weight",        "ln_2.bias",
+                         "mlp.gate.weight"};
+  for (std::size_t i = 0; i < 13; ++i) EXPECT_EQ(p[i].name, "h.1." + std::string(names[i]));
+  EXPECT_EQ(p[12].shape, (std::vector<std::int64_t>{4, 64}));
+  EXPECT_FALSE(p[12].expert);
+  const char* expert[] = {"fc_in.weight", "fc_in.bias", "fc_out.weight", "fc_out.bias"};
+  for (std::size_t e = 0; e < 4; ++e) {
+    for (std::size_t t = 0; t < 4; ++t) {
+      const TensorSpec& tensor = p[13 + 4 * e + t];
+      EXPECT_EQ(tensor.name, "h.1.mlp.experts." + std::to_string(e) + "." + expert[t]);
+      EXPECT_TRUE(tensor.expert);
+    }
+  }
+  EXPECT_EQ(p[13].shape, (std::vector<std::int64_t>{256, 64}));
+  EXPECT_EQ(p[15].shape, (std::vector<std::int64_t>{64, 256}));
+  // A dense block of it is GPT-2's block: gpt2-tiny's tensors, activations and FLOPs.
+  const Model dense = model_from_preset("gpt2-tiny");
+  ASSERT_EQ(model.layers[1].params.size(), dense.layers[1].params.size());
+  for (std::size_t i = 0; i < dense.layers[1].params.size(); ++i) {
+    EXPECT_EQ(model.layers[1].params[i].name, dense.layers[1].params[i].name);
+    EXPECT_EQ(model.layers[1].params[i].shape, dense.layers[1].params[i].shape);
+  }
+  const ActivationBytes a = model.layers[1].activation_bytes(2, 128, 2),
+                        b = dense.layers[1].activation_bytes(2, 128, 2);
+  EXPECT_EQ(a.stored, b.stored);
+  EXPECT_EQ(a.backward_working, b.backward_working);
+  EXPECT_EQ(model.layers[1].forward_flops(2, 128), dense.layers[1].forward_flops(2, 128));
+  // The MoE block's experts: GELU rows (2 f kept, 2 h f weights), dropless: top-2 x tokens rows.
+  const MoeRouting& r = *model.layers[2].moe;
+  EXPECT_EQ(r.rows(256), 2 * 256);
+  EXPECT_EQ(r.row_flops, 2.0 * 2 * 64 * 256);
+  EXPECT_EQ(r.row_elements, 2 * 64 + 2 * 256 + 1);
+
+  const Model shard = expert_parallel_shard(model, {.size = 2});
+  EXPECT_EQ(shard.parameter_count(), 158'016);
+  EXPECT_EQ(shard.expert_parameter_count(), 2 * 33'088);
+  EXPECT_EQ(shard.layers[2].params.size(), 12u + 1 + 2 * 4);
+  EXPECT_EQ(shard.layers[2].moe->local_experts, 2);
+  EXPECT_THROW(expert_parallel_shard(model, {.size = 3}), InputError);
+  // The layer-list format says it with its shape's "moe" key (docs/model-format.md).
+  Diagnostics diagnostics;
+  const Model copy =
+      model_from_layers_json(json::parse(model_to_json(model).dump()), diagnostics, "copy");
+  EXPECT_EQ(copy.parameter_count(), 224'192);
+  EXPECT_EQ(copy.layers[2].params.size(), p.size());
 }
 
 // A MoE model written as a layer list reads back as the same model: its shape carries the experts

@@ -60,6 +60,15 @@ TEST(Gpt2CudaModel, RefusesWhatTheCpuModelRefusesBeforeAnyCudaCall) {
     EXPECT_EQ(gpu_ledger.current(Device::Gpu), 0);
     EXPECT_EQ(gpu_ledger.scratch_current(Device::Gpu), 0);
   }
+  // The MoE GPT-2 runs on the CPU model only: the CUDA model names itself and the model.
+  TransformerShape moe = *model_from_preset("gpt2-tiny-moe").shape;
+  moe.dropout = 0;
+  MemoryLedger ledger;
+  const std::string refusal =
+      input_error([&] { CudaGpt2Model(build_transformer("gpt2-tiny-moe", moe), {}, ledger); });
+  EXPECT_NE(refusal.find("does not run mixture-of-experts blocks"), std::string::npos) << refusal;
+  EXPECT_NE(refusal.find("gpt2-tiny-moe"), std::string::npos) << refusal;
+  EXPECT_EQ(ledger.current(Device::Gpu), 0);
 }
 
 TEST(Gpt2CudaModel, WithoutADeviceConstructionThrowsAndChargesNothing) {
