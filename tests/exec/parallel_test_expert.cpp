@@ -1,0 +1,291 @@
+// ZeRO with expert groups in the CPU executor, under mpirun (ctest exec.parallel.np4; other rank
+// counts skip). No MoE model is needed: gpt2-tiny's blocks' MLP tensors are flagged as experts
+// (TensorSpec::expert) and the schedule is built with expert parallelism 2 over the 4 data-parallel
+// ranks, so each MLP is data-parallel over its expert-data-parallel group, {0, 2} or {1, 3}
+// (DeepSpeed's _create_expert_and_data_parallel), and trains on that group's samples alone, as an
+// expert held by one expert-parallel rank does. The model runs no all-to-all (its MLPs are
+// ordinary ones); the engine's part, two flat spaces and their groups, is what is tested.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "parallel_support.hpp"
+#include "sim/core/error.hpp"
+#include "sim/schedule/builder.hpp"
+#include "sim/schedule/comm.hpp"
+
+namespace zerolens::exec {
+namespace {
+
+using namespace testing;  // parallel_support.hpp
+
+constexpr int kSteps = 3;
+constexpr int kExpertParallel = 2;
+
+bool is_mlp(const TensorSpec& spec) {
+  return spec.name.find(".mlp.") != std::string::npos;
+}
+
+// gpt2_plan's plan with the blocks' MLPs flagged as experts and the schedule rebuilt with expert
+// parallelism (`expert_parallel`, 1: none), as make_plan builds it. The config's moe.ep_size stays
+// 1: the planner refuses --ep for a model without MoE layers, and the schedule reads the model's.
+Plan expert_plan(const Gpt2Setup& s, int expert_parallel = kExpertParallel) {
+  Plan plan = gpt2_plan(s, 4);
+  for (Layer& layer : plan.rank_model.layers) {
+    for (TensorSpec& spec : layer.params) spec.expert = is_mlp(spec);
+  }
+  plan.rank_model.expert_parallel.size = expert_parallel;
+  ScheduleOptions options = plan.request.options;
+  options.gpu_capacity = plan.request.cluster.gpu.memory_bytes;
+  options.allocator.device_limit = options.gpu_capacity;  // no context or workspaces (gpt2_plan)
+  plan.schedule =
+      build_schedule(plan.rank_model, plan.request.config, plan.batch, plan.seq_len,
+                     plan.request.dp_size, plan.request.cluster.node.gpus_per_node, options);
+  plan.comm = summarize_comm(plan.schedule);
+  return plan;
+}
+
+struct ExpertRun {
+  Trained trained;
+  // Counted over every step: the data-parallel and the expert-data-parallel group's collectives.
+  std::array<CollectiveCount, kOpKindCount> data{}, expert_data{};
+};
+
+ExpertRun train_experts(const Plan& plan, const Gpt2Setup& s, int steps) {
+  const auto groups = std::make_shared<const ProcessGroups>(world(), plan.schedule.context);
+  // The data-parallel group is the world, whose counts run on over the tests: counted from here.
+  std::array<CollectiveCount, kOpKindCount> before{};
+  for (int k = 0; k < kOpKindCount; ++k) before[std::size_t(k)] = groups->data().count(OpKind(k));
+  MemoryLedger ledger;
+  Gpt2Model model(plan.rank_model,
+                  {.micro_batch = s.micro_batch,
+                   .seq_len = s.seq_len,
+                   .checkpointing = s.checkpointing,
+                   .activation_element_bytes = plan.request.config.precision.param_bytes()},
+                  ledger);
+  ZeroEngine engine(plan, groups, model, ledger);
+  ExpertRun run;
+  for (int step = 0; step < steps; ++step) {
+    ledger.reset_peaks();
+    run.trained.losses.push_back(engine.step(step).loss);
+    if (ledger.peak(Device::Gpu) > run.trained.measured_peak) {
+      run.trained.measured_peak = ledger.peak(Device::Gpu);
+      run.trained.at_peak = ledger.categories_at_peak(Device::Gpu);
+    }
+    const CategoryBytes highs = ledger.category_highs(Device::Gpu);
+    for (std::size_t c = 0; c < highs.size(); ++c)
+      run.trained.highs[c] = std::max(run.trained.highs[c], highs[c]);
+  }
+  for (int k = 0; k < kOpKindCount; ++k) {
+    const CollectiveCount& data = groups->data().count(OpKind(k));
+    run.data[std::size_t(k)] = {.calls = data.calls - before[std::size_t(k)].calls,
+                                .bytes = data.bytes - before[std::size_t(k)].bytes};
+    if (groups->expert_data() != nullptr)
+      run.expert_data[std::size_t(k)] = groups->expert_data()->count(OpKind(k));
+  }
+  run.trained.parameters = engine.full_parameters();
+  return run;
+}
+
+// Every rank's `values`, gathered (rank r's at r x size).
+std::vector<float> gather_all(const std::vector<float>& values) {
+  std::vector<float> all(values.size() * std::size_t(world().size()));
+  world().all_gather(std::span<const float>(values), std::span<float>(all));
+  return all;
+}
+
+std::vector<float> rank_part(const std::vector<float>& all, std::size_t size, int rank) {
+  return {all.begin() + std::ptrdiff_t(size * std::size_t(rank)),
+          all.begin() + std::ptrdiff_t(size * std::size_t(rank + 1))};
+}
+
+// The plan's layout puts the MLPs in the expert space: each rank owns ceil(non-expert / 4) of the
+// others and ceil(MLP elements / 2) of the experts (stages 1-2), an MLP tensor's stage-3 partition
+// is half of it.
+TEST(ExpertGroups, PlanSplitsTheLayoutIntoTwoSpaces) {
+  if (!four_ranks()) GTEST_SKIP() << "expert groups of 2 x 2 run on 4 ranks";
+  const Plan plan = expert_plan({.stage = 2});
+  const ParamLayout& layout = plan.schedule.layout;
+  Elements mlp = 0;
+  for (const TensorSpec* spec : tensors_of(plan.rank_model))
+    mlp += is_mlp(*spec) ? spec->numel() : 0;
+  ASSERT_GT(mlp, 0);
+  EXPECT_EQ(layout.expert_dp_size, 2);
+  EXPECT_EQ(layout.expert_total, mlp);
+  EXPECT_EQ(layout.flat_partition, (layout.trainable - mlp + 3) / 4);
+  EXPECT_EQ(layout.expert_flat_partition, (mlp + 1) / 2);
+  EXPECT_EQ(layout.owned, layout.flat_partition + layout.expert_flat_partition);
+}
+
+// (a) ZeRO 1, 2 and 3 with expert groups train as stage 0 with expert groups does (a second code
+// path: whole gradients all-reduced, the MLPs' over the expert-data group, no partitions): the
+// same losses and, with SGD (updates in proportion to the gradients, unlike Adam's near-sign first
+// steps), the same parameters on every rank, to rounding (the executor's parity tolerances, tests
+// /exec/parallel_test_tensor.cpp: losses 2e-4, parameters 1e-5 relative in fp32; bf16 2e-3 and
+// 8/256). Two micro-steps accumulate; stage 2 and 3 also with the optimizer on the host.
+TEST(ExpertGroups, ZeroStagesTrainAsStageZero) {
+  if (!four_ranks()) GTEST_SKIP() << "expert groups of 2 x 2 run on 4 ranks";
+  for (const Precision precision : {Precision::Fp32, Precision::Bf16}) {
+    Gpt2Setup base{.stage = 0, .grad_accumulation = 2, .precision = precision};
+    base.optimizer = OptimizerType::Sgd;
+    const ExpertRun reference = train_experts(expert_plan(base), base, kSteps);
+    std::vector<Gpt2Setup> variants;
+    for (const int stage : {1, 2, 3}) {
+      Gpt2Setup s = base;
+      s.stage = stage;
+      variants.push_back(s);
+    }
+    if (precision == Precision::Bf16) {
+      for (const int stage : {2, 3}) {
+        Gpt2Setup s = base;
+        s.stage = stage;
+        s.offload_optimizer = true;
+        variants.push_back(s);
+      }
+    }
+    const bool fp32 = precision == Precision::Fp32;
+    const Plan any = expert_plan(base);
+    const auto specs = tensors_of(any.rank_model);
+    const auto expected = split_tensors(any.rank_model, reference.trained.parameters);
+    for (const Gpt2Setup& s : variants) {
+      SCOPED_TRACE(name_of(s));
+      const Plan plan = expert_plan(s);
+      const ExpertRun run = train_experts(plan, s, kSteps);
+      double worst_loss = 0;
+      for (int step = 0; step < kSteps; ++step) {
+        worst_loss = std::max(worst_loss, std::abs(run.trained.losses[std::size_t(step)] -
+                                                   reference.trained.losses[std::size_t(step)]));
+      }
+      EXPECT_LE(worst_loss, fp32 ? 2e-4 : 2e-3);
+      const auto mine = split_tensors(any.rank_model, run.trained.parameters);
+      double worst = 0;
+      for (std::size_t t = 0; t < specs.size(); ++t) {
+        if (analytically_zero(*specs[t])) continue;
+        const double difference = relative_difference(mine[t], expected[t]);
+        worst = std::max(worst, difference);
+        EXPECT_LE(difference, fp32 ? 1e-5 : 8.0 / 256) << specs[t]->name;
+      }
+      if (s.stage < 3 && !s.offload_optimizer) expect_memory_of(plan.schedule, run.trained);
+      if (world().rank() == 0)
+        std::printf(
+            "[ parity   ] %s with expert groups vs stage 0 with expert groups: losses %s, "
+            "largest relative parameter difference %.3g\n",
+            name_of(s).c_str(), loss_differences(run.trained, reference.trained).c_str(), worst);
+    }
+  }
+}
+
+// (b) Stage 0, one step of SGD (momentum's first step is the gradient itself: PyTorch's buffer
+// starts as d_p) in fp32: an update is -lr x (g + wd x p0) with g the gradient averaged over the
+// tensor's group. For an MLP ("expert") that group is {0, 2} or {1, 3}, so with g_r rank r's own
+// gradient the two groups' updates are -lr ((g0 + g2) / 2 + wd p0) and -lr ((g1 + g3) / 2 + wd
+// p0), and their sum is twice the update plain data parallelism over the 4 ranks makes from the
+// same data, -lr ((g0 + g1 + g2 + g3) / 4 + wd p0), since one step's gradients depend on the
+// initial parameters only. So: MLPs equal within {0, 2} and within {1, 3}, different between 0
+// and 1, and (p_0 - p0) + (p_1 - p0) = 2 (p_plain - p0); every other tensor equal on all four
+// ranks and equal to plain data parallelism's. (Averaging the experts over all 4 ranks would make
+// ranks 0 and 1 equal; summing over 2 and dividing by 4 would halve the sum's gradient part.)
+TEST(ExpertGroups, StageZeroAveragesExpertsOverTheirGroup) {
+  if (!four_ranks()) GTEST_SKIP() << "expert groups of 2 x 2 run on 4 ranks";
+  Gpt2Setup s{.stage = 0};
+  s.optimizer = OptimizerType::Sgd;
+  const Plan plan = expert_plan(s);
+  const Plan plain = expert_plan(s, 1);
+  ASSERT_EQ(plain.schedule.layout.expert_dp_size, 0);
+  const ExpertRun experts = train_experts(plan, s, 1);
+  const ExpertRun reference = train_experts(plain, s, 1);
+  const ExpertRun initial = train_experts(plain, s, 0);
+  const std::size_t size = experts.trained.parameters.size();
+  const std::vector<float> all = gather_all(experts.trained.parameters);
+  const auto specs = tensors_of(plan.rank_model);
+  std::vector<std::vector<std::vector<float>>> ranks;
+  for (int r = 0; r < 4; ++r)
+    ranks.push_back(split_tensors(plan.rank_model, rank_part(all, size, r)));
+  const auto p0 = split_tensors(plan.rank_model, initial.trained.parameters);
+  const auto p_plain = split_tensors(plan.rank_model, reference.trained.parameters);
+  int experts_checked = 0;
+  for (std::size_t t = 0; t < specs.size(); ++t) {
+    SCOPED_TRACE(specs[t]->name);
+    if (!is_mlp(*specs[t])) {
+      for (int r = 1; r < 4; ++r) EXPECT_EQ(ranks[std::size_t(r)][t], ranks[0][t]);
+      if (!analytically_zero(*specs[t])) {
+        EXPECT_LE(relative_difference(ranks[0][t], p_plain[t]), 1e-5);
+      }
+      continue;
+    }
+    ++experts_checked;
+    EXPECT_EQ(ranks[2][t], ranks[0][t]);
+    EXPECT_EQ(ranks[3][t], ranks[1][t]);
+    EXPECT_GT(relative_difference(ranks[1][t], ranks[0][t]), 1e-4);
+    std::vector<float> sum(p0[t].size()), twice(p0[t].size());
+    for (std::size_t i = 0; i < sum.size(); ++i) {
+      sum[i] = (ranks[0][t][i] - p0[t][i]) + (ranks[1][t][i] - p0[t][i]);
+      twice[i] = 2 * (p_plain[t][i] - p0[t][i]);
+    }
+    EXPECT_LE(relative_difference(sum, twice), 1e-4);
+  }
+  EXPECT_EQ(experts_checked, 8);  // 2 blocks x fc_in, fc_out x weight, bias
+}
+
+// (c) The collectives each group ran over the steps are the schedule's: calls and bytes of every
+// kind on the expert-data-parallel group (the MLPs' reductions, stage 1-2 gathers of their
+// partitions, the norm's average) and on the data-parallel group. Stage 3's layer gather is one
+// op of the schedule over the data-parallel group whose expert tensors the engine gathers over
+// their own group: there the two groups' gathered bytes add up to the schedule's.
+TEST(ExpertGroups, EachGroupMovesTheScheduleBytes) {
+  if (!four_ranks()) GTEST_SKIP() << "expert groups of 2 x 2 run on 4 ranks";
+  for (const int stage : {0, 1, 2, 3}) {
+    Gpt2Setup s{.stage = stage, .precision = Precision::Bf16};
+    SCOPED_TRACE(name_of(s));
+    const Plan plan = expert_plan(s);
+    const ExpertRun run = train_experts(plan, s, kSteps);
+    Bytes expert_bytes = 0;
+    for (int k = 0; k < kOpKindCount; ++k) {
+      const auto kind = std::size_t(k);
+      SCOPED_TRACE(to_string(OpKind(k)));
+      const bool split_gather = stage == 3 && OpKind(k) == OpKind::AllGather;
+      expert_bytes += run.expert_data[kind].bytes;
+      if (split_gather) {
+        EXPECT_EQ(run.data[kind].bytes + run.expert_data[kind].bytes,
+                  kSteps * (plan.comm.collectives[kind].bytes + plan.comm.expert_data[kind].bytes));
+        continue;
+      }
+      EXPECT_EQ(run.expert_data[kind].bytes, kSteps * plan.comm.expert_data[kind].bytes);
+      EXPECT_EQ(run.expert_data[kind].calls, kSteps * plan.comm.expert_data[kind].calls);
+      EXPECT_EQ(run.data[kind].bytes, kSteps * plan.comm.collectives[kind].bytes);
+    }
+    EXPECT_GT(expert_bytes, 0);
+    if (world().rank() == 0)
+      std::printf("[ traffic  ] %s: the expert-data group moved %lld bytes in %d steps\n",
+                  name_of(s).c_str(), static_cast<long long>(expert_bytes), kSteps);
+  }
+}
+
+// What the engine does not run with expert groups is refused by name before it runs.
+TEST(ExpertGroups, RefusesWhatItDoesNotRun) {
+  const auto refusal = [](const Plan& plan) {
+    try {
+      check_engine_supports(plan);
+    } catch (const InputError& error) {
+      return error.where();
+    }
+    return std::string("(accepted)");
+  };
+  Gpt2Setup fp16{.stage = 0, .precision = Precision::Fp16};
+  EXPECT_EQ(refusal(expert_plan(fp16)), "--precision");
+  fp16.stage = 1;
+  EXPECT_EQ(refusal(expert_plan(fp16)), "(accepted)");
+  Plan clipped = expert_plan({.stage = 0});
+  clipped.request.config.gradient_clipping = 1.0;
+  EXPECT_EQ(refusal(clipped), "gradient_clipping");
+  Plan stage1 = expert_plan({.stage = 1});
+  stage1.request.config.gradient_clipping = 1.0;
+  EXPECT_EQ(refusal(stage1), "(accepted)");
+  EXPECT_EQ(refusal(expert_plan({.stage = 3, .hpz = 2})), "--ep");
+}
+
+}  // namespace
+}  // namespace zerolens::exec
