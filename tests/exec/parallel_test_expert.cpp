@@ -29,13 +29,18 @@ bool is_mlp(const TensorSpec& spec) {
   return spec.name.find(".mlp.") != std::string::npos;
 }
 
-// gpt2_plan's plan with the blocks' MLPs flagged as experts and the schedule rebuilt with expert
-// parallelism (`expert_parallel`, 1: none), as make_plan builds it. The config's moe.ep_size stays
-// 1: the planner refuses --ep for a model without MoE layers, and the schedule reads the model's.
-Plan expert_plan(const Gpt2Setup& s, int expert_parallel = kExpertParallel) {
+enum class Experts { Mlps, Everything };
+
+// gpt2_plan's plan with the blocks' MLPs (or every tensor) flagged as experts and the schedule
+// rebuilt with expert parallelism (`expert_parallel`, 1: none), as make_plan builds it. The
+// config's moe.ep_size stays 1: the planner refuses --ep for a model without MoE layers, and the
+// schedule reads the model's.
+Plan expert_plan(const Gpt2Setup& s, int expert_parallel = kExpertParallel,
+                 Experts experts = Experts::Mlps) {
   Plan plan = gpt2_plan(s, 4);
   for (Layer& layer : plan.rank_model.layers) {
-    for (TensorSpec& spec : layer.params) spec.expert = is_mlp(spec);
+    for (TensorSpec& spec : layer.params)
+      spec.expert = experts == Experts::Everything || is_mlp(spec);
   }
   plan.rank_model.expert_parallel.size = expert_parallel;
   ScheduleOptions options = plan.request.options;
@@ -50,6 +55,7 @@ Plan expert_plan(const Gpt2Setup& s, int expert_parallel = kExpertParallel) {
 
 struct ExpertRun {
   Trained trained;
+  std::vector<double> grad_norms;
   // Counted over every step: the data-parallel and the expert-data-parallel group's collectives.
   std::array<CollectiveCount, kOpKindCount> data{}, expert_data{};
 };
@@ -70,7 +76,9 @@ ExpertRun train_experts(const Plan& plan, const Gpt2Setup& s, int steps) {
   ExpertRun run;
   for (int step = 0; step < steps; ++step) {
     ledger.reset_peaks();
-    run.trained.losses.push_back(engine.step(step).loss);
+    const StepReport report = engine.step(step);
+    run.trained.losses.push_back(report.loss);
+    run.grad_norms.push_back(report.grad_norm);
     if (ledger.peak(Device::Gpu) > run.trained.measured_peak) {
       run.trained.measured_peak = ledger.peak(Device::Gpu);
       run.trained.at_peak = ledger.categories_at_peak(Device::Gpu);
@@ -125,7 +133,8 @@ TEST(ExpertGroups, PlanSplitsTheLayoutIntoTwoSpaces) {
 // same losses and, with SGD (updates in proportion to the gradients, unlike Adam's near-sign first
 // steps), the same parameters on every rank, to rounding (the executor's parity tolerances, tests
 // /exec/parallel_test_tensor.cpp: losses 2e-4, parameters 1e-5 relative in fp32; bf16 2e-3 and
-// 8/256). Two micro-steps accumulate; stage 2 and 3 also with the optimizer on the host.
+// 8/256). Two micro-steps accumulate; in bf16 stages 2 and 3 also with the optimizer on the host,
+// stage 3 with the parameters there too, and with both in NVMe files.
 TEST(ExpertGroups, ZeroStagesTrainAsStageZero) {
   if (!four_ranks()) GTEST_SKIP() << "expert groups of 2 x 2 run on 4 ranks";
   for (const Precision precision : {Precision::Fp32, Precision::Bf16}) {
@@ -145,6 +154,13 @@ TEST(ExpertGroups, ZeroStagesTrainAsStageZero) {
         s.offload_optimizer = true;
         variants.push_back(s);
       }
+      Gpt2Setup params = variants.back();  // stage 3, the parameters on the host too
+      params.offload_param = true;
+      variants.push_back(params);
+      Gpt2Setup nvme = base;  // ZeRO-Infinity: stage 3, optimizer and parameters in NVMe files
+      nvme.stage = 3;
+      nvme.offload_optimizer = nvme.offload_param = nvme.nvme = true;
+      variants.push_back(nvme);
     }
     const bool fp32 = precision == Precision::Fp32;
     const Plan any = expert_plan(base);
@@ -232,13 +248,19 @@ TEST(ExpertGroups, StageZeroAveragesExpertsOverTheirGroup) {
 
 // (c) The collectives each group ran over the steps are the schedule's: calls and bytes of every
 // kind on the expert-data-parallel group (the MLPs' reductions, stage 1-2 gathers of their
-// partitions, the norm's average) and on the data-parallel group. Stage 3's layer gather is one
+// partitions, the norm's average) and on the data-parallel group (with fp16 the overflow flag's
+// all-reduce too). Stage 3's layer gather is one
 // op of the schedule over the data-parallel group whose expert tensors the engine gathers over
 // their own group: there the two groups' gathered bytes add up to the schedule's.
 TEST(ExpertGroups, EachGroupMovesTheScheduleBytes) {
   if (!four_ranks()) GTEST_SKIP() << "expert groups of 2 x 2 run on 4 ranks";
-  for (const int stage : {0, 1, 2, 3}) {
-    Gpt2Setup s{.stage = stage, .precision = Precision::Bf16};
+  for (const auto& [stage, precision] :
+       std::vector<std::pair<int, Precision>>{{0, Precision::Bf16},
+                                              {1, Precision::Bf16},
+                                              {2, Precision::Bf16},
+                                              {2, Precision::Fp16},
+                                              {3, Precision::Bf16}}) {
+    Gpt2Setup s{.stage = stage, .precision = precision};
     SCOPED_TRACE(name_of(s));
     const Plan plan = expert_plan(s);
     const ExpertRun run = train_experts(plan, s, kSteps);
@@ -261,6 +283,51 @@ TEST(ExpertGroups, EachGroupMovesTheScheduleBytes) {
     if (world().rank() == 0)
       std::printf("[ traffic  ] %s: the expert-data group moved %lld bytes in %d steps\n",
                   name_of(s).c_str(), static_cast<long long>(expert_bytes), kSteps);
+  }
+}
+
+// The norm: with every tensor an expert, there are two independent trainings of 2 ranks each,
+// {0, 2} and {1, 3}. Stage 0 takes the norm of the gradients a rank holds, its group's averaged
+// gradient: n_0 on rank 0, n_1 on rank 1. DeepSpeed's ZeRO 1-2 all-reduces an expert group's
+// partial sums over the whole DP group (get_grad_norm_direct) and averages that norm over the
+// expert-data group (_average_expert_grad_norms), so its norm counts both groups' experts once:
+// sqrt(n_0^2 + n_1^2), on every rank (stages 1-3 train as stage 0 does, so at every step). Summing
+// the norm over the expert-data group instead of averaging it would give sqrt(2) times that.
+// Clipping to 0.3 of the first norm (active) then trains stages 2 and 3 as stage 1.
+TEST(ExpertGroups, NormCountsEachExpertOnce) {
+  if (!four_ranks()) GTEST_SKIP() << "expert groups of 2 x 2 run on 4 ranks";
+  Gpt2Setup base{.stage = 0};
+  base.optimizer = OptimizerType::Sgd;
+  const ExpertRun stage0 =
+      train_experts(expert_plan(base, kExpertParallel, Experts::Everything), base, kSteps);
+  const std::vector<float> norms(stage0.grad_norms.begin(), stage0.grad_norms.end());
+  const std::vector<float> all = gather_all(norms);
+  std::vector<float> clipped_parameters;
+  double clip = 0;
+  for (const int stage : {1, 2, 3}) {
+    Gpt2Setup s = base;
+    s.stage = stage;
+    SCOPED_TRACE(name_of(s));
+    const ExpertRun run =
+        train_experts(expert_plan(s, kExpertParallel, Experts::Everything), s, kSteps);
+    for (int step = 0; step < kSteps; ++step) {
+      const double n0 = all[std::size_t(step)], n1 = all[std::size_t(kSteps + step)];
+      const double expected = std::sqrt(n0 * n0 + n1 * n1);
+      EXPECT_NEAR(run.grad_norms[std::size_t(step)], expected, 1e-5 * expected) << "step " << step;
+      if (world().rank() == 0 && stage == 1)
+        std::printf("[ norm     ] step %d: n_0 %.6f n_1 %.6f, ZeRO-1 with expert groups %.6f\n",
+                    step, n0, n1, run.grad_norms[std::size_t(step)]);
+    }
+    Plan clipped_plan = expert_plan(s, kExpertParallel, Experts::Everything);
+    if (stage == 1) clip = 0.3 * run.grad_norms[0];
+    clipped_plan.request.config.gradient_clipping = clip;
+    const ExpertRun clipped = train_experts(clipped_plan, s, kSteps);
+    if (stage == 1) {
+      clipped_parameters = clipped.trained.parameters;
+      EXPECT_GT(relative_difference(clipped_parameters, run.trained.parameters), 1e-3);
+    } else {
+      EXPECT_LE(relative_difference(clipped.trained.parameters, clipped_parameters), 1e-5);
+    }
   }
 }
 
