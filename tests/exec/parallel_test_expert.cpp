@@ -12,6 +12,9 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "exec/run/training_run.hpp"
 #include "parallel_support.hpp"
 #include "sim/core/error.hpp"
 #include "sim/schedule/builder.hpp"
@@ -329,6 +332,32 @@ TEST(ExpertGroups, NormCountsEachExpertOnce) {
       EXPECT_LE(relative_difference(clipped.trained.parameters, clipped_parameters), 1e-5);
     }
   }
+}
+
+// `zerolens run`'s training loop (train_gpt2, which builds the groups from the plan's context)
+// counts each group's collectives of the last step, and its measured trace records the
+// expert-data-parallel and expert-parallel groups' (what validate and check-measured hold to the
+// plan): here the schedule's, and no all-to-all (the flagged MLPs exchange nothing), through the
+// trace's JSON and back.
+TEST(ExpertGroups, MeasuredTraceCountsTheExpertGroups) {
+  if (!four_ranks()) GTEST_SKIP() << "expert groups of 2 x 2 run on 4 ranks";
+  const Gpt2Setup s{.stage = 2, .precision = Precision::Bf16};
+  const Plan plan = expert_plan(s);
+  const TrainingResult result = train_gpt2(plan, world(), {.steps = 2});
+  const Trace trace = trace_from_json(trace_to_json(measured_trace(plan, result)));
+  ASSERT_TRUE(trace.summary.expert_data_collectives.has_value());
+  ASSERT_TRUE(trace.summary.expert_parallel_collectives.has_value());
+  for (int k = 0; k < kOpKindCount; ++k) {
+    SCOPED_TRACE(to_string(OpKind(k)));
+    const auto kind = std::size_t(k);
+    EXPECT_EQ((*trace.summary.expert_data_collectives)[kind].bytes,
+              plan.comm.expert_data[kind].bytes);
+    EXPECT_EQ((*trace.summary.expert_data_collectives)[kind].calls,
+              plan.comm.expert_data[kind].calls);
+    EXPECT_EQ((*trace.summary.expert_parallel_collectives)[kind].calls, 0);
+    EXPECT_EQ((*trace.summary.collectives)[kind].bytes, plan.comm.collectives[kind].bytes);
+  }
+  EXPECT_GT(plan.comm.expert_data[std::size_t(OpKind::ReduceScatter)].bytes, 0);
 }
 
 // What the engine does not run with expert groups is refused by name before it runs.
