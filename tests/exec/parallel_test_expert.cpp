@@ -289,6 +289,39 @@ TEST(ExpertGroups, EachGroupMovesTheScheduleBytes) {
   }
 }
 
+// EP 4 over 4 ranks: every rank holds its own experts (expert-data-parallel groups of one rank,
+// DeepSpeed's ep_size == world size), so an MLP's gradient is the rank's own and stage 2 partitions
+// it over one rank (the whole of it): stage 2 trains as stage 0, and the MLPs differ on every rank
+// while the other tensors stay equal.
+TEST(ExpertGroups, ExpertGroupsOfOneRank) {
+  if (!four_ranks()) GTEST_SKIP() << "expert groups of 2 x 2 run on 4 ranks";
+  Gpt2Setup base{.stage = 0};
+  base.optimizer = OptimizerType::Sgd;
+  Gpt2Setup zero2 = base;
+  zero2.stage = 2;
+  const Plan plan = expert_plan(zero2, 4);
+  ASSERT_EQ(plan.schedule.layout.expert_dp_size, 1);
+  const ExpertRun reference = train_experts(expert_plan(base, 4), base, kSteps);
+  const ExpertRun run = train_experts(plan, zero2, kSteps);
+  const auto specs = tensors_of(plan.rank_model);
+  const auto mine = split_tensors(plan.rank_model, run.trained.parameters);
+  const auto expected = split_tensors(plan.rank_model, reference.trained.parameters);
+  const std::vector<float> all = gather_all(run.trained.parameters);
+  const std::size_t size = run.trained.parameters.size();
+  const auto next = split_tensors(plan.rank_model, rank_part(all, size, (world().rank() + 1) % 4));
+  for (std::size_t t = 0; t < specs.size(); ++t) {
+    SCOPED_TRACE(specs[t]->name);
+    if (!analytically_zero(*specs[t])) {
+      EXPECT_LE(relative_difference(mine[t], expected[t]), 1e-5);
+    }
+    if (is_mlp(*specs[t])) {
+      EXPECT_GT(relative_difference(next[t], mine[t]), 1e-4);
+    } else {
+      EXPECT_EQ(next[t], mine[t]);
+    }
+  }
+}
+
 // The norm: with every tensor an expert, there are two independent trainings of 2 ranks each,
 // {0, 2} and {1, 3}. Stage 0 takes the norm of the gradients a rank holds, its group's averaged
 // gradient: n_0 on rank 0, n_1 on rank 1. DeepSpeed's ZeRO 1-2 all-reduces an expert group's
