@@ -318,6 +318,11 @@ void ZeroEngine::State::run_op(const Op& op) {
       require_data_group(op);
       return grads.reduce_bucket(op);
     case OpKind::AllToAll:  // ZeRO++ qgZ's hops
+      if (op.group == ProcessGroup::Expert) {
+        // A MoE layer's dispatch and combine belong to the model's layer, over groups->expert().
+        throw std::logic_error(
+            "the CPU executor's model runs no MoE all-to-all over the expert-parallel group yet");
+      }
       return grads.quantized_hop(op);
     case OpKind::CopyH2D:
       return copy_to_device(op);

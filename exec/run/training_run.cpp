@@ -160,13 +160,16 @@ Gpt2Options gpt2_options(const Plan& plan, std::uint64_t seed, int tensor_parall
 void require_checkpointable(const Plan& plan, const TrainingOptions& options) {
   const TrainingConfig& config = plan.request.config;
   const bool hybrid = plan.schedule.context.replicas() > 1;
-  if (!config.tensor_parallel.active() && !config.pipeline.active() && !hybrid) return;
+  const bool experts = plan.schedule.layout.expert_dp_size > 0;
+  if (!config.tensor_parallel.active() && !config.pipeline.active() && !hybrid && !experts) return;
   const char* flag = !options.save_directory.empty() ? "--save"
                      : !options.resume_from.empty()  ? "--resume"
                                                      : nullptr;
   if (flag == nullptr) return;
-  throw InputError(flag, std::string("checkpoints of ") +
-                             (hybrid ? "hybrid-sharded" : "tensor- or pipeline-parallel") +
+  const char* what = hybrid    ? "hybrid-sharded"
+                     : experts ? "expert-parallel"
+                               : "tensor- or pipeline-parallel";
+  throw InputError(flag, std::string("checkpoints of ") + what +
                              " runs are not written or read yet (docs/executor.md)");
 }
 

@@ -414,6 +414,15 @@ TEST(ExpertGroups, RefusesWhatItDoesNotRun) {
   stage1.request.config.gradient_clipping = 1.0;
   EXPECT_EQ(refusal(stage1), "(accepted)");
   EXPECT_EQ(refusal(expert_plan({.stage = 3, .hpz = 2})), "--ep");
+  // Checkpoints: before the run starts.
+  TrainingOptions save;
+  save.save_directory = "unused";
+  try {
+    check_runnable(expert_plan({.stage = 2}), save, 4);
+    ADD_FAILURE() << "a checkpoint of an expert-parallel run was accepted";
+  } catch (const InputError& error) {
+    EXPECT_EQ(error.where(), "--save");
+  }
 }
 
 }  // namespace
