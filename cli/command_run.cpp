@@ -71,7 +71,9 @@ void print_measured(std::ostream& out, const exec::TrainingResult& result,
       {"replicate", &result.replicate_collectives},
       {"hpz", &result.hpz_collectives},
       {"node", &result.node_collectives},
-      {"cross-node", &result.cross_node_collectives}};
+      {"cross-node", &result.cross_node_collectives},
+      {"ep", &result.expert_parallel_collectives},
+      {"expert-dp", &result.expert_data_collectives}};
   for (const auto& [group, counts] : groups) {
     for (int k = 0; k < kOpKindCount; ++k) {
       const auto& count = (*counts)[std::size_t(k)];

@@ -130,8 +130,11 @@ Plan plan_for_run(const RunFlags& flags, const exec::Backend& backend, Diagnosti
   const bool tp = request.config.tensor_parallel.active(), pp = request.config.pipeline.active();
   if (request.config.expert_parallel.active()) {
     throw InputError("--ep",
-                     "the executor does not run expert parallelism yet (it is planned: "
-                     "docs/parallelism.md); plan it with `zerolens plan --ep`");
+                     "the executor's GPT-2 has no mixture-of-experts block yet (no router, no "
+                     "all-to-all over the expert-parallel group), so it cannot train a MoE model "
+                     "with expert parallelism; its ZeRO engine runs the expert groups (stages 0-3 "
+                     "over data parallelism alone: docs/executor.md). Plan it with `zerolens plan "
+                     "--ep`");
   }
   if ((tp || pp) && flags.device != "cpu") {
     throw InputError(tp ? "--tp" : "--pp",

@@ -105,11 +105,19 @@ void collective_checks(const Plan& plan, const Measurement& measured, const Tole
                   {&plan.comm.replicate, &measured.replicate_collectives},
                   {&plan.comm.secondary, &measured.hpz_collectives},
                   {&plan.comm.node_local, &measured.node_collectives},
-                  {&plan.comm.cross_node, &measured.cross_node_collectives}};
-  const char* prefixes[] = {"tp ", "pp ", "replicate ", "hpz ", "node ", "cross-node "};
-  const char* keys[] = {"summary.tensor_parallel_collectives", "summary.pipeline_collectives",
-                        "summary.replicate_collectives",       "summary.hpz_collectives",
-                        "summary.node_collectives",            "summary.cross_node_collectives"};
+                  {&plan.comm.cross_node, &measured.cross_node_collectives},
+                  {&plan.comm.expert_parallel, &measured.expert_parallel_collectives},
+                  {&plan.comm.expert_data, &measured.expert_data_collectives}};
+  const char* prefixes[] = {"tp ",   "pp ",         "replicate ", "hpz ",
+                            "node ", "cross-node ", "ep ",        "expert-dp "};
+  const char* keys[] = {"summary.tensor_parallel_collectives",
+                        "summary.pipeline_collectives",
+                        "summary.replicate_collectives",
+                        "summary.hpz_collectives",
+                        "summary.node_collectives",
+                        "summary.cross_node_collectives",
+                        "summary.expert_parallel_collectives",
+                        "summary.expert_data_collectives"};
   for (std::size_t g = 0; g < std::size(groups); ++g) {
     const auto& [predicted, counted] = groups[g];
     if (!counted->has_value()) {
@@ -192,6 +200,8 @@ Measurement measurement_of(const Trace& measured) {
           .hpz_collectives = s.hpz_collectives,
           .node_collectives = s.node_collectives,
           .cross_node_collectives = s.cross_node_collectives,
+          .expert_parallel_collectives = s.expert_parallel_collectives,
+          .expert_data_collectives = s.expert_data_collectives,
           .links = recorded(s.link_bytes, "summary.link_bytes"),
           .step_seconds = s.step_time};
 }

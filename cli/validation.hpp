@@ -60,6 +60,9 @@ struct Measurement {
   std::optional<std::array<TraceCollective, kOpKindCount>> hpz_collectives;
   // ZeRO++ qgZ's hops among a node's ranks and across nodes (absent: not recorded).
   std::optional<std::array<TraceCollective, kOpKindCount>> node_collectives, cross_node_collectives;
+  // Expert parallelism's EP and expert-data-parallel groups (absent: not recorded).
+  std::optional<std::array<TraceCollective, kOpKindCount>> expert_parallel_collectives,
+      expert_data_collectives;
   TraceLinkBytes links;                                      // one step
   double step_seconds = 0;
 };

@@ -48,9 +48,7 @@ void ProcessGroups::require_processes(const ParallelShape& shape, int processes)
 }
 
 ProcessGroups::ProcessGroups(Communicator& world, const ParallelShape& shape, int expert_parallel)
-    : ProcessGroups(world, shape) {
-  if (expert_parallel > 1) split_expert_groups(expert_parallel);
-}
+    : ProcessGroups(world, shape, 0, 0, expert_parallel) {}
 
 void ProcessGroups::split_expert_groups(int ep) {
   if (shape_.data % ep != 0) {
@@ -72,10 +70,11 @@ ProcessGroups::ProcessGroups(Communicator& world, const ParallelShape& shape)
     : ProcessGroups(world, shape, 0, 0) {}
 
 ProcessGroups::ProcessGroups(Communicator& world, const ScheduleContext& context)
-    : ProcessGroups(world, context.parallel_shape(), context.shard_group, context.hpz_group) {}
+    : ProcessGroups(world, context.parallel_shape(), context.shard_group, context.hpz_group,
+                    context.expert_parallel) {}
 
 ProcessGroups::ProcessGroups(Communicator& world, const ParallelShape& shape, int shard_group,
-                             int hpz_group)
+                             int hpz_group, int expert_parallel)
     : shape_(shape), world_(&world) {
   require_processes(shape, world.size());
   place_ = place_of_rank(world.rank(), shape);
@@ -105,6 +104,7 @@ ProcessGroups::ProcessGroups(Communicator& world, const ParallelShape& shape, in
     own_secondary_ = split_data(*data_, "--hpz", hpz_group, false);
     secondary_ = own_secondary_.get();
   }
+  if (expert_parallel > 1) split_expert_groups(expert_parallel);
 }
 
 void ProcessGroups::split_model_parallel() {

@@ -24,8 +24,10 @@ class ProcessGroups {
   ProcessGroups(Communicator& world, const ParallelShape& shape);
   // The same with the data-parallel group's subdivisions (`shard_group`, `hpz_group`: 0 none); a
   // communicator that cannot split refuses them (InputError naming --shard-group or --hpz).
-  ProcessGroups(Communicator& world, const ParallelShape& shape, int shard_group, int hpz_group);
-  // The plan's shape and subdivisions.
+  // `expert_parallel` above 1 splits the MoE groups too (as the constructor below).
+  ProcessGroups(Communicator& world, const ParallelShape& shape, int shard_group, int hpz_group,
+                int expert_parallel = 1);
+  // The plan's shape, subdivisions and expert-parallel groups.
   ProcessGroups(Communicator& world, const ScheduleContext& context);
   // With `expert_parallel` above 1 (dividing the data-parallel ranks; InputError naming --ep
   // otherwise) also the MoE groups DeepSpeed's _create_expert_and_data_parallel makes (sim's

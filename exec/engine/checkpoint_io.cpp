@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "sim/core/error.hpp"
+
 namespace zerolens::exec {
 namespace {
 
@@ -49,7 +51,19 @@ Numbers CheckpointIo::master_weights(const OwnedSegment& segment) {
   return params_.device_params(segment);
 }
 
+// A checkpoint holds one value per tensor (consolidated from the ranks' segments); with expert
+// parallelism each expert-parallel rank's experts are tensors of their own under the same ids.
+void CheckpointIo::require_no_experts() const {
+  if (ctx_.layout.expert_dp_size > 0) {
+    throw InputError("--ep",
+                     "checkpoints of expert-parallel runs are not written or restored yet (each "
+                     "expert-parallel rank's experts would need tensors of their own in the "
+                     "consolidated checkpoint)");
+  }
+}
+
 RankShard CheckpointIo::shard() {
+  require_no_experts();
   RankShard shard;
   shard.rank = ctx_.rank;
   const std::size_t states = optimizer_.optimizer().state_per_element();
@@ -74,6 +88,7 @@ RankShard CheckpointIo::shard() {
 }
 
 void CheckpointIo::restore(const FullState& state) {
+  require_no_experts();
   const CheckpointMeta mine = meta();
   const auto same_tensor = [](const CheckpointTensor& a, const CheckpointTensor& b) {
     return a.name == b.name && a.shape == b.shape;

@@ -14,10 +14,12 @@ class CheckpointIo {
 
   CheckpointMeta meta() const;
   RankShard shard();
-  // Throws CheckpointError when the checkpoint is of another model or optimizer.
+  // Throws CheckpointError when the checkpoint is of another model or optimizer; shard() and
+  // restore() throw InputError (--ep) with expert parallelism.
   void restore(const FullState& state);
 
  private:
+  void require_no_experts() const;
   Numbers master_weights(const OwnedSegment& segment);
   void restore_optimizer(const FullState& state);
 

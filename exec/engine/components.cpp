@@ -13,7 +13,8 @@ EngineComponents::EngineComponents(const Plan& plan, Communicator& comm, LayerMo
     : EngineComponents(plan,
                        std::make_shared<const ProcessGroups>(
                            comm, ParallelShape{.tensor = 1, .data = comm.size(), .pipeline = 1},
-                           plan.schedule.context.shard_group, plan.schedule.context.hpz_group),
+                           plan.schedule.context.shard_group, plan.schedule.context.hpz_group,
+                           plan.schedule.context.expert_parallel),
                        net, ledger) {}
 
 EngineComponents::EngineComponents(const Plan& plan, std::shared_ptr<const ProcessGroups> groups,

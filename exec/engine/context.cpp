@@ -1,6 +1,8 @@
 #include "exec/engine/context.hpp"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 namespace zerolens::exec {
 namespace {
@@ -15,34 +17,50 @@ bool plans_master(const Schedule& schedule) {
 
 }  // namespace
 
+bool is_expert(const ParamLayout& layout, std::size_t tensor) {
+  return layout.expert_dp_size > 0 && tensor < layout.tensor_expert.size() &&
+         layout.tensor_expert[tensor];
+}
+
 TensorOffsets tensor_offsets(const ParamLayout& layout) {
   TensorOffsets offsets;
-  Elements flat = 0, owned = 0;
+  Elements flat[2] = {0, 0}, owned = 0;
   for (std::size_t t = 0; t < layout.tensor_numel.size(); ++t) {
-    offsets.flat.push_back(flat);
+    Elements& running = flat[is_expert(layout, t) ? 1 : 0];
+    offsets.flat.push_back(running);
     offsets.partition.push_back(owned);
-    flat += layout.tensor_numel[t];
+    running += layout.tensor_numel[t];
     owned += layout.tensor_partition[t];
   }
   return offsets;
 }
 
-std::vector<OwnedSegment> owned_segments(const ParamLayout& layout, ZeroStage stage, int rank) {
+Elements owned_base(const ParamLayout& layout, ZeroStage stage, bool expert) {
+  if (!expert) return 0;
+  if (!stage.partitions_optimizer_states()) return layout.trainable - layout.expert_total;
+  return stage.uses_flat_partition() ? layout.flat_partition : 0;
+}
+
+std::vector<OwnedSegment> owned_segments(const ParamLayout& layout, ZeroStage stage, int rank,
+                                         int expert_rank) {
   const TensorOffsets offsets = tensor_offsets(layout);
   std::vector<OwnedSegment> segments;
   for (std::size_t t = 0; t < layout.tensor_numel.size(); ++t) {
-    const Elements numel = layout.tensor_numel[t];
-    Elements begin = 0, end = numel, owned_offset = offsets.flat[t];
+    const bool expert = is_expert(layout, t);
+    const int place = expert ? expert_rank : rank;
+    const Elements numel = layout.tensor_numel[t], base = owned_base(layout, stage, expert);
+    Elements begin = 0, end = numel, owned_offset = base + offsets.flat[t];
     if (stage.partitions_parameters()) {
       const Elements partition = layout.tensor_partition[t];
-      begin = std::min(numel, rank * partition);
+      begin = std::min(numel, place * partition);
       end = std::min(numel, begin + partition);
       owned_offset = offsets.partition[t];
     } else if (stage.partitions_optimizer_states()) {
-      const Elements first = rank * layout.flat_partition, last = first + layout.flat_partition;
+      const Elements partition = expert ? layout.expert_flat_partition : layout.flat_partition;
+      const Elements first = place * partition, last = first + partition;
       begin = std::clamp(first - offsets.flat[t], Elements(0), numel);
       end = std::clamp(last - offsets.flat[t], Elements(0), numel);
-      owned_offset = offsets.flat[t] + begin - first;
+      owned_offset = base + offsets.flat[t] + begin - first;
     }
     if (end > begin) segments.push_back({std::int32_t(t), begin, end - begin, owned_offset});
   }
@@ -70,7 +88,8 @@ EngineContext::EngineContext(const Plan& plan_, Communicator& comm_, MemoryLedge
     : EngineContext(plan_,
                     std::make_shared<const ProcessGroups>(
                         comm_, ParallelShape{.tensor = 1, .data = comm_.size(), .pipeline = 1},
-                        plan_.schedule.context.shard_group, plan_.schedule.context.hpz_group),
+                        plan_.schedule.context.shard_group, plan_.schedule.context.hpz_group,
+                        plan_.schedule.context.expert_parallel),
                     ledger_) {}
 
 EngineContext::EngineContext(const Plan& plan_, std::shared_ptr<const ProcessGroups> groups_,
@@ -99,8 +118,26 @@ EngineContext::EngineContext(const Plan& plan_, std::shared_ptr<const ProcessGro
                                        return op.kind == OpKind::CopyH2D &&
                                               op.phase == Phase::Optimizer && op.layer < 0;
                                      })),
-      offsets(tensor_offsets(layout)),
-      segments(owned_segments(layout, stage, rank)) {
+      offsets(tensor_offsets(layout)) {
+  spaces[0] = {.comm = &comm,
+               .ranks = dp,
+               .rank = rank,
+               .flat_partition = layout.flat_partition,
+               .owned_base = 0};
+  if (layout.expert_dp_size > 0) {
+    Communicator* experts = groups->expert_data();
+    if (experts == nullptr || experts->size() != layout.expert_dp_size) {
+      throw std::logic_error("the process groups were not split for the plan's " +
+                             std::to_string(layout.expert_dp_size) +
+                             "-rank expert-data-parallel groups");
+    }
+    spaces[1] = {.comm = experts,
+                 .ranks = experts->size(),
+                 .rank = experts->rank(),
+                 .flat_partition = layout.expert_flat_partition,
+                 .owned_base = owned_base(layout, stage, true)};
+  }
+  segments = owned_segments(layout, stage, rank, spaces[1].rank);
   const bool first_of_group = groups->place().tensor == 0;
   for (const Layer& layer : model.layers) {
     if (layer.shares_params_of >= 0) continue;

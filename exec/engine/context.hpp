@@ -1,6 +1,7 @@
 #pragma once
 // What every component of the ZeRO engine reads (internal to exec/): the plan, this rank's place in
 // it and the elements it owns, and the bytes the components move over host links.
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -29,15 +30,46 @@ struct OwnedRun {
   Elements owned_offset = 0, length = 0;
 };
 
-// Where each tensor starts in the flat parameter order and in the concatenated stage-3 partitions.
+// Expert parallelism (sim's ParamLayout::tensor_expert): an expert tensor is data-parallel over the
+// expert-data-parallel group, the others over the data-parallel group. As DeepSpeed keeps the
+// expert parameters in param groups of their own (moe/utils.py
+// split_params_into_different_moe_groups_for_optimizer) partitioned over their group
+// (stage_1_and_2.py _configure_moe_settings: real_dp_process_group), the tensors of each kind make
+// a flat order of their own (a "space"), partitioned over its own ranks; the owned partition is
+// the non-expert space's part followed by the expert space's.
+bool is_expert(const ParamLayout& layout, std::size_t tensor);
+
+// Where each tensor starts in its space's flat order (the experts' own, or the others') and in the
+// concatenated stage-3 partitions.
 struct TensorOffsets {
   std::vector<Elements> flat, partition;
 };
 TensorOffsets tensor_offsets(const ParamLayout& layout);
 
-// The segments `rank` owns: stage 0 everything; stages 1-2 the flat range [rank x P, (rank + 1) x
-// P); stage 3 the rank-th partition of every tensor.
-std::vector<OwnedSegment> owned_segments(const ParamLayout& layout, ZeroStage stage, int rank);
+// Where the expert space's owned elements start in the owned partition: after the non-expert
+// space's (stage 0: all its elements; stages 1-2: its flat partition; stage 3 places every
+// tensor's partition by TensorOffsets::partition). 0 for the non-expert space.
+Elements owned_base(const ParamLayout& layout, ZeroStage stage, bool expert);
+
+// The segments a rank owns (`rank` its place in the data-parallel group, `expert_rank` in the
+// expert-data-parallel group; without expert parallelism the same): stage 0 everything; stages 1-2
+// the range [rank x P, (rank + 1) x P) of each space's flat order (P: its flat partition); stage 3
+// the rank-th partition of every tensor (an expert's over its group).
+std::vector<OwnedSegment> owned_segments(const ParamLayout& layout, ZeroStage stage, int rank,
+                                         int expert_rank);
+inline std::vector<OwnedSegment> owned_segments(const ParamLayout& layout, ZeroStage stage,
+                                                int rank) {
+  return owned_segments(layout, stage, rank, rank);
+}
+
+// One space's ranks: the communicator its collectives run over, their count, this rank's place,
+// the space's flat partition (stages 1-2) and where its owned elements start.
+struct ParamSpace {
+  Communicator* comm = nullptr;
+  int ranks = 1, rank = 0;
+  Elements flat_partition = 0;
+  Elements owned_base = 0;
+};
 
 // The part of `segment` inside owned elements [begin, end), or an empty segment.
 OwnedSegment clip(const OwnedSegment& segment, Elements begin, Elements end);
@@ -83,6 +115,15 @@ struct EngineContext {
   // otherwise (parameters offloaded, or ColossalAI's shards left on the host) they are updated
   // where they are.
   bool writes_back_params = false;
+  // The two spaces: [0] the non-expert tensors' (over `comm`), [1] the experts' (over the
+  // expert-data-parallel group; ranks 0 without expert parallelism).
+  std::array<ParamSpace, 2> spaces;
+  bool expert(std::size_t tensor) const { return is_expert(layout, tensor); }
+  const ParamSpace& space_of(std::size_t tensor) const { return spaces[expert(tensor) ? 1 : 0]; }
+  // The space of a collective: the expert one for an op over the ExpertData group.
+  const ParamSpace& space_of(const Op& op) const {
+    return spaces[op.group == ProcessGroup::ExpertData ? 1 : 0];
+  }
   TensorOffsets offsets;
   std::vector<OwnedSegment> segments;
   LinkBytes copied;  // counted by whichever component moves the bytes

@@ -110,28 +110,45 @@ bool GradientReducer::reduce_buffer_comes_first(const Op& op) const {
          effects.front().component == Component::ReduceBucket && effects.front().bytes > 0;
 }
 
+// A bucket holds one kind of tensor (sim's builder closes a bucket where the kind changes) and is
+// reduced over that kind's group: the schedule's op names it (ExpertData for experts).
+const ParamSpace& GradientReducer::bucket_space(const Op& op,
+                                                std::span<const std::int32_t> tensors) const {
+  const ParamSpace& space = ctx_.space_of(op);
+  for (const auto t : tensors) {
+    if (&ctx_.space_of(std::size_t(t)) != &space) {
+      throw std::logic_error(std::string("schedule error: a gradient bucket over the ") +
+                             to_string(op.group) + " group holds a tensor of the other kind");
+    }
+  }
+  return space;
+}
+
 void GradientReducer::reduce_bucket(const Op& op) {
   const Bucket& bucket = ctx_.schedule.buckets.at(std::size_t(op.bucket));
   const auto tensors = ctx_.schedule.tensors_of(bucket);
   if (ctx_.schedule.context.quantized_gradients) {
-    reduce_bucket_stage3(bucket_tensors(op, /*quantized=*/false));  // qgZ's 1-D and odd ones
+    reduce_bucket_stage3(ctx_.spaces[0],
+                         bucket_tensors(op, /*quantized=*/false));  // qgZ's 1-D and odd ones
   } else if (ctx_.stage.partitions_parameters()) {
-    reduce_bucket_stage3(tensors);
+    reduce_bucket_stage3(bucket_space(op, tensors), tensors);
   } else {
     reduce_bucket_flat(op, {tensors.begin(), tensors.end()});
   }
 }
 
-// Stage 3: rank r receives the sum of every tensor's r-th partition (tensors padded to dp parts).
-void GradientReducer::reduce_bucket_stage3(std::span<const std::int32_t> tensors) {
+// Stage 3: rank r of the bucket's group receives the sum of every tensor's r-th partition (tensors
+// padded to a partition per rank of their group).
+void GradientReducer::reduce_bucket_stage3(const ParamSpace& space,
+                                           std::span<const std::int32_t> tensors) {
   const ParamLayout& layout = ctx_.layout;
   Elements block = 0;
   for (const auto t : tensors) block += layout.tensor_partition[std::size_t(t)];
   NumberBuffer transient;
-  const Numbers input = staging(std::size_t(block * ctx_.dp), transient);
+  const Numbers input = staging(std::size_t(block * space.ranks), transient);
   input.fill_zero();
   std::size_t position = 0;
-  for (int r = 0; r < ctx_.dp; ++r) {
+  for (int r = 0; r < space.ranks; ++r) {
     for (const auto t : tensors) {
       const auto numel = std::size_t(layout.tensor_numel[std::size_t(t)]);
       const auto partition = std::size_t(layout.tensor_partition[std::size_t(t)]);
@@ -143,20 +160,20 @@ void GradientReducer::reduce_bucket_stage3(std::span<const std::int32_t> tensors
   }
   scatter_output_ = {ctx_.ledger, Device::Gpu, Component::ReduceBucket, ctx_.grad_format,
                      std::size_t(block)};
-  reduce_scatter_sum(ctx_.comm, input, scatter_output_.view());
+  reduce_scatter_sum(*space.comm, input, scatter_output_.view());
   std::vector<OwnedRun> runs;
   for (const auto t : tensors) {
     runs.push_back(
         {ctx_.offsets.partition[std::size_t(t)], layout.tensor_partition[std::size_t(t)]});
     grads_[std::size_t(t)].reset();
   }
-  keep_reduced(scatter_output_.view(), std::move(runs));
+  keep_reduced(scatter_output_.view(), std::move(runs), average_over(space));
   scatter_output_.reset();
 }
 
-// Stages 0-2: a bucket is a contiguous run of the flat parameter order. Stage 0 all-reduces it in
-// place; stages 1-2 keep the part inside this rank's partition (all-reduce or reduce-scatter, as
-// the schedule says).
+// Stages 0-2: a bucket is a contiguous run of its space's flat order. Stage 0 all-reduces it in
+// place; stages 1-2 keep the part inside this rank's partition of the space (all-reduce or
+// reduce-scatter, as the schedule says).
 void GradientReducer::reduce_bucket_flat(const Op& op, std::vector<std::int32_t> tensors) {
   const ZeroStage stage = ctx_.stage;
   const std::vector<Elements>& offset = ctx_.offsets.flat;
@@ -165,6 +182,7 @@ void GradientReducer::reduce_bucket_flat(const Op& op, std::vector<std::int32_t>
     throw std::logic_error(
         "schedule error: a stage 0-2 gradient bucket is not a contiguous run of tensors");
   }
+  const ParamSpace& space = bucket_space(op, tensors);
   const Elements first = offset[std::size_t(tensors.front())];
   const Elements last =
       offset[std::size_t(tensors.back())] + ctx_.layout.tensor_numel[std::size_t(tensors.back())];
@@ -182,9 +200,9 @@ void GradientReducer::reduce_bucket_flat(const Op& op, std::vector<std::int32_t>
   if (!in_place) {
     for (const auto t : tensors) in_bucket(t).copy_from(grads_[std::size_t(t)].view());
   }
-  const float average = 1.0f / float(ctx_.data_parallel);
+  const float average = average_over(space);
   if (!stage.partitions_optimizer_states()) {
-    all_reduce_sum(ctx_.comm, bucket);
+    all_reduce_sum(*space.comm, bucket);
     for (const auto t : tensors) {
       grads_[std::size_t(t)].view().fill_zero();
       grads_[std::size_t(t)].view().add_scaled(in_bucket(t), average);
@@ -193,8 +211,8 @@ void GradientReducer::reduce_bucket_flat(const Op& op, std::vector<std::int32_t>
   }
   if (stage.partitions_gradients_not_parameters() && ctx_.optimizer_device == Device::Gpu)
     ensure_grad_partition();
-  const Elements partition = ctx_.layout.flat_partition;
-  const int rank = ctx_.rank;
+  const Elements partition = space.flat_partition;
+  const int rank = space.rank;
   const Elements mine_begin = std::max(first, rank * partition);
   const Elements mine = std::max<Elements>(0, std::min(last, (rank + 1) * partition) - mine_begin);
   // The bucket's gradients are in the staging copy now; stage 1 frees them before keeping its part
@@ -202,45 +220,53 @@ void GradientReducer::reduce_bucket_flat(const Op& op, std::vector<std::int32_t>
   if (stage.partitions_only_optimizer_states()) {
     for (const auto t : tensors) grads_[std::size_t(t)].reset();
   }
-  const Numbers reduced = reduce_flat(op, bucket, first, last);
+  const Numbers reduced = reduce_flat(op, space, bucket, first, last);
   const Numbers owned = reduced.sub(
       op.kind == OpKind::ReduceScatter ? 0 : std::size_t(mine_begin - first), std::size_t(mine));
-  keep_reduced(owned, {{mine_begin - rank * partition, mine}});
+  keep_reduced(owned, {{space.owned_base + mine_begin - rank * partition, mine}}, average);
   for (const auto t : tensors) grads_[std::size_t(t)].reset();
   scatter_output_.reset();
 }
 
 // Reduce-scatter leaves this rank's part in a transient output (returned); all-reduce leaves the
 // whole reduced bucket in place (returned).
-Numbers GradientReducer::reduce_flat(const Op& op, Numbers bucket, Elements first, Elements last) {
+Numbers GradientReducer::reduce_flat(const Op& op, const ParamSpace& space, Numbers bucket,
+                                     Elements first, Elements last) {
   if (op.kind != OpKind::ReduceScatter) {
-    all_reduce_sum(ctx_.comm, bucket);
+    all_reduce_sum(*space.comm, bucket);
     return bucket;
   }
-  const Elements partition = ctx_.layout.flat_partition;
+  const Elements partition = space.flat_partition;
   std::vector<int> counts;
-  for (int r = 0; r < ctx_.dp; ++r) {
+  for (int r = 0; r < space.ranks; ++r) {
     counts.push_back(int(std::max<Elements>(
         0, std::min(last, (r + 1) * partition) - std::max(first, r * partition))));
   }
   scatter_output_ = {ctx_.ledger, Device::Gpu, Component::ReduceBucket, ctx_.grad_format,
-                     std::size_t(counts[std::size_t(ctx_.rank)])};
-  reduce_scatter_sum(ctx_.comm, bucket, counts, scatter_output_.view());
+                     std::size_t(counts[std::size_t(space.rank)])};
+  reduce_scatter_sum(*space.comm, bucket, counts, scatter_output_.view());
   return scatter_output_.view();
 }
 
-// The reduced sums this rank owns (runs of its partition, in order): averaged into the device
-// partition, or, with the optimizer on the host, held until the schedule's CopyD2H moves them.
-void GradientReducer::keep_reduced(Numbers reduced, std::vector<OwnedRun> runs) {
+// The mean over the ranks a space's gradients are summed over: the whole data-parallel group
+// (with its replicas under hybrid sharding), or the expert-data-parallel group for experts.
+float GradientReducer::average_over(const ParamSpace& space) const {
+  return 1.0f / float(&space == &ctx_.spaces[1] ? space.ranks : ctx_.data_parallel);
+}
+
+// The reduced sums this rank owns (runs of its partition, in order): times `average` into the
+// device partition, or, with the optimizer on the host, held until the schedule's CopyD2H moves
+// them.
+void GradientReducer::keep_reduced(Numbers reduced, std::vector<OwnedRun> runs, float average) {
   if (ctx_.host_optimizer()) {
     Reduced part{
         {ctx_.ledger, Device::Gpu, Component::ReduceBucket, ctx_.grad_format, reduced.size()},
-        std::move(runs)};
+        std::move(runs),
+        average};
     part.values.view().copy_from(reduced);
     reduced_.push_back(std::move(part));
     return;
   }
-  const float average = 1.0f / float(ctx_.data_parallel);
   std::size_t read = 0;
   for (const OwnedRun& run : runs) {
     const Numbers target =
@@ -351,13 +377,12 @@ void GradientReducer::all_reduce_replicas(const Op& op) {
 // Averaged over ranks and added to the fp32 host partition (accumulating over micro-steps).
 void GradientReducer::copy_to_host(const Op& op) {
   if (op.bucket < 0) throw std::logic_error("the CPU executor copies only gradients to the host");
-  const float average = 1.0f / float(ctx_.data_parallel);
   for (Reduced& part : reduced_) {
     std::size_t read = 0;
     for (const OwnedRun& run : part.runs) {
       const Numbers host(
           host_grads_.span().subspan(std::size_t(run.owned_offset), std::size_t(run.length)));
-      host.add_scaled(part.values.view(read, std::size_t(run.length)), average);
+      host.add_scaled(part.values.view(read, std::size_t(run.length)), part.average);
       read += std::size_t(run.length);
     }
     ctx_.copied.pcie_d2h += part.values.bytes();

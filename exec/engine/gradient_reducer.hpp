@@ -70,15 +70,18 @@ class GradientReducer {
   void free_step_gradients();
 
  private:
-  void reduce_bucket_stage3(std::span<const std::int32_t> tensors);
+  const ParamSpace& bucket_space(const Op& op, std::span<const std::int32_t> tensors) const;
+  float average_over(const ParamSpace& space) const;
+  void reduce_bucket_stage3(const ParamSpace& space, std::span<const std::int32_t> tensors);
   void split_quantized_groups();
   std::vector<std::int32_t> bucket_tensors(const Op& op, bool quantized) const;
   QgzTensor quantized_tensor(std::int32_t tensor) const;
   void node_hop(std::span<const std::int32_t> tensors);
   void cross_node_hop(std::span<const std::int32_t> tensors);
   void reduce_bucket_flat(const Op& op, std::vector<std::int32_t> tensors);
-  Numbers reduce_flat(const Op& op, Numbers bucket, Elements first, Elements last);
-  void keep_reduced(Numbers reduced, std::vector<OwnedRun> runs);
+  Numbers reduce_flat(const Op& op, const ParamSpace& space, Numbers bucket, Elements first,
+                      Elements last);
+  void keep_reduced(Numbers reduced, std::vector<OwnedRun> runs, float average);
   Numbers new_grad_chunk(Elements owned_begin, Elements length);
   Numbers staging(std::size_t elements, NumberBuffer& transient);
   void ensure_grad_partition();
@@ -101,6 +104,7 @@ class GradientReducer {
   struct Reduced {
     NumberBuffer values;
     std::vector<OwnedRun> runs;
+    float average = 1;  // the mean over the ranks that summed them
   };
   std::vector<Reduced> reduced_;
   // qgZ: the node's ranks and the ranks of this local index on every node, split off the

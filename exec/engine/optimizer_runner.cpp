@@ -87,12 +87,32 @@ void OptimizerRunner::check_overflow(const Op& op) {
 
 // The global norm of the averaged gradients (partial sums all-reduced), unscaled. A skipped step
 // computes none (DeepSpeed returns before it). A tensor TP replicates counts once (TP rank 0).
+// Expert parallelism: DeepSpeed all-reduces each param group's partial sums over the whole DP group
+// (stage_1_and_2.py get_grad_norm_direct: dp_process_group), experts' too, so the Data op's sum of
+// this rank's owned squares of both kinds is the global norm's square (every expert counted once:
+// the expert-data-parallel groups partition the experts of their expert-parallel rank, and the DP
+// group holds every expert-parallel rank). The ExpertData op is _average_expert_grad_norms: the
+// value each rank of the group holds, averaged over the group (the same value: 4 bytes, no
+// change).
 void OptimizerRunner::compute_grad_norm(const Op& op) {
   if (overflow_) return;
+  if (op.group == ProcessGroup::ExpertData) return average_expert_norm();
   const double squares = norm_reduced_ ? squares_ : local_squares();
   squares_ = double(group_of(op, ctx_).all_reduce_sum_float(float(squares), OpKind::GradNorm));
   norm_ = std::sqrt(squares_) / step_scale_;
   norm_reduced_ = true;
+}
+
+void OptimizerRunner::average_expert_norm() {
+  Communicator* experts = ctx_.groups->expert_data();
+  if (experts == nullptr || !norm_reduced_) {
+    throw std::logic_error(
+        "schedule error: the expert norm's average before the data-parallel norm, or without "
+        "expert-data-parallel groups");
+  }
+  squares_ =
+      double(experts->all_reduce_sum_float(float(squares_ / experts->size()), OpKind::GradNorm));
+  norm_ = std::sqrt(squares_) / step_scale_;
 }
 
 // Unscaling and clipping in one factor (DeepSpeed's combined scale). DeepSpeed's ZeRO 1-2 divides

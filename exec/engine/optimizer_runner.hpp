@@ -57,11 +57,12 @@ class OptimizerRunner {
 
  private:
   bool local_overflow();
-  double local_squares();  // of the owned gradients this rank counts in the norm
+  double local_squares();      // of the owned gradients this rank counts in the norm
+  void average_expert_norm();  // GradNorm over the expert-data-parallel group
   float update_factor() const;
   void device_update(float factor);
   void device_update_range(Elements begin, Elements end,
-                           float factor);  // owned elements [begin, end)
+                           float factor);                     // owned elements [begin, end)
   NumberBuffer fp32_gradients(Elements begin, Elements end);  // empty: step on the gradients
   void host_update(float factor);
 

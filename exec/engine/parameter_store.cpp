@@ -34,7 +34,8 @@ void ParameterStore::initialize(LayerModel& net, Numbers master) {
         part_[t] = {ctx_.ledger, ctx_.param_device, Component::ParamsPartition, ctx_.param_format,
                     partition};
       }
-      const std::size_t first = std::min(numel, std::size_t(ctx_.rank) * partition);
+      const ParamSpace& space = ctx_.space_of(t);
+      const std::size_t first = std::min(numel, std::size_t(space.rank) * partition);
       const std::size_t count = std::min(numel, first + partition) - first;
       set_partition(t, std::span<const float>(whole).subspan(first, count));
       if (ctx_.has_master &&
@@ -44,7 +45,7 @@ void ParameterStore::initialize(LayerModel& net, Numbers master) {
       }
       if (layout.tensor_persistent[t]) {
         full_[t] = {ctx_.ledger, Device::Gpu, Component::ParamsPersistent, ctx_.param_format,
-                    partition * std::size_t(ctx_.dp)};
+                    partition * std::size_t(space.ranks)};
         full_[t].view(0, numel).write(whole);
       }
     }
@@ -70,7 +71,7 @@ Numbers ParameterStore::device_params(const OwnedSegment& segment) {
   const auto t = std::size_t(segment.tensor);
   if (!ctx_.stage.partitions_parameters())
     return full_[t].view(std::size_t(segment.begin), std::size_t(segment.length));
-  const Elements first = segment.begin - ctx_.rank * ctx_.layout.tensor_partition[t];
+  const Elements first = segment.begin - ctx_.space_of(t).rank * ctx_.layout.tensor_partition[t];
   return part_[t].view(std::size_t(first), std::size_t(segment.length));
 }
 
@@ -133,9 +134,10 @@ void ParameterStore::gather_layer(std::size_t owner, bool from_secondary) {
     const auto index = std::size_t(t);
     if (ctx_.layout.tensor_persistent[index]) continue;
     const auto partition = std::size_t(ctx_.layout.tensor_partition[index]);
+    const ParamSpace& space = ctx_.space_of(index);  // an expert over its own group
     full_[index] = {ctx_.ledger, Device::Gpu, Component::GatheredParams, ctx_.param_format,
-                    partition * std::size_t(ctx_.dp)};
-    all_gather(ctx_.comm, staged_partition(index, staged), full_[index].view());
+                    partition * std::size_t(space.ranks)};
+    all_gather(*space.comm, staged_partition(index, staged), full_[index].view());
   }
   h2d_staging_.reset();
 }
@@ -207,9 +209,10 @@ void ParameterStore::gather_layer_quantized(std::size_t owner) {
 void ParameterStore::gather_tensors(std::int32_t first, std::int32_t count) {
   for (auto t = std::size_t(first); t < std::size_t(first + count); ++t) {
     const auto partition = std::size_t(ctx_.layout.tensor_partition[t]);
+    const ParamSpace& space = ctx_.space_of(t);
     full_[t] = {ctx_.ledger, Device::Gpu, Component::GatheredParams, ctx_.param_format,
-                partition * std::size_t(ctx_.dp)};
-    all_gather(ctx_.comm, part_[t].view(), full_[t].view());
+                partition * std::size_t(space.ranks)};
+    all_gather(*space.comm, part_[t].view(), full_[t].view());
   }
 }
 
@@ -255,14 +258,14 @@ void ParameterStore::gather_persistent() {
     if (!ctx_.layout.tensor_persistent[t]) continue;
     // NVMe parameters: the update put this rank's partition in its block already (in place)
     const Numbers mine = nvme_.params_in_files() ? persistent_block(t) : part_[t].view();
-    all_gather(ctx_.comm, mine, full_[t].view());
+    all_gather(*ctx_.space_of(t).comm, mine, full_[t].view());
   }
 }
 
 Numbers ParameterStore::persistent_block(std::size_t tensor) {
   if (!ctx_.layout.tensor_persistent[tensor]) return {};
   const auto partition = std::size_t(ctx_.layout.tensor_partition[tensor]);
-  return full_[tensor].view(std::size_t(ctx_.rank) * partition, partition);
+  return full_[tensor].view(std::size_t(ctx_.space_of(tensor).rank) * partition, partition);
 }
 
 // One shard of the updated partitions, `elements` per rank at the same offset of every rank's
@@ -271,36 +274,44 @@ Numbers ParameterStore::persistent_block(std::size_t tensor) {
 // must gather through staging, which it does in slices so that the staging stays small beside the
 // model (an H200 run of GPT-2 124M in fp32 showed a whole-shard staging of 1.5x the parameters
 // raising the peak 9.9 % above DeepSpeed's).
+// With expert parallelism the experts' partitions are gathered over their group after the others'
+// (the schedule's ExpertData ops): each space's shards are counted apart.
 void ParameterStore::gather_updated_shard(const Op& op) {
+  const ParamSpace& space = ctx_.space_of(op);
+  const bool expert = &space == &ctx_.spaces[1];
+  Elements& shard_offset = shard_offset_[expert ? 1 : 0];
   const Elements elements =
-      op.bytes / (Elements(ctx_.dp) * Elements(element_bytes(ctx_.param_format)));
+      op.bytes / (Elements(space.ranks) * Elements(element_bytes(ctx_.param_format)));
   for (Elements done = 0; done < elements; done += kGatherSliceElements) {
-    gather_updated_slice(shard_offset_ + done, std::min(kGatherSliceElements, elements - done));
+    gather_updated_slice(space, expert, shard_offset + done,
+                         std::min(kGatherSliceElements, elements - done));
   }
-  shard_offset_ += elements;
+  shard_offset += elements;
 }
 
-// `elements` per rank from position `offset` of every rank's partition.
-void ParameterStore::gather_updated_slice(Elements offset, Elements elements) {
-  const Elements partition = ctx_.layout.flat_partition;
-  const int dp = ctx_.dp;
+// `elements` per rank from position `offset` of every rank's partition of the space.
+void ParameterStore::gather_updated_slice(const ParamSpace& space, bool expert, Elements offset,
+                                          Elements elements) {
+  const Elements partition = space.flat_partition;
+  const int ranks = space.ranks;
   NumberBuffer mine(ctx_.ledger, Device::Gpu, Component::GatheredParams, ctx_.param_format,
                     std::size_t(elements));
   NumberBuffer all(ctx_.ledger, Device::Gpu, Component::GatheredParams, ctx_.param_format,
-                   std::size_t(elements) * std::size_t(dp));
-  read_flat(ctx_.rank * partition + offset, mine.view());
-  all_gather(ctx_.comm, mine.view(), all.view());
-  for (int r = 0; r < dp; ++r) {
-    write_flat(r * partition + offset,
+                   std::size_t(elements) * std::size_t(ranks));
+  read_flat(expert, space.rank * partition + offset, mine.view());
+  all_gather(*space.comm, mine.view(), all.view());
+  for (int r = 0; r < ranks; ++r) {
+    write_flat(expert, r * partition + offset,
                all.view(std::size_t(r) * std::size_t(elements), std::size_t(elements)));
   }
 }
 
-// Copies `values` to flat positions first.. of the whole parameters (positions past the last
-// parameter are padding and dropped).
-void ParameterStore::write_flat(Elements first, Numbers values) {
+// Copies `values` to positions first.. of the (expert or other) space's flat order of the whole
+// parameters (positions past its last parameter are padding and dropped).
+void ParameterStore::write_flat(bool expert, Elements first, Numbers values) {
   const std::vector<Elements>& offset = ctx_.offsets.flat;
   for (std::size_t t = 0; t < full_.size(); ++t) {
+    if (ctx_.expert(t) != expert) continue;
     const Elements begin = std::max(first, offset[t]);
     const Elements end =
         std::min(first + Elements(values.size()), offset[t] + ctx_.layout.tensor_numel[t]);
@@ -311,10 +322,11 @@ void ParameterStore::write_flat(Elements first, Numbers values) {
   }
 }
 
-void ParameterStore::read_flat(Elements first, Numbers values) {
+void ParameterStore::read_flat(bool expert, Elements first, Numbers values) {
   const std::vector<Elements>& offset = ctx_.offsets.flat;
   values.fill_zero();
   for (std::size_t t = 0; t < full_.size(); ++t) {
+    if (ctx_.expert(t) != expert) continue;
     const Elements begin = std::max(first, offset[t]);
     const Elements end =
         std::min(first + Elements(values.size()), offset[t] + ctx_.layout.tensor_numel[t]);
@@ -408,17 +420,18 @@ std::vector<float> ParameterStore::full_parameters() {
       full_[t].read(0, whole);
     } else {
       const auto partition = std::size_t(layout.tensor_partition[t]);
-      std::vector<float> padded(partition * std::size_t(ctx_.dp));
+      const ParamSpace& space = ctx_.space_of(t);
+      std::vector<float> padded(partition * std::size_t(space.ranks));
       std::vector<std::uint16_t> bits(ctx_.param_format == NumberFormat::Fp32 ? 0 : padded.size());
       const Numbers gathered = bits.empty() ? Numbers(std::span<float>(padded))
                                             : Numbers(std::span(bits), ctx_.param_format);
-      const Numbers mine = gathered.sub(std::size_t(ctx_.rank) * partition, partition);
+      const Numbers mine = gathered.sub(std::size_t(space.rank) * partition, partition);
       if (nvme_.params_in_files()) {
         nvme_.read_param_partition(t, mine);
       } else {
         mine.copy_from(part_[t].view());
       }
-      all_gather(ctx_.comm, mine, gathered);  // in place
+      all_gather(*space.comm, mine, gathered);  // in place
       gathered.sub(0, numel).read(whole);
     }
     values.insert(values.end(), whole.begin(), whole.end());
@@ -434,7 +447,8 @@ void ParameterStore::restore(const FullState& state) {
       full_[t].view(0, whole.size()).write(whole);
     if (!ctx_.stage.partitions_parameters()) continue;
     const auto partition = std::size_t(ctx_.layout.tensor_partition[t]);
-    const std::size_t first = std::min(whole.size(), std::size_t(ctx_.rank) * partition);
+    const std::size_t first =
+        std::min(whole.size(), std::size_t(ctx_.space_of(t).rank) * partition);
     const std::size_t count = std::min(whole.size(), first + partition) - first;
     set_partition(t, std::span(whole).subspan(first, count));
   }

@@ -2,6 +2,7 @@
 // The engine's parameter store (internal to exec/): where each tensor lives per stage (whole, or
 // this rank's stage-3 partition on the device, the host or in NVMe files), stage-3 gathers and
 // releases, the stage 1-2 all-gather of updated partitions, and the updated values written back.
+#include <array>
 #include <optional>
 #include <span>
 #include <vector>
@@ -31,7 +32,7 @@ class ParameterStore {
   // The model's initial values, rounded to the training dtype; `master` (has_master: the owned
   // partition in fp32) receives the rounded values of the owned segments.
   void initialize(LayerModel& net, Numbers master);
-  void begin_step() { shard_offset_ = 0; }
+  void begin_step() { shard_offset_ = {0, 0}; }
 
   // The training-dtype parameters of an owned segment: in the whole tensor (stages 0-2) or in this
   // rank's partition (stage 3, on the host with parameter offload).
@@ -47,9 +48,9 @@ class ParameterStore {
   void gather_tensors(std::int32_t first, std::int32_t count);
   void move_shards(const Op& op, Device to);
   void release_layer(std::size_t owner, SecondaryCopy secondary = SecondaryCopy::None);
-  void drop_secondary();  // hpZ: every secondary partition (after the update)
-  void gather_persistent();                       // stage 3, after the update
-  void gather_updated_shard(const Op& op);        // stages 1-2, after the update
+  void drop_secondary();                    // hpZ: every secondary partition (after the update)
+  void gather_persistent();                 // stage 3, after the update
+  void gather_updated_shard(const Op& op);  // stages 1-2, after the update
   void stage_layer_partition(std::size_t owner);  // CopyH2D before a stage-3 gather (offload)
   // CopyH2D after a host update: the master rounded into the parameters (`written`: the update put
   // them there already, only counted).
@@ -67,9 +68,10 @@ class ParameterStore {
  private:
   void gather_layer_quantized(std::size_t owner);
   Numbers staged_partition(std::size_t tensor, std::size_t& staged);
-  void gather_updated_slice(Elements offset, Elements elements);
-  void write_flat(Elements first, Numbers values);
-  void read_flat(Elements first, Numbers values);
+  void gather_updated_slice(const ParamSpace& space, bool expert, Elements offset,
+                            Elements elements);
+  void write_flat(bool expert, Elements first, Numbers values);
+  void read_flat(bool expert, Elements first, Numbers values);
   void set_partition(std::size_t tensor, std::span<const float> values);
   Numbers persistent_block(std::size_t tensor);
 
@@ -83,8 +85,10 @@ class ParameterStore {
   // hpZ: per tensor, this rank's 1/hpz of its gathered (padded) values, kept from a release until
   // the update (ZeRO++'s secondary partition)
   std::vector<NumberBuffer> secondary_;
-  NumberBuffer h2d_staging_;   // parameter offload: a layer's partitions until its all-gather
-  Elements shard_offset_ = 0;  // stages 1-2: position of the next all-gather shard in the partition
+  NumberBuffer h2d_staging_;  // parameter offload: a layer's partitions until its all-gather
+  // Stages 1-2: position of the next all-gather shard in the partition of each space (the
+  // non-expert tensors', the experts').
+  std::array<Elements, 2> shard_offset_{};
 };
 
 }  // namespace zerolens::exec

@@ -116,7 +116,7 @@ void GradientReducer::node_hop(std::span<const std::int32_t> tensors) {
                       values.span(), /*add=*/true);
     const OwnedRun owned{ctx_.offsets.partition[std::size_t(t)], Elements(partition)};
     if (nodes == 1) {
-      keep_reduced(values.view(), {owned});
+      keep_reduced(values.view(), {owned}, average_over(ctx_.spaces[0]));
       continue;
     }
     // Node k's partition (k D + index) in block k, G / (D N) groups each.
@@ -150,7 +150,8 @@ void GradientReducer::cross_node_hop(std::span<const std::int32_t> tensors) {
     for (std::size_t k = 0; k < nodes; ++k)
       dequantize_from(bytes_of(receive).subspan(k * layout.bytes(), layout.bytes()), layout,
                       sum.span(), /*add=*/true);
-    keep_reduced(sum.view(), {{ctx_.offsets.partition[std::size_t(t)], Elements(partition)}});
+    keep_reduced(sum.view(), {{ctx_.offsets.partition[std::size_t(t)], Elements(partition)}},
+                 average_over(ctx_.spaces[0]));
   }
   cross_node_messages_.clear();
 }

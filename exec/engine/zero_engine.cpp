@@ -100,12 +100,48 @@ void require_zeropp_supported(const Plan& plan) {
   }
 }
 
+// Expert parallelism as the engine runs it (docs/executor.md): ZeRO stages 0-3 over data
+// parallelism alone, each expert tensor over its expert-data-parallel group. What it does not run
+// is refused by name.
+void require_expert_parallel_supported(const Plan& plan) {
+  const ScheduleContext& c = plan.schedule.context;
+  if (c.expert_parallel <= 1) return;
+  const TrainingConfig& config = plan.request.config;
+  const auto refuse = [](const std::string& what) {
+    throw InputError("--ep", "expert parallelism with " + what +
+                                 " is planned, not run by the executor (it runs ZeRO 0-3 over "
+                                 "data parallelism alone with expert groups)");
+  };
+  if (config.tensor_parallel.active() || config.pipeline.active())
+    refuse("tensor or pipeline parallelism");
+  if (c.replicas() > 1 || c.hpz_group > 0) refuse("hybrid sharding or hpZ");
+  if (c.quantized_weights || c.quantized_gradients) refuse("ZeRO++'s quantized collectives");
+  if (c.colossalai) refuse("ColossalAI's sharded model");
+  if (c.delayed_update) refuse("the delayed parameter update");
+  if (plan.schedule.layout.expert_dp_size > 0 && !c.zero_stage().partitions_optimizer_states()) {
+    // Stage 0's schedule checks overflow and takes the norm without a collective, over gradients
+    // identical on every rank; an expert's differ between expert-parallel ranks, so clipping or
+    // skipping would split the replicas of the other parameters.
+    if (config.precision.precision == Precision::Fp16)
+      throw InputError("--precision",
+                       "fp16 with expert parallelism at ZeRO stage 0 is not run: the stage-0 "
+                       "schedule has no overflow all-reduce across the expert-parallel ranks "
+                       "(use bf16 or stage 1-2)");
+    if (config.gradient_clipping > 0)
+      throw InputError("gradient_clipping",
+                       "gradient clipping with expert parallelism at ZeRO stage 0 is not run: "
+                       "the stage-0 schedule has no norm all-reduce across the expert-parallel "
+                       "ranks (use stage 1-2, whose GradNorm ops combine them)");
+  }
+}
+
 }  // namespace
 
 void check_engine_supports(const Plan& plan) {
   const TrainingConfig& config = plan.request.config;
   require_parallelism(plan);
   require_zeropp_supported(plan);
+  require_expert_parallel_supported(plan);
   const LossScaleConfig& scaling = config.precision.loss_scale;
   if (config.precision.precision == Precision::Fp16 && scaling.static_loss_scale < 0) {
     throw InputError("fp16.loss_scale", "must be 0 (dynamic) or a positive static scale");
@@ -148,7 +184,8 @@ ZeroEngine::ZeroEngine(const Plan& plan, Communicator& comm, LayerModel& model,
     : ZeroEngine(plan,
                  std::make_shared<const ProcessGroups>(
                      comm, ParallelShape{.tensor = 1, .data = comm.size(), .pipeline = 1},
-                     plan.schedule.context.shard_group, plan.schedule.context.hpz_group),
+                     plan.schedule.context.shard_group, plan.schedule.context.hpz_group,
+                     plan.schedule.context.expert_parallel),
                  model, ledger, options) {}
 
 ZeroEngine::ZeroEngine(const Plan& plan, std::shared_ptr<const ProcessGroups> groups,
@@ -281,6 +318,11 @@ void ZeroEngine::State::run_op(const Op& op) {
       require_data_group(op);
       return grads.reduce_bucket(op);
     case OpKind::AllToAll:  // ZeRO++ qgZ's hops
+      if (op.group == ProcessGroup::Expert) {
+        // A MoE layer's dispatch and combine belong to the model's layer, over groups->expert().
+        throw std::logic_error(
+            "the CPU executor's model runs no MoE all-to-all over the expert-parallel group yet");
+      }
       return grads.quantized_hop(op);
     case OpKind::CopyH2D:
       return copy_to_device(op);
@@ -323,10 +365,12 @@ Bytes ZeroEngine::State::changes_secondary(const Op& op) const {
   return bytes;
 }
 
-// A TP collective of a layer runs inside it (TensorParallelOps); any other group's op here is one
-// the executor does not run.
+// A TP collective of a layer runs inside it (TensorParallelOps); the expert tensors' reductions
+// and gathers run over the expert-data-parallel group; any other group's op here is one the
+// executor does not run.
 void ZeroEngine::State::require_data_group(const Op& op) const {
   if (op.group == ProcessGroup::Data) return;
+  if (op.group == ProcessGroup::ExpertData && context.layout.expert_dp_size > 0) return;
   throw std::logic_error(std::string("the CPU executor cannot run a ") + to_string(op.kind) +
                          " over the " + to_string(op.group) + " group here");
 }

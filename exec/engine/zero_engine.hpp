@@ -43,6 +43,14 @@
 // layer's first release of a step keeps this rank's secondary partition (1/hpz of the gathered
 // tensors), later gathers of that step run over the hpZ group from it (the schedule's Secondary
 // ops), and the update drops it.
+// Expert parallelism (sim's ParamLayout::tensor_expert, ProcessGroups::expert_data): the expert
+// tensors make a flat order and an owned partition of their own, partitioned (stages 1-2) or
+// split per tensor (stage 3) over the expert-data-parallel group, on which the schedule's
+// ExpertData ops reduce their gradients (averaged over that group) and gather their updates; the
+// norm is the DP group's sum of both kinds' squares, averaged over the expert-data group as
+// DeepSpeed does. Refused with InputError (--ep): with TP, PP, hybrid sharding, hpZ, ZeRO++'s
+// quantized collectives, ColossalAI, the delayed update, and in checkpoints; at stage 0 fp16 and
+// gradient clipping.
 // Refused with InputError: fp32 with offloaded parameters and NVMe, cpu_checkpointing, parameter
 // offload with the optimizer on the device (the plan has no copy of updated parameters back to
 // the host), swap buffers too small for a sub-group or a layer.

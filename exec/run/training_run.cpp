@@ -35,16 +35,18 @@ Counts counts_of(std::initializer_list<const Communicator*> comms) {
 }
 
 // Per group, as the plan's CommReport has them: data-parallel (where its Data ops run: the shard
-// group under hybrid sharding), tensor-parallel, pipeline, replicate, hpZ's, and qgZ's node-local
-// and cross-node hops.
-std::array<Counts, 7> group_counts(const ProcessGroups& groups, const ZeroEngine& engine) {
+// group under hybrid sharding), tensor-parallel, pipeline, replicate, hpZ's, qgZ's node-local and
+// cross-node hops, and the expert-parallel and expert-data-parallel groups.
+std::array<Counts, 9> group_counts(const ProcessGroups& groups, const ZeroEngine& engine) {
   return {counts_of({&groups.shard()}),
           counts_of({groups.tensor()}),
           counts_of({groups.pipeline(), groups.embedding()}),
           counts_of({groups.replicate()}),
           counts_of({groups.secondary()}),
           counts_of({engine.node_group()}),
-          counts_of({engine.cross_node_group()})};
+          counts_of({engine.cross_node_group()}),
+          counts_of({groups.expert()}),
+          counts_of({groups.expert_data()})};
 }
 
 std::array<CollectiveCount, kOpKindCount> difference(const std::array<CollectiveCount, kOpKindCount>& after,
@@ -94,6 +96,10 @@ void record_counts(const TrainingResult& result, const Plan& plan, TraceSummary&
   if (plan.schedule.context.quantized_gradients) {
     summary.node_collectives = trace_counts(result.node_collectives);
     summary.cross_node_collectives = trace_counts(result.cross_node_collectives);
+  }
+  if (plan.schedule.context.expert_parallel > 1) {
+    summary.expert_parallel_collectives = trace_counts(result.expert_parallel_collectives);
+    summary.expert_data_collectives = trace_counts(result.expert_data_collectives);
   }
   summary.link_bytes = TraceLinkBytes{result.links.pcie_h2d, result.links.pcie_d2h, result.links.nvme_read,
                                       result.links.nvme_write};
@@ -154,13 +160,16 @@ Gpt2Options gpt2_options(const Plan& plan, std::uint64_t seed, int tensor_parall
 void require_checkpointable(const Plan& plan, const TrainingOptions& options) {
   const TrainingConfig& config = plan.request.config;
   const bool hybrid = plan.schedule.context.replicas() > 1;
-  if (!config.tensor_parallel.active() && !config.pipeline.active() && !hybrid) return;
+  const bool experts = plan.schedule.layout.expert_dp_size > 0;
+  if (!config.tensor_parallel.active() && !config.pipeline.active() && !hybrid && !experts) return;
   const char* flag = !options.save_directory.empty() ? "--save"
                      : !options.resume_from.empty()  ? "--resume"
                                                      : nullptr;
   if (flag == nullptr) return;
-  throw InputError(flag, std::string("checkpoints of ") +
-                             (hybrid ? "hybrid-sharded" : "tensor- or pipeline-parallel") +
+  const char* what = hybrid    ? "hybrid-sharded"
+                     : experts ? "expert-parallel"
+                               : "tensor- or pipeline-parallel";
+  throw InputError(flag, std::string("checkpoints of ") + what +
                              " runs are not written or read yet (docs/executor.md)");
 }
 
@@ -238,6 +247,8 @@ TrainingResult train_gpt2(const Plan& plan, Communicator& comm, const TrainingOp
     result.hpz_collectives = difference(counts_after[4], counts_before[4]);
     result.node_collectives = difference(counts_after[5], counts_before[5]);
     result.cross_node_collectives = difference(counts_after[6], counts_before[6]);
+    result.expert_parallel_collectives = difference(counts_after[7], counts_before[7]);
+    result.expert_data_collectives = difference(counts_after[8], counts_before[8]);
     const LinkBytes links = engine.link_bytes();
     result.links = {links.pcie_h2d - links_before.pcie_h2d, links.pcie_d2h - links_before.pcie_d2h,
                     links.nvme_read - links_before.nvme_read, links.nvme_write - links_before.nvme_write};

@@ -78,6 +78,10 @@ struct TrainingResult {
   std::array<CollectiveCount, kOpKindCount> hpz_collectives{};
   // ZeRO++ qgZ's all-to-all hops, among a node's ranks and across nodes.
   std::array<CollectiveCount, kOpKindCount> node_collectives{}, cross_node_collectives{};
+  // Expert parallelism: the EP group's (the model's all-to-alls) and the expert-data-parallel
+  // group's (the expert parameters' reductions, gathers and norm).
+  std::array<CollectiveCount, kOpKindCount> expert_parallel_collectives{},
+      expert_data_collectives{};
   LinkBytes links;  // host-device copies and NVMe transfers of one step (the last)
 };
 

@@ -280,12 +280,14 @@ class ScheduleBuilder {
   Bytes dequantized_bytes(int owner) const {
     return layer_dequantized_[std::size_t(owner)] * param_bytes_;
   }
-  // Stage 3: elements gathered for an owner (non-persistent tensors, padded to dp partitions).
+  // Stage 3: elements gathered for an owner (non-persistent tensors, padded to a partition per
+  // rank of the group each is partitioned over: an expert's over the expert-data-parallel ranks).
   Elements gathered_elements(int owner) const {
     Elements total = 0;
     for (auto t = params().layer_first_tensor[std::size_t(owner)];
          t < params().layer_first_tensor[std::size_t(owner) + 1]; ++t) {
-      if (!params().tensor_persistent[std::size_t(t)]) total += params().tensor_partition[std::size_t(t)] * dp();
+      if (!params().tensor_persistent[std::size_t(t)])
+        total += params().tensor_partition[std::size_t(t)] * params().group_size_of(std::size_t(t));
     }
     return total;
   }
@@ -1960,7 +1962,7 @@ class ScheduleBuilder {
     std::int32_t tensors = 0;
     for (std::size_t t = 0; t < p.tensor_numel.size(); ++t) {
       if (!p.tensor_persistent[t]) continue;
-      padded += p.tensor_partition[t] * dp();
+      padded += p.tensor_partition[t] * p.group_size_of(t);
       ++tensors;
     }
     emit(Op{.kind = OpKind::AllGather,

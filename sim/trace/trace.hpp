@@ -77,6 +77,10 @@ struct TraceSummary {
   // ZeRO++ qgZ's all-to-all hops among a node's ranks and across nodes (measured traces of runs
   // with quantized gradients).
   std::optional<std::array<TraceCollective, kOpKindCount>> node_collectives, cross_node_collectives;
+  // Expert parallelism: the EP group's all-to-alls and the expert-data-parallel group's
+  // collectives (the plan JSON's expert_parallel_collectives and expert_data_collectives).
+  std::optional<std::array<TraceCollective, kOpKindCount>> expert_parallel_collectives,
+      expert_data_collectives;
   std::optional<TraceLinkBytes> link_bytes;                               // host-device and NVMe, one step
   // The simulator writes it in predicted traces: allocated, reserved, device used, initialisation.
   std::optional<GpuMemoryFigures> gpu_memory;

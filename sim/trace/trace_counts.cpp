@@ -153,6 +153,10 @@ void write_summary_counts(const TraceSummary& summary, json& object) {
     object["node_collectives"] = collectives_json(*summary.node_collectives);
   if (summary.cross_node_collectives)
     object["cross_node_collectives"] = collectives_json(*summary.cross_node_collectives);
+  if (summary.expert_parallel_collectives)
+    object["expert_parallel_collectives"] = collectives_json(*summary.expert_parallel_collectives);
+  if (summary.expert_data_collectives)
+    object["expert_data_collectives"] = collectives_json(*summary.expert_data_collectives);
   if (summary.link_bytes) object["link_bytes"] = link_bytes_json(*summary.link_bytes);
   if (summary.gpu_memory) object["gpu_memory"] = gpu_memory_json(*summary.gpu_memory);
 }
@@ -178,6 +182,12 @@ void read_summary_counts(const json& object, TraceSummary& summary) {
     summary.node_collectives = read_collectives(*node, "summary.node_collectives");
   if (const json* cross = member(object, "cross_node_collectives"))
     summary.cross_node_collectives = read_collectives(*cross, "summary.cross_node_collectives");
+  if (const json* ep = member(object, "expert_parallel_collectives")) {
+    summary.expert_parallel_collectives =
+        read_collectives(*ep, "summary.expert_parallel_collectives");
+  }
+  if (const json* experts = member(object, "expert_data_collectives"))
+    summary.expert_data_collectives = read_collectives(*experts, "summary.expert_data_collectives");
   if (const json* links = member(object, "link_bytes")) {
     summary.link_bytes = read_link_bytes(*links, "summary.link_bytes");
   }

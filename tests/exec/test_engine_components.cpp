@@ -59,6 +59,40 @@ TEST(EngineLayout, OwnedSegmentsOfEachStageByHand) {
   EXPECT_EQ(clip({0, 0, 5, 0}, 5, 9).length, 0);
 }
 
+// The same three tensors over 4 data-parallel ranks with tensor 1 an expert over expert-data
+// groups of 2 (expert parallelism 2): the others' flat order is tensor 0 then tensor 2 (9
+// elements, partitions of ceil(9 / 4) = 3), the expert's its 3 elements (partitions of ceil(3 /
+// 2) = 2), owned after the others' partition. Stage-3 partitions: ceil(5 / 4) = 2, ceil(3 / 2) =
+// 2, ceil(4 / 4) = 1.
+TEST(EngineLayout, OwnedSegmentsWithAnExpertTensorByHand) {
+  ParamLayout layout = three_tensors();
+  layout.dp_size = 4;
+  layout.expert_dp_size = 2;
+  layout.tensor_expert = {false, true, false};
+  layout.trainable = 12;
+  layout.expert_total = 3;
+  layout.flat_partition = 3;
+  layout.expert_flat_partition = 2;
+  layout.tensor_partition = {2, 2, 1};
+  const TensorOffsets offsets = tensor_offsets(layout);
+  EXPECT_EQ(offsets.flat, (std::vector<Elements>{0, 0, 5}));
+  // stage 0: the others at [0, 9), the expert after them at 9
+  EXPECT_EQ(owned_segments(layout, ZeroStage{0}, 3, 1),
+            (std::vector<OwnedSegment>{{0, 0, 5, 0}, {1, 0, 3, 9}, {2, 0, 4, 5}}));
+  for (const int stage : {1, 2}) {
+    // DP rank 1 owns the others' flat [3, 6): elements 3-4 of tensor 0, 0 of tensor 2; as expert
+    // rank 0 the expert's [0, 2), at owned offsets 3-4
+    EXPECT_EQ(owned_segments(layout, ZeroStage{stage}, 1, 0),
+              (std::vector<OwnedSegment>{{0, 3, 2, 0}, {1, 0, 2, 3}, {2, 0, 1, 2}}));
+    // DP rank 3 owns flat [9, 12): nothing (padding); as expert rank 1 the expert's element 2
+    EXPECT_EQ(owned_segments(layout, ZeroStage{stage}, 3, 1),
+              (std::vector<OwnedSegment>{{1, 2, 1, 3}}));
+  }
+  // stage 3, DP rank 2, expert rank 1: tensor 0's elements 4, the expert's 2, tensor 2's 2
+  EXPECT_EQ(owned_segments(layout, ZeroStage{3}, 2, 1),
+            (std::vector<OwnedSegment>{{0, 4, 1, 0}, {1, 2, 1, 2}, {2, 2, 1, 4}}));
+}
+
 // What the components need, for one rank.
 struct SoloSetup {
   explicit SoloSetup(const Variant& variant)
