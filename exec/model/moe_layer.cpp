@@ -5,8 +5,10 @@
 #include <stdexcept>
 #include <string>
 
+#include "exec/memory/numbers.hpp"
 #include "kernels/activation.hpp"
 #include "kernels/matmul.hpp"
+#include "kernels/precision.hpp"
 
 namespace zerolens::exec {
 namespace {
@@ -99,7 +101,20 @@ void ExpertParallelMoe::exchange(std::span<const float> input, std::span<float> 
     std::copy(input.begin(), input.end(), output.begin());
     return;
   }
-  ep_->all_to_all(input, output);
+  if (held_.per_element != sizeof(std::uint16_t)) return ep_->all_to_all(input, output);
+  // A 16-bit run's activations cross the wire in 16 bits (DeepSpeed's _AllToAll sends the tensor's
+  // own dtype; the plan's bytes are the activation dtype's): rounded to bf16 here, since the fp32
+  // kernels know the width, not the format. The wire copies are scratch, as TP's are.
+  PlacedBytes sent(*ledger_, Device::Gpu, Component::ActivationWorking,
+                   input.size() * sizeof(std::uint16_t), /*scratch=*/true);
+  PlacedBytes received(*ledger_, Device::Gpu, Component::ActivationWorking,
+                       output.size() * sizeof(std::uint16_t), /*scratch=*/true);
+  auto* sent_bits = static_cast<std::uint16_t*>(sent.data());
+  auto* received_bits = static_cast<std::uint16_t*>(received.data());
+  kernels::cast_fp32_to_bf16(sent_bits, input.data(), input.size());
+  ep_->all_to_all_bytes(std::as_bytes(std::span(sent_bits, input.size())),
+                        std::as_writable_bytes(std::span(received_bits, output.size())));
+  kernels::cast_bf16_to_fp32(output.data(), received_bits, output.size());
 }
 
 void ExpertParallelMoe::forward(std::span<const float> x, std::size_t tokens, ParamViews params,
