@@ -43,8 +43,11 @@ void add_run_options(CLI::App& command, RunFlags& flags) {
       ->capture_default_str()
       ->check(integer_in(1, 1000000))
       ->group(group);
-  command.add_option("--seed", flags.training.seed, "Seed of the synthetic data and the initial weights")
-      ->capture_default_str()->group(group);
+  command
+      .add_option("--seed", flags.training.seed,
+                  "Seed of the synthetic data and the initial weights")
+      ->capture_default_str()
+      ->group(group);
   command.add_option("--log-every", flags.log_every, "Print every N-th step (0: none)")
       ->capture_default_str()
       ->check(integer_in(0, 1000000))
@@ -54,16 +57,20 @@ void add_run_options(CLI::App& command, RunFlags& flags) {
                   "Write the last step as measured in the shared trace schema (traces/README.md); "
                   "run: {rank} in the path makes every rank write its own ops")
       ->group(group);
-  command.add_option("--save", flags.training.save_directory,
-                     "Save ZeRO checkpoints here (each rank its partition; see docs/executor.md)")->group(group);
+  command
+      .add_option("--save", flags.training.save_directory,
+                  "Save ZeRO checkpoints here (each rank its partition; see docs/executor.md)")
+      ->group(group);
   command
       .add_option("--save-every", flags.training.save_every,
                   "Steps between checkpoints (0: after the last step)")
       ->capture_default_str()
       ->check(integer_in(0, 1000000))
       ->group(group);
-  command.add_option("--resume", flags.training.resume_from,
-                     "Resume from a checkpoint directory (saved by any number of ranks; --steps counts from step 0)")
+  command
+      .add_option("--resume", flags.training.resume_from,
+                  "Resume from a checkpoint directory (saved by any number of ranks; --steps "
+                  "counts from step 0)")
       ->group(group);
   command
       .add_option(
@@ -79,8 +86,10 @@ void add_run_options(CLI::App& command, RunFlags& flags) {
                   "the rank and the collective (a peer stopped or dead; 0: wait forever)")
       ->capture_default_str()
       ->group(group);
-  command.add_option("--inject-fault", flags.inject_fault,
-                     "Testing: die:RANK:STEP makes that rank exit abruptly after that step (the others must stop)")
+  command
+      .add_option("--inject-fault", flags.inject_fault,
+                  "Testing: die:RANK:STEP makes that rank exit abruptly after that step (the "
+                  "others must stop)")
       ->group(group);
 }
 
@@ -97,7 +106,8 @@ Plan plan_for_run(const RunFlags& flags, const exec::Backend& backend, Diagnosti
   if (!options.fragmentation) options.fragmentation = 0;
   // DeepSpeed allocates whole reduce buckets (5e8 elements by default: 2 GB in fp32) however small
   // the model; without a config file, run-sized buckets keep a laptop run small.
-  if (!options.deepspeed_config && !options.reduce_bucket_size) options.reduce_bucket_size = kRunReduceBucket;
+  if (!options.deepspeed_config && !options.reduce_bucket_size)
+    options.reduce_bucket_size = kRunReduceBucket;
   PlanRequest request = [&] {
     try {
       return make_plan_request(options, diagnostics);
@@ -129,9 +139,8 @@ Plan plan_for_run(const RunFlags& flags, const exec::Backend& backend, Diagnosti
   }
   const bool tp = request.config.tensor_parallel.active(), pp = request.config.pipeline.active();
   if (request.config.expert_parallel.active() && flags.device != "cpu") {
-    throw InputError("--ep",
-                     "expert parallelism runs on --device cpu (the " + flags.device +
-                         " backend's GPT-2 has no mixture-of-experts block)");
+    throw InputError("--ep", "expert parallelism runs on --device cpu (the " + flags.device +
+                                 " backend's GPT-2 has no mixture-of-experts block)");
   }
   if ((tp || pp) && flags.device != "cpu") {
     throw InputError(tp ? "--tp" : "--pp",
@@ -206,8 +215,10 @@ Fault parse_fault(const std::string& text) {
   Fault fault;
   char tail = 0;
   long long step = 0;
-  if (std::sscanf(text.c_str(), "die:%d:%lld%c", &fault.rank, &step, &tail) != 2 || fault.rank < 0 || step < 1) {
-    throw InputError("--inject-fault", "'" + text + "' is not die:RANK:STEP (RANK >= 0, STEP >= 1)");
+  if (std::sscanf(text.c_str(), "die:%d:%lld%c", &fault.rank, &step, &tail) != 2 ||
+      fault.rank < 0 || step < 1) {
+    throw InputError("--inject-fault",
+                     "'" + text + "' is not die:RANK:STEP (RANK >= 0, STEP >= 1)");
   }
   fault.step = step;
   return fault;
@@ -238,7 +249,8 @@ exec::TrainingResult run_steps(const Plan& plan, exec::Backend& backend, const R
   const bool speak = comm.rank() == exec::recording_rank(plan) && flags.log_every > 0;
   const Fault fault = parse_fault(flags.inject_fault);
   const bool fp16 = plan.request.config.precision.precision == Precision::Fp16;
-  if (speak) out << "  step        loss   grad norm    time (ms)" << (fp16 ? "   loss scale" : "") << '\n';
+  if (speak)
+    out << "  step        loss   grad norm    time (ms)" << (fp16 ? "   loss scale" : "") << '\n';
   exec::set_collective_timeout(parse_collective_timeout(flags.collective_timeout));
   exec::install_interrupt_handlers();
   try {
@@ -264,15 +276,18 @@ exec::TrainingResult train_steps(const Plan& plan, exec::Communicator& comm,
                                  const Fault& fault, bool speak, bool fp16, std::ostream& out) {
   return exec::train_gpt2(plan, comm, training, [&](const exec::StepRecord& s) {
     if (comm.rank() == fault.rank && s.step + 1 == fault.step) {
-      std::fprintf(stderr, "zerolens: injected fault: rank %d exits after step %lld\n", fault.rank, (long long)fault.step);
+      std::fprintf(stderr, "zerolens: injected fault: rank %d exits after step %lld\n", fault.rank,
+                   (long long)fault.step);
       std::_Exit(kExitInternal);
     }
     const bool last = s.step + 1 == flags.training.steps;
     if (!speak || ((s.step + 1) % flags.log_every != 0 && !last && s.step != 0)) return;
-    out << std::setw(6) << s.step + 1 << std::fixed << std::setprecision(4) << std::setw(12) << s.loss
-        << std::setw(12) << s.grad_norm << std::setprecision(2) << std::setw(13) << s.seconds * 1e3
-        << std::defaultfloat;
-    if (fp16) out << std::fixed << std::setprecision(0) << std::setw(13) << s.loss_scale << std::defaultfloat << (s.skipped ? "  overflow: step skipped" : "");
+    out << std::setw(6) << s.step + 1 << std::fixed << std::setprecision(4) << std::setw(12)
+        << s.loss << std::setw(12) << s.grad_norm << std::setprecision(2) << std::setw(13)
+        << s.seconds * 1e3 << std::defaultfloat;
+    if (fp16)
+      out << std::fixed << std::setprecision(0) << std::setw(13) << s.loss_scale
+          << std::defaultfloat << (s.skipped ? "  overflow: step skipped" : "");
     out << '\n' << std::flush;
   });
 }

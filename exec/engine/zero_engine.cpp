@@ -87,9 +87,10 @@ void require_zeropp_supported(const Plan& plan) {
   if (!c.quantized_weights && !c.quantized_gradients) return;
   const char* flag = c.quantized_weights ? "--quantized-weights" : "--quantized-gradients";
   if (c.hpz_group > 0 || c.replicas() > 1) {
-    throw InputError(flag, std::string("ZeRO++'s quantized collectives together with ") +
-                               (c.hpz_group > 0 ? "hpZ (--hpz)" : "hybrid sharding (--shard-group)") +
-                               " are planned, not yet run; run either alone");
+    throw InputError(flag,
+                     std::string("ZeRO++'s quantized collectives together with ") +
+                         (c.hpz_group > 0 ? "hpZ (--hpz)" : "hybrid sharding (--shard-group)") +
+                         " are planned, not yet run; run either alone");
   }
   const TrainingConfig& config = plan.request.config;
   if (config.tensor_parallel.active() || config.pipeline.active()) {

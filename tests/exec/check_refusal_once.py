@@ -17,7 +17,9 @@ def cases(data):
         (["run", "--micro-batch-size", "4"], "--micro-batch-size: not a flag"),
         (["run", "--model", "llama2-7b", "--steps", "1"], "RMSNorm is not supported"),
         (["validate", "--model", "llama2-7b", "--steps", "1"], "RMSNorm is not supported"),
-        (["run", "--hf-config", mixtral, "--ep", "2", "--steps", "1"], "--ep"),
+        (["run", "--hf-config", mixtral, "--ep", "2", "--steps", "1"], "RMSNorm is not supported"),
+        (["run", "--model", "gpt2-tiny-moe", "--ep", "2", "--save", "ep.ckpt", "--steps", "1"],
+         "--save: checkpoints of expert-parallel runs"),
         (["run", "--cpu-checkpointing", "true", "--activation-checkpointing", "true", "--steps", "1"],
          "cpu_checkpointing"),
     ]

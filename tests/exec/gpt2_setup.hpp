@@ -19,7 +19,7 @@ struct Gpt2Setup {
   Precision precision = Precision::Fp32;
   bool offload_optimizer = false, offload_param = false;  // to the host (cpu)
   bool nvme = false;                                      // offload to NVMe files instead
-  bool pipelined = false;  // NVMe: pipeline_read and pipeline_write, buffers for two sub-groups
+  bool pipelined = false;   // NVMe: pipeline_read and pipeline_write, buffers for two sub-groups
   int tensor_parallel = 1;  // ranks of a TP group (the data-parallel ranks are the rest)
   bool sequence_parallel = false;
   int pipeline_stages = 1;
@@ -32,7 +32,8 @@ struct Gpt2Setup {
   // SGD with momentum updates in proportion to the gradients (Adam's updates of a near-zero
   // gradient are its sign): the parameter parity tests use it.
   OptimizerType optimizer = OptimizerType::AdamW;
-  bool moe = false;  // gpt2-tiny-moe (tests/exec/moe_gpt2_support.hpp) instead of gpt2-tiny
+  bool moe = false;         // gpt2-tiny-moe (tests/exec/moe_gpt2_support.hpp) instead of gpt2-tiny
+  int expert_parallel = 1;  // with moe: EP group size (capacity factor 2: no token dropped)
 };
 
 // " v 2 4 blocks": appended piece by piece (GCC 12's -Wrestrict misfires on the one expression).
@@ -57,7 +58,8 @@ inline std::string name_of(const Gpt2Setup& s) {
          (s.pipeline_stages > 1 ? " pp " + std::to_string(s.pipeline_stages) : "") +
          (s.shard_group > 0 ? " shard group " + std::to_string(s.shard_group) : "") +
          (s.hpz > 1 ? " hpz " + std::to_string(s.hpz) : "") + zeropp + chunks_and_blocks(s) +
-         (s.moe ? " moe" : "");
+         (s.moe ? " moe" : "") +
+         (s.expert_parallel > 1 ? " ep " + std::to_string(s.expert_parallel) : "");
 }
 
 inline Model tiny_gpt2(int blocks = 2) {
@@ -112,6 +114,8 @@ inline Plan gpt2_plan(const Gpt2Setup& s, int ranks) {
   request.dp_size = ranks / (s.tensor_parallel * s.pipeline_stages);
   c.zero.quantized_weights = s.quantized_weights;
   c.zero.quantized_gradients = s.quantized_gradients;
+  if (s.expert_parallel > 1)
+    c.expert_parallel = {.size = s.expert_parallel, .capacity_factor = 2.0, .min_capacity = 0};
   request.cluster = with_ranks(cluster_from_preset("dgx-a100-80gb"), ranks, s.gpus_per_node);
   request.options.cuda_context_bytes = 0;
   request.options.library_workspace_bytes = 0;
