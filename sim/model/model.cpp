@@ -98,11 +98,19 @@ ActivationBytes Layer::activation_bytes(std::int64_t micro_batch, std::int64_t s
       tokens * (e * t.forward_working_elements + t.forward_working_fixed_bytes + upcast));
   // A MoE layer's experts compute rows that do not follow the tokens linearly (capacity).
   const double rows = moe ? double(moe->rows(micro_batch * seq_len)) : 0;
+  const double attention = tokens * e *
+                           (s * t.backward_working_elements_per_position +
+                            source * t.backward_working_elements_per_source_position);
+  const double routed = moe ? rows * e * moe->row_backward_working_elements -
+                                  tokens * e * moe->token_released_elements
+                            : 0;
+  // Autograd runs a MoE block's MLP backward (its rows' gradients) to the end and frees those
+  // gradients before the attention's backward allocates its score gradients, so the block's
+  // working set is the wider of the two phases, not their sum. In the rows' phase the combine's
+  // kept rows are already gone (MoeRouting::token_released_elements).
   bytes.backward_working = activation_figure(
-      tokens * (e * (t.backward_working_elements + s * t.backward_working_elements_per_position +
-                     source * t.backward_working_elements_per_source_position) +
-                t.backward_working_fixed_bytes + downcast) +
-      rows * e * (moe ? moe->row_backward_working_elements : 0));
+      tokens * (e * t.backward_working_elements + t.backward_working_fixed_bytes + downcast) +
+      std::max(attention, routed));
   if (moe) {
     bytes.stored += activation_figure(rows * e * moe->row_elements);
     bytes.forward_working += activation_figure(rows * e * moe->row_forward_working_elements);

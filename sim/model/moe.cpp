@@ -240,6 +240,10 @@ MoeRouting routing(const MoeShape& m, MlpKind kind, std::int64_t h, const Expert
   r.row_forward_working_elements = r.exchanges() ? 2 * hidden : 0;
   // The gradients of a row's input and output, and of its widest intermediates.
   r.row_backward_working_elements = 2 * hidden + mlp_backward_working(kind, f);
+  // DeepSpeed: _sparse_decode's routed rows (k h per token, saved by their product with the
+  // gates) go when that product's backward ran, before _AllToAll.backward and the experts'.
+  // Dropless, Hugging Face's loop keeps each expert's output until that expert's turn in backward.
+  r.token_released_elements = r.exchanges() ? double(m.top_k) * hidden : 0;
   r.row_flops = 2 * mlp_weights(kind, hidden, f);
   return r;
 }

@@ -66,6 +66,10 @@ struct MoeRouting {
   double row_forward_working_elements = 0;
   double row_backward_working_elements = 0;
   double row_flops = 0;
+  // Per token: kept elements the combine's backward releases before the rows' backward runs
+  // (autograd frees a node's saved tensors once its backward ran), so they are not alive beside
+  // the rows' working set.
+  double token_released_elements = 0;
 
   bool exchanges() const { return expert_parallel > 1; }
   // DeepSpeed's _capacity (sharded_moe.py) for topkgating's capacity_factor x k: ceil(tokens /
