@@ -33,6 +33,14 @@ void require_offload_supported(const TrainingConfig& config) {
   }
 }
 
+// A MoE model's layers exchange tokens over the EP group (the schedule's all-to-alls there); a
+// schedule whose expert tensors are no MoE layer's (tests flag ordinary tensors) has none.
+bool exchanges_tokens(const Schedule& schedule) {
+  return std::any_of(schedule.ops.begin(), schedule.ops.end(), [](const Op& op) {
+    return op.kind == OpKind::AllToAll && op.group == ProcessGroup::Expert;
+  });
+}
+
 // The groups ProcessGroups split for the plan's shard and hpZ groups.
 void require_data_subgroups(const Plan& plan, const ProcessGroups& groups) {
   require_runnable_sharding(plan);
@@ -262,7 +270,8 @@ ZeroEngine::State::State(const Plan& plan, std::shared_ptr<const ProcessGroups> 
       pipeline(context, net_),
       delayed_(plan.schedule.context.delayed_update) {
   if (context.groups->tensor() != nullptr) net.connect_tensor_parallel(tensor_parallel);
-  if (context.groups->expert() != nullptr) net.connect_expert_parallel(*context.groups->expert());
+  if (context.groups->expert() != nullptr && exchanges_tokens(context.schedule))
+    net.connect_expert_parallel(*context.groups->expert());
 }
 
 void ZeroEngine::State::begin_step(std::int64_t step_index) {

@@ -267,14 +267,18 @@ void ExpertParallelMoe::backward(std::span<const float> dy, ParamViews params, G
   {
     Buffer dreturned = buffer(Component::ActivationWorking, size);
     combine_backward(dy, dreturned.span(), dgate.span());
-    returned_.reset();
+    // DeepSpeed's combine (_sparse_decode) frees its routed rows once its product's backward ran,
+    // before the exchange; Hugging Face's per-expert loop keeps each expert's output until that
+    // expert's turn, so dropless they stay through the experts' backward (sim's
+    // MoeRouting::token_released_elements).
+    if (routing_.exchanges()) returned_.reset();
     // With EP the combine's gradient goes to the experts' ranks, their input gradient comes back.
     Buffer doutput = buffer(Component::ActivationWorking, size);
     exchange(dreturned.span(), doutput.span());
     dreturned.reset();
     Buffer dreceived = buffer(Component::ActivationWorking, size);
     experts_backward(params, grads, doutput.span(), dreceived.span());
-    for (Buffer* kept : {&received_, &hidden_, &activated_}) kept->reset();
+    for (Buffer* kept : {&received_, &hidden_, &activated_, &returned_}) kept->reset();
     exchange(dreceived.span(), ddispatched.span());
   }
   if (routing_.exchanges()) {
