@@ -176,6 +176,35 @@ std::vector<ExpertParallelMoe::Rows> ExpertParallelMoe::rows_of(std::size_t loca
   return rows;
 }
 
+namespace {
+
+// The rows of `parts` (first, count; in rows of width h) copied out of `whole` into one contiguous
+// block, and back: an expert's rows from every EP rank, as one matrix-product operand.
+template <typename Parts>
+std::size_t row_count(const Parts& parts) {
+  std::size_t rows = 0;
+  for (const auto& part : parts) rows += part.count;
+  return rows;
+}
+template <typename Parts>
+void gather_rows(const Parts& parts, const float* whole, float* block, std::size_t h) {
+  std::size_t at = 0;
+  for (const auto& part : parts) {
+    std::copy_n(whole + part.first * h, part.count * h, block + at * h);
+    at += part.count;
+  }
+}
+template <typename Parts>
+void scatter_rows(const Parts& parts, const float* block, float* whole, std::size_t h) {
+  std::size_t at = 0;
+  for (const auto& part : parts) {
+    std::copy_n(block + at * h, part.count * h, whole + part.first * h);
+    at += part.count;
+  }
+}
+
+}  // namespace
+
 // Each local expert computes its rows (every EP rank's C, or dropless its packed rows), gathered
 // into one [rows, h] block: GPT-2's MLP, scattered back; the outputs go back to the tokens' ranks.
 void ExpertParallelMoe::experts_forward(ParamViews params) {
@@ -187,16 +216,11 @@ void ExpertParallelMoe::experts_forward(ParamViews params) {
   for (std::size_t le = 0; le < std::size_t(local_experts_); ++le) {
     const ExpertAt e(le);
     const std::vector<Rows> parts = rows_of(le);
-    std::size_t rows = 0;
-    for (const Rows& part : parts) rows += part.count;
+    const std::size_t rows = row_count(parts);
     if (rows == 0) continue;
     Buffer in = buffer(Component::ActivationWorking, rows * h);
     Buffer out = buffer(Component::ActivationWorking, rows * h);
-    std::size_t at = 0;
-    for (const Rows& part : parts) {
-      std::copy_n(received_.data() + part.first * h, part.count * h, in.data() + at * h);
-      at += part.count;
-    }
+    gather_rows(parts, received_.data(), in.data(), h);
     float* hid = hidden_.data() + first * f;
     float* act = activated_.data() + first * f;
     kernels::matmul_forward(hid, in.data(), params[e.fc_in_weight()].data(),
@@ -204,11 +228,7 @@ void ExpertParallelMoe::experts_forward(ParamViews params) {
     kernels::gelu_forward(act, hid, rows * f);
     kernels::matmul_forward(out.data(), act, params[e.fc_out_weight()].data(),
                             params[e.fc_out_bias()].data(), rows, f, h);
-    at = 0;
-    for (const Rows& part : parts) {
-      std::copy_n(out.data() + at * h, part.count * h, outputs.data() + part.first * h);
-      at += part.count;
-    }
+    scatter_rows(parts, out.data(), outputs.data(), h);
     first += rows;
   }
   returned_ = buffer(kept_, outputs.size());
@@ -222,19 +242,14 @@ void ExpertParallelMoe::experts_backward(ParamViews params, GradViews grads,
   for (std::size_t le = 0; le < std::size_t(local_experts_); ++le) {
     const ExpertAt e(le);
     const std::vector<Rows> parts = rows_of(le);
-    std::size_t rows = 0;
-    for (const Rows& part : parts) rows += part.count;
+    const std::size_t rows = row_count(parts);
     if (rows == 0) continue;
     Buffer in = buffer(Component::ActivationWorking, rows * h);
     Buffer dout = buffer(Component::ActivationWorking, rows * h);
     Buffer dact = buffer(Component::ActivationWorking, rows * f);
     Buffer din = buffer(Component::ActivationWorking, rows * h);
-    std::size_t at = 0;
-    for (const Rows& part : parts) {
-      std::copy_n(received_.data() + part.first * h, part.count * h, in.data() + at * h);
-      std::copy_n(doutput.data() + part.first * h, part.count * h, dout.data() + at * h);
-      at += part.count;
-    }
+    gather_rows(parts, received_.data(), in.data(), h);
+    gather_rows(parts, doutput.data(), dout.data(), h);
     const float* hid = hidden_.data() + first * f;
     const float* act = activated_.data() + first * f;
     kernels::matmul_backward(dact.data(), grads[e.fc_out_weight()].data(),
@@ -244,11 +259,7 @@ void ExpertParallelMoe::experts_backward(ParamViews params, GradViews grads,
     kernels::matmul_backward(din.data(), grads[e.fc_in_weight()].data(),
                              grads[e.fc_in_bias()].data(), dact.data(), in.data(),
                              params[e.fc_in_weight()].data(), rows, h, f);
-    at = 0;
-    for (const Rows& part : parts) {
-      std::copy_n(din.data() + at * h, part.count * h, dinput.data() + part.first * h);
-      at += part.count;
-    }
+    scatter_rows(parts, din.data(), dinput.data(), h);
     first += rows;
   }
 }
