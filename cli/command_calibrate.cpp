@@ -201,10 +201,18 @@ void print_cpu_backend(std::ostream& out, const exec::Calibration& c) {
     occupancy.print(out);
   }
   if (!c.nvme_requests.empty()) {
-    Table nvme({"NVMe requests in lock step", "read us beyond bytes", "write us beyond bytes"});
+    Table nvme({"NVMe requests in lock step", "read us beyond bytes", "write us beyond bytes",
+                "tensor read us + ns/KB", "tensor write us + ns/KB"});
+    const auto tensor = [&](double per_request, double per_byte) {
+      std::ostringstream text;
+      text << std::fixed << std::setprecision(2) << per_request * 1e6 << " + " << per_byte * 1e12;
+      return text.str();
+    };
     for (const NvmeRequestCosts& n : c.nvme_requests) {
       nvme.add_row({std::to_string(n.ranks) + " rank(s) swapping", rate(n.read_latency, "", 1e-6),
-                    rate(n.write_latency, "", 1e-6)});
+                    rate(n.write_latency, "", 1e-6),
+                    tensor(n.tensor_read_latency, n.tensor_read_per_byte),
+                    tensor(n.tensor_write_latency, n.tensor_write_per_byte)});
     }
     nvme.print(out);
   }

@@ -197,6 +197,18 @@ double bus_bandwidth(OpKind kind, Bytes bytes, int ranks, double seconds);
 // best fit over the subsets of features whose unconstrained fit has none negative).
 std::vector<double> fit_nonnegative(const std::vector<std::vector<double>>& features,
                                     const std::vector<double>& seconds);
+// What a request of a kind costs: seconds = requests x per_request + bytes x per_byte, fitted by
+// fit_nonnegative over the measurements (each a plan's requests, bytes and seconds) that took time
+// beyond their bytes; none: zero.
+struct RequestCost {
+  double per_request = 0, per_byte = 0;
+};
+RequestCost fit_request_cost(const std::vector<double>& requests, const std::vector<double>& bytes,
+                             const std::vector<double>& seconds);
+
+// The layer grid's shape of the smallest hidden size (the engine's shape when the grid is empty).
+CalibrateLayerShape smallest_shape(const CalibrateOptions& options);
+
 // t = latency + ring traffic / bandwidth fitted over a group's measured collectives.
 GroupCollectives fit_group_collectives(int ranks, const std::vector<CollectiveRate>& rates);
 

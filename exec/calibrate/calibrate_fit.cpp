@@ -97,4 +97,41 @@ GroupCollectives fit_group_collectives(int ranks, const std::vector<CollectiveRa
   return {ranks, fit.empty() ? 0 : fit[0], bandwidth};
 }
 
+RequestCost fit_request_cost(const std::vector<double>& requests, const std::vector<double>& bytes,
+                             const std::vector<double>& seconds) {
+  std::vector<std::vector<double>> features;
+  std::vector<double> beyond;
+  for (std::size_t i = 0; i < seconds.size(); ++i) {
+    // A measurement that took no time beyond its bytes has no relative error to weigh.
+    if (!(requests[i] > 0) || !(seconds[i] > 0)) continue;
+    features.push_back({requests[i], bytes[i]});
+    beyond.push_back(seconds[i]);
+  }
+  if (beyond.empty()) return {};
+  // Requests of one size alone cannot part the two costs: all of it per request.
+  const auto size_of = [](const std::vector<double>& f) { return f[1] / f[0]; };
+  const bool one_size = std::all_of(features.begin(), features.end(), [&](const auto& f) {
+    return std::abs(size_of(f) - size_of(features.front())) <= 1e-9 * size_of(features.front());
+  });
+  if (one_size) {
+    double seconds_sum = 0, requests_sum = 0;
+    for (std::size_t i = 0; i < beyond.size(); ++i) {
+      seconds_sum += beyond[i];
+      requests_sum += features[i][0];
+    }
+    return {seconds_sum / requests_sum, 0};
+  }
+  const std::vector<double> fit = fit_nonnegative(features, beyond);
+  return {fit[0], fit[1]};
+}
+
+CalibrateLayerShape smallest_shape(const CalibrateOptions& options) {
+  const auto smaller = [](const CalibrateLayerShape& a, const CalibrateLayerShape& b) {
+    return a.hidden < b.hidden;
+  };
+  const auto& shapes = options.layer_shapes;
+  return shapes.empty() ? options.engine_shape
+                        : *std::min_element(shapes.begin(), shapes.end(), smaller);
+}
+
 }  // namespace zerolens::exec

@@ -9,6 +9,7 @@
 #include "exec/run/calibrate_executor.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <functional>
@@ -233,8 +234,9 @@ void measure_layers(const CalibrateOptions& options, Calibration& result) {
 // states and (stage 3) the parameters where `optimizer` and `params` say.
 Plan reference_plan(const CalibrateOptions& options, int stage, Precision precision,
                     OffloadDevice optimizer = OffloadDevice::None,
-                    OffloadDevice params = OffloadDevice::None) {
-  const CalibrateLayerShape& s = options.engine_shape;
+                    OffloadDevice params = OffloadDevice::None,
+                    const CalibrateLayerShape* shape = nullptr) {
+  const CalibrateLayerShape& s = shape ? *shape : options.engine_shape;
   PlanRequest request;
   request.model = grid_model(s, 2);
   TrainingConfig& c = request.config;
@@ -355,7 +357,10 @@ double lock_step(Communicator& members, const CalibrateOptions& options) {
 //    layer's read op and its host-to-device copy less the copy's work; the update less the host
 //    optimizer's work and the write-back op, over the tensors written.
 // The two apart: a parameter swap's many small requests would otherwise be counted in the
-// sub-groups' (the drive serves them side by side).
+// sub-groups' (the drive serves them side by side). The parameter swap is measured on two models,
+// the engine's shape and the grid's smallest, the same number of tensors of different sizes, so
+// that its cost is fitted as a cost per request and one per byte (small O_DIRECT requests do not
+// stream at the rate of the large pieces the node's rates were measured with).
 NvmeRequestCosts measure_nvme_requests(const CalibrateOptions& options, Communicator& members,
                                        double share, const Calibration& result) {
   const NvmeRate& nvme = *result.nvme;
@@ -363,36 +368,55 @@ NvmeRequestCosts measure_nvme_requests(const CalibrateOptions& options, Communic
   const double ranks = members.size();
   const std::unique_ptr<Communicator> alone = members.alone();
   const double seconds = options.engine_seconds / 8;
-  // Seconds beyond the bytes, and requests, of: sub-group reads, writes; tensor reads, writes.
-  std::array<double, 4> beyond{}, requests{};
-  const auto add = [&](const Plan& plan, bool tensors) {
+  // One plan's seconds beyond the bytes, requests and bytes, for its reads and its writes.
+  struct Beyond {
+    std::array<double, 2> seconds{}, requests{}, bytes{};
+  };
+  const auto measure = [&](const Plan& plan, bool tensors) {
     const std::vector<double> times = op_times(plan, *alone, seconds, &members);
-    const std::size_t read = tensors ? 2 : 0, write = read + 1;
+    Beyond b;
     for (std::size_t i = 0; i < plan.schedule.ops.size(); ++i) {
       const Op& op = plan.schedule.ops[i];
       const double t = times[i];
-      if (op.kind == OpKind::NvmeRead) {
-        beyond[read] += t - double(op.bytes) * ranks / nvme.read_bytes_per_second;
-        requests[read] += op.io_requests;
-      } else if (op.kind == OpKind::NvmeWrite) {
-        beyond[write] += t - double(op.bytes) * ranks / nvme.overwrite_bytes_per_second;
-        requests[write] += op.io_requests;
+      if (op.kind == OpKind::NvmeRead || op.kind == OpKind::NvmeWrite) {
+        const std::size_t k = op.kind == OpKind::NvmeWrite;
+        const double rate = k ? nvme.overwrite_bytes_per_second : nvme.read_bytes_per_second;
+        b.seconds[k] += t - double(op.bytes) * ranks / rate;
+        b.requests[k] += op.io_requests;
+        b.bytes[k] += double(op.bytes);
       } else if (op.kind == OpKind::OptimizerStep) {
-        beyond[tensors ? write : read] +=
+        b.seconds[tensors] +=
             t - share * e.host_optimizer_per_byte * double(op.memory_bytes_touched);
       } else if (op.kind == OpKind::CopyH2D && tensors && op.phase != Phase::Optimizer) {
-        beyond[read] += t - share * e.copy_per_byte * double(op.bytes);
+        b.seconds[0] += t - share * e.copy_per_byte * double(op.bytes);
       }
     }
+    return b;
   };
-  add(reference_plan(options, 3, Precision::Bf16, OffloadDevice::Nvme, OffloadDevice::Cpu), false);
-  add(reference_plan(options, 3, Precision::Bf16, OffloadDevice::Cpu, OffloadDevice::Nvme), true);
+  const Beyond groups = measure(
+      reference_plan(options, 3, Precision::Bf16, OffloadDevice::Nvme, OffloadDevice::Cpu), false);
+  const CalibrateLayerShape small = smallest_shape(options);
+  std::vector<Beyond> swaps;
+  for (const CalibrateLayerShape* shape : {&options.engine_shape, &small}) {
+    swaps.push_back(measure(
+        reference_plan(options, 3, Precision::Bf16, OffloadDevice::Cpu, OffloadDevice::Nvme, shape),
+        true));
+  }
   // The slowest member's: the step's next collective waits for it.
-  const auto per_request = [&](std::size_t kind) {
-    const double mine = requests[kind] > 0 ? std::max(0.0, beyond[kind] / requests[kind]) : 0.0;
-    return members.all_reduce_max(mine);
+  const auto slowest = [&](double mine) { return members.all_reduce_max(std::max(0.0, mine)); };
+  const auto per_request = [&](std::size_t k) {
+    return slowest(groups.requests[k] > 0 ? groups.seconds[k] / groups.requests[k] : 0.0);
   };
-  return {members.size(), per_request(0), per_request(1), per_request(2), per_request(3)};
+  NvmeRequestCosts costs{
+      .ranks = members.size(), .read_latency = per_request(0), .write_latency = per_request(1)};
+  for (const std::size_t k : {0u, 1u}) {
+    const RequestCost fit = fit_request_cost({swaps[0].requests[k], swaps[1].requests[k]},
+                                             {swaps[0].bytes[k], swaps[1].bytes[k]},
+                                             {swaps[0].seconds[k], swaps[1].seconds[k]});
+    (k ? costs.tensor_write_latency : costs.tensor_read_latency) = slowest(fit.per_request);
+    (k ? costs.tensor_write_per_byte : costs.tensor_read_per_byte) = slowest(fit.per_byte);
+  }
+  return costs;
 }
 
 // In a step a layer costs more than alone over the grid: the step's other data has taken the
@@ -506,7 +530,7 @@ std::vector<double> flatten(const Calibration& c) {
   v.push_back(c.reference_step_seconds);
   for (const NvmeRequestCosts& n : c.nvme_requests) {
     v.insert(v.end(), {double(n.ranks), n.read_latency, n.write_latency, n.tensor_read_latency,
-                       n.tensor_write_latency});
+                       n.tensor_write_latency, n.tensor_read_per_byte, n.tensor_write_per_byte});
   }
   return v;
 }
@@ -529,7 +553,8 @@ void unflatten(const std::vector<double>& v, Calibration& c) {
   for (Occupancy& o : c.occupancy) o.factor = v[i++];
   c.reference_step_seconds = v[i++];
   for (NvmeRequestCosts& n : c.nvme_requests)
-    n = {int(std::lround(v[i])), v[i + 1], v[i + 2], v[i + 3], v[i + 4]}, i += 5;
+    n = {int(std::lround(v[i])), v[i + 1], v[i + 2], v[i + 3], v[i + 4], v[i + 5], v[i + 6]},
+    i += 7;
 }
 
 }  // namespace

@@ -20,27 +20,43 @@ using namespace json_read;
 enum class Quantity { Bytes, Bandwidth, Seconds, Flops };
 
 const std::map<std::string, double>& unit_scale(Quantity quantity) {
-  static const std::map<std::string, double> bytes = {
-      {"B", 1},     {"KB", 1e3},          {"MB", 1e6},          {"GB", 1e9},          {"TB", 1e12},
-      {"PB", 1e15}, {"KiB", 1024.0},      {"MiB", 1048576.0},   {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+  static const std::map<std::string, double> bytes = {{"B", 1},
+                                                      {"KB", 1e3},
+                                                      {"MB", 1e6},
+                                                      {"GB", 1e9},
+                                                      {"TB", 1e12},
+                                                      {"PB", 1e15},
+                                                      {"KiB", 1024.0},
+                                                      {"MiB", 1048576.0},
+                                                      {"GiB", 1073741824.0},
+                                                      {"TiB", 1099511627776.0}};
   static const std::map<std::string, double> bandwidth = [] {
     std::map<std::string, double> m;
     for (const auto& [unit, scale] : bytes) m[unit + "/s"] = scale;
-    for (const auto& [unit, scale] : std::map<std::string, double>{{"Kb/s", 1e3}, {"Mb/s", 1e6}, {"Gb/s", 1e9}, {"Tb/s", 1e12},
-                                                                  {"Gbit/s", 1e9}, {"Mbit/s", 1e6}}) {
+    for (const auto& [unit, scale] : std::map<std::string, double>{{"Kb/s", 1e3},
+                                                                   {"Mb/s", 1e6},
+                                                                   {"Gb/s", 1e9},
+                                                                   {"Tb/s", 1e12},
+                                                                   {"Gbit/s", 1e9},
+                                                                   {"Mbit/s", 1e6}}) {
       m[unit] = scale / 8;
     }
     return m;
   }();
-  static const std::map<std::string, double> seconds = {{"s", 1}, {"ms", 1e-3}, {"us", 1e-6}, {"ns", 1e-9}};
-  static const std::map<std::string, double> flops = {{"FLOP/s", 1}, {"GFLOP/s", 1e9}, {"TFLOP/s", 1e12},
-                                                      {"PFLOP/s", 1e15}, {"GFLOPS", 1e9}, {"TFLOPS", 1e12},
-                                                      {"PFLOPS", 1e15}};
+  static const std::map<std::string, double> seconds = {
+      {"s", 1}, {"ms", 1e-3}, {"us", 1e-6}, {"ns", 1e-9}};
+  static const std::map<std::string, double> flops = {
+      {"FLOP/s", 1},   {"GFLOP/s", 1e9}, {"TFLOP/s", 1e12}, {"PFLOP/s", 1e15},
+      {"GFLOPS", 1e9}, {"TFLOPS", 1e12}, {"PFLOPS", 1e15}};
   switch (quantity) {
-    case Quantity::Bytes: return bytes;
-    case Quantity::Bandwidth: return bandwidth;
-    case Quantity::Seconds: return seconds;
-    case Quantity::Flops: return flops;
+    case Quantity::Bytes:
+      return bytes;
+    case Quantity::Bandwidth:
+      return bandwidth;
+    case Quantity::Seconds:
+      return seconds;
+    case Quantity::Flops:
+      return flops;
   }
   return bytes;
 }
@@ -70,14 +86,16 @@ double physical(double value, const std::string& where, Quantity kind) {
 
 double quantity(const json& value, const std::string& where, Quantity kind) {
   if (value.is_number()) return physical(as_double(value, where, 0, 1e21), where, kind);
-  if (!value.is_string()) throw InputError(where, "must be a number or a string with a unit, got " + type_phrase(value));
+  if (!value.is_string())
+    throw InputError(where, "must be a number or a string with a unit, got " + type_phrase(value));
   const std::string text = value.get<std::string>();
   std::size_t used = 0;
   double number = 0;
   try {
     number = std::stod(text, &used);
   } catch (const std::exception&) {
-    throw InputError(where, "expected a number with a unit such as \"80 GiB\", got \"" + text + "\"");
+    throw InputError(where,
+                     "expected a number with a unit such as \"80 GiB\", got \"" + text + "\"");
   }
   std::string unit = text.substr(used);
   while (!unit.empty() && std::isspace(static_cast<unsigned char>(unit.front()))) unit.erase(0, 1);
@@ -87,10 +105,12 @@ double quantity(const json& value, const std::string& where, Quantity kind) {
     std::vector<std::string> names;
     for (const auto& [name, scale] : scales) names.push_back(name);
     const std::string hint = closest_name(unit, names);
-    throw InputError(where, "unknown unit '" + unit + "'" + (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
+    throw InputError(where, "unknown unit '" + unit + "'" +
+                                (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
   }
   const double result = number * it->second;
-  if (!std::isfinite(result) || result < 0 || result > 1e21) throw InputError(where, "must be between 0 and 1e21");
+  if (!std::isfinite(result) || result < 0 || result > 1e21)
+    throw InputError(where, "must be between 0 and 1e21");
   return physical(result, where, kind);
 }
 
@@ -100,47 +120,64 @@ Bytes bytes_value(const json& value, const std::string& where) {
   return Bytes(std::llround(bytes));
 }
 
-void read_link(const json& block, const std::string& where, LinkSpec& link, Diagnostics& diagnostics) {
+void read_link(const json& block, const std::string& where, LinkSpec& link,
+               Diagnostics& diagnostics) {
   as_object(block, where);
   warn_unknown_keys(block, {"name", "bandwidth", "latency"}, where, diagnostics);
   if (const json* v = member(block, "name")) link.name = as_string(*v, join_key(where, "name"));
-  if (const json* v = member(block, "bandwidth")) link.bandwidth = quantity(*v, join_key(where, "bandwidth"), Quantity::Bandwidth);
-  if (const json* v = member(block, "latency")) link.latency = quantity(*v, join_key(where, "latency"), Quantity::Seconds);
+  if (const json* v = member(block, "bandwidth"))
+    link.bandwidth = quantity(*v, join_key(where, "bandwidth"), Quantity::Bandwidth);
+  if (const json* v = member(block, "latency"))
+    link.latency = quantity(*v, join_key(where, "latency"), Quantity::Seconds);
 }
 
 void read_gpu(const json& block, GpuSpec& gpu, Diagnostics& diagnostics) {
   const std::string w = "gpu";
   as_object(block, w);
-  warn_unknown_keys(block, {"name", "memory_bytes", "hbm_bandwidth", "peak_flops_fp16", "peak_flops_bf16", "peak_flops_fp32"},
+  warn_unknown_keys(block,
+                    {"name", "memory_bytes", "hbm_bandwidth", "peak_flops_fp16", "peak_flops_bf16",
+                     "peak_flops_fp32"},
                     w, diagnostics);
   if (const json* v = member(block, "name")) gpu.name = as_string(*v, "gpu.name");
-  if (const json* v = member(block, "memory_bytes")) gpu.memory_bytes = bytes_value(*v, "gpu.memory_bytes");
-  if (const json* v = member(block, "hbm_bandwidth")) gpu.hbm_bandwidth = quantity(*v, "gpu.hbm_bandwidth", Quantity::Bandwidth);
-  if (const json* v = member(block, "peak_flops_fp16")) gpu.peak_flops_fp16 = quantity(*v, "gpu.peak_flops_fp16", Quantity::Flops);
-  if (const json* v = member(block, "peak_flops_bf16")) gpu.peak_flops_bf16 = quantity(*v, "gpu.peak_flops_bf16", Quantity::Flops);
-  if (const json* v = member(block, "peak_flops_fp32")) gpu.peak_flops_fp32 = quantity(*v, "gpu.peak_flops_fp32", Quantity::Flops);
+  if (const json* v = member(block, "memory_bytes"))
+    gpu.memory_bytes = bytes_value(*v, "gpu.memory_bytes");
+  if (const json* v = member(block, "hbm_bandwidth"))
+    gpu.hbm_bandwidth = quantity(*v, "gpu.hbm_bandwidth", Quantity::Bandwidth);
+  if (const json* v = member(block, "peak_flops_fp16"))
+    gpu.peak_flops_fp16 = quantity(*v, "gpu.peak_flops_fp16", Quantity::Flops);
+  if (const json* v = member(block, "peak_flops_bf16"))
+    gpu.peak_flops_bf16 = quantity(*v, "gpu.peak_flops_bf16", Quantity::Flops);
+  if (const json* v = member(block, "peak_flops_fp32"))
+    gpu.peak_flops_fp32 = quantity(*v, "gpu.peak_flops_fp32", Quantity::Flops);
 }
 
 void read_node(const json& block, NodeSpec& node, Diagnostics& diagnostics) {
   const std::string w = "node";
   as_object(block, w);
-  warn_unknown_keys(block, {"gpus_per_node", "cpu_memory_bytes", "cpu_memory_bandwidth", "cpu_cores", "nvme_capacity_bytes",
-                            "nvme_read_bandwidth", "nvme_write_bandwidth", "intra_node", "pcie"},
-                    w, diagnostics);
-  if (const json* v = member(block, "gpus_per_node")) node.gpus_per_node = int(as_int(*v, "node.gpus_per_node", 1, 1024));
-  if (const json* v = member(block, "cpu_memory_bytes")) node.cpu_memory_bytes = bytes_value(*v, "node.cpu_memory_bytes");
+  warn_unknown_keys(
+      block,
+      {"gpus_per_node", "cpu_memory_bytes", "cpu_memory_bandwidth", "cpu_cores",
+       "nvme_capacity_bytes", "nvme_read_bandwidth", "nvme_write_bandwidth", "intra_node", "pcie"},
+      w, diagnostics);
+  if (const json* v = member(block, "gpus_per_node"))
+    node.gpus_per_node = int(as_int(*v, "node.gpus_per_node", 1, 1024));
+  if (const json* v = member(block, "cpu_memory_bytes"))
+    node.cpu_memory_bytes = bytes_value(*v, "node.cpu_memory_bytes");
   if (const json* v = member(block, "cpu_memory_bandwidth")) {
     node.cpu_memory_bandwidth = quantity(*v, "node.cpu_memory_bandwidth", Quantity::Bandwidth);
   }
-  if (const json* v = member(block, "cpu_cores")) node.cpu_cores = int(as_int(*v, "node.cpu_cores", 1, 1 << 20));
-  if (const json* v = member(block, "nvme_capacity_bytes")) node.nvme_capacity_bytes = bytes_value(*v, "node.nvme_capacity_bytes");
+  if (const json* v = member(block, "cpu_cores"))
+    node.cpu_cores = int(as_int(*v, "node.cpu_cores", 1, 1 << 20));
+  if (const json* v = member(block, "nvme_capacity_bytes"))
+    node.nvme_capacity_bytes = bytes_value(*v, "node.nvme_capacity_bytes");
   if (const json* v = member(block, "nvme_read_bandwidth")) {
     node.nvme_read_bandwidth = quantity(*v, "node.nvme_read_bandwidth", Quantity::Bandwidth);
   }
   if (const json* v = member(block, "nvme_write_bandwidth")) {
     node.nvme_write_bandwidth = quantity(*v, "node.nvme_write_bandwidth", Quantity::Bandwidth);
   }
-  if (const json* v = member(block, "intra_node")) read_link(*v, "node.intra_node", node.intra_node, diagnostics);
+  if (const json* v = member(block, "intra_node"))
+    read_link(*v, "node.intra_node", node.intra_node, diagnostics);
   if (const json* v = member(block, "pcie")) read_link(*v, "node.pcie", node.pcie, diagnostics);
 }
 
@@ -188,8 +225,9 @@ LayerKind layer_kind_named(const std::string& name, const std::string& where) {
 }
 
 // calibration.nvme_requests: [{ranks, read_latency, write_latency, tensor_read_latency,
-// tensor_write_latency}]; a calibration written before it holds one figure for every count as
-// nvme_read_latency and nvme_write_latency, read as one rank's.
+// tensor_write_latency, tensor_read_per_byte, tensor_write_per_byte}] (the per-byte figures absent
+// from calibrations before them: 0); a calibration written before it holds one figure for every
+// count as nvme_read_latency and nvme_write_latency, read as one rank's.
 void read_nvme_requests(const json& block, ClusterCalibration& c, Diagnostics& diagnostics) {
   const json* list = member(block, "nvme_requests");
   if (!list) {
@@ -218,10 +256,10 @@ void read_nvme_requests(const json& block, ClusterCalibration& c, Diagnostics& d
   for (std::size_t i = 0; i < list->size(); ++i) {
     const std::string where = "calibration.nvme_requests[" + std::to_string(i) + "]";
     const json& entry = as_object((*list)[i], where);
-    warn_unknown_keys(
-        entry,
-        {"ranks", "read_latency", "write_latency", "tensor_read_latency", "tensor_write_latency"},
-        where, diagnostics);
+    warn_unknown_keys(entry,
+                      {"ranks", "read_latency", "write_latency", "tensor_read_latency",
+                       "tensor_write_latency", "tensor_read_per_byte", "tensor_write_per_byte"},
+                      where, diagnostics);
     NvmeRequestCosts costs;
     const json* ranks = member(entry, "ranks");
     if (!ranks) throw InputError(join_key(where, "ranks"), "missing");
@@ -237,6 +275,14 @@ void read_nvme_requests(const json& block, ClusterCalibration& c, Diagnostics& d
     if (const json* x = member(entry, "tensor_write_latency")) {
       costs.tensor_write_latency =
           quantity(*x, join_key(where, "tensor_write_latency"), Quantity::Seconds);
+    }
+    if (const json* x = member(entry, "tensor_read_per_byte")) {
+      costs.tensor_read_per_byte =
+          quantity(*x, join_key(where, "tensor_read_per_byte"), Quantity::Seconds);
+    }
+    if (const json* x = member(entry, "tensor_write_per_byte")) {
+      costs.tensor_write_per_byte =
+          quantity(*x, join_key(where, "tensor_write_per_byte"), Quantity::Seconds);
     }
     for (const NvmeRequestCosts& other : c.nvme_requests) {
       if (other.ranks == costs.ranks)
@@ -410,7 +456,9 @@ json nvme_requests_json(const std::vector<NvmeRequestCosts>& requests) {
                     {"read_latency", n.read_latency},
                     {"write_latency", n.write_latency},
                     {"tensor_read_latency", n.tensor_read_latency},
-                    {"tensor_write_latency", n.tensor_write_latency}});
+                    {"tensor_write_latency", n.tensor_write_latency},
+                    {"tensor_read_per_byte", n.tensor_read_per_byte},
+                    {"tensor_write_per_byte", n.tensor_write_per_byte}});
   }
   return list;
 }
@@ -434,14 +482,17 @@ Cluster cluster_from_json(const json& document, Diagnostics& diagnostics) {
     cluster = cluster_from_preset(as_string(*base, "base"));
   } else {
     for (const char* required : {"gpu", "node", "inter_node"}) {
-      if (!member(document, required)) throw InputError(required, "missing (or give \"base\": a preset to start from)");
+      if (!member(document, required))
+        throw InputError(required, "missing (or give \"base\": a preset to start from)");
     }
   }
   if (const json* v = member(document, "name")) cluster.name = as_string(*v, "name");
-  if (const json* v = member(document, "nodes")) cluster.nodes = int(as_int(*v, "nodes", 1, 1 << 20));
+  if (const json* v = member(document, "nodes"))
+    cluster.nodes = int(as_int(*v, "nodes", 1, 1 << 20));
   if (const json* v = member(document, "gpu")) read_gpu(*v, cluster.gpu, diagnostics);
   if (const json* v = member(document, "node")) read_node(*v, cluster.node, diagnostics);
-  if (const json* v = member(document, "inter_node")) read_link(*v, "inter_node", cluster.inter_node, diagnostics);
+  if (const json* v = member(document, "inter_node"))
+    read_link(*v, "inter_node", cluster.inter_node, diagnostics);
   if (const json* v = member(document, "calibration")) {
     cluster.calibration.emplace();
     read_calibration(*v, *cluster.calibration, diagnostics);
@@ -484,7 +535,8 @@ Cluster load_cluster(const std::string& spec, Diagnostics& diagnostics) {
   try {
     return cluster_from_json(document, diagnostics);
   } catch (const InputError& error) {
-    throw InputError(spec + ": " + error.where(), std::string(error.what()).substr(error.where().size() + 2));
+    throw InputError(spec + ": " + error.where(),
+                     std::string(error.what()).substr(error.where().size() + 2));
   }
 }
 

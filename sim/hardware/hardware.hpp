@@ -103,11 +103,16 @@ struct Occupancy {
 // 360 KB O_DIRECT reads took 0.29 ms alone, 0.52 ms two at a time, 1.07 ms four at a time).
 // An optimizer sub-group is one request (read_latency, write_latency); a parameter swap issues one
 // request per tensor partition, together and asynchronously, each costing tensor_read_latency or
-// tensor_write_latency (they overlap, so far less than a lone request).
+// tensor_write_latency (they overlap, so far less than a lone request), and each byte of them
+// tensor_read_per_byte or tensor_write_per_byte beyond the node's rate: requests of a few to a few
+// tens of KB through O_DIRECT do not stream at the rate of 1 MiB pieces eight deep (on the VM, the
+// write-back of GPT-2's 2 blocks took 3.5, 4.3 and 6.3 ms at hidden 64, 128 and 256: about 90 us
+// a request and 0.6 GB/s per rank, where the node's overwrite rate is 4 GB/s).
 struct NvmeRequestCosts {
   int ranks = 1;
   double read_latency = 0, write_latency = 0;
   double tensor_read_latency = 0, tensor_write_latency = 0;
+  double tensor_read_per_byte = 0, tensor_write_per_byte = 0;  // seconds per byte
 };
 
 // What `zerolens calibrate` measured beyond the datasheet fields (docs/calibrate.md). Present only

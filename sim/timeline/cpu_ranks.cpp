@@ -66,7 +66,7 @@ double local_collective_per_byte(const Op& op, const EngineCosts& e) {
 
 // Its requests, each at its cost with the node's ranks swapping at once (a sub-group's own, or a
 // tensor partition's of a parameter swap), and its bytes at the node's rate, which those ranks
-// share.
+// share; a parameter swap's bytes also at their cost beyond that rate (small requests).
 double nvme_seconds(const Op& op, const ScheduleContext& context, const Cluster& cluster) {
   const bool read = op.kind == OpKind::NvmeRead;
   const double node_bandwidth =
@@ -78,13 +78,15 @@ double nvme_seconds(const Op& op, const ScheduleContext& context, const Cluster&
   }
   const int ranks = ranks_on_node(context);
   const NvmeRequestCosts* costs = cluster.calibration->nvme_requests_of(ranks);
-  double per_request = 0;
+  double per_request = 0, per_byte = 0;
   const bool states = op.swapped == Swapped::OptimizerStates;
   if (costs && states) per_request = read ? costs->read_latency : costs->write_latency;
   if (costs && !states) {
     per_request = read ? costs->tensor_read_latency : costs->tensor_write_latency;
+    per_byte = read ? costs->tensor_read_per_byte : costs->tensor_write_per_byte;
   }
-  return double(op.io_requests) * per_request + double(op.bytes) * ranks / node_bandwidth;
+  return double(op.io_requests) * per_request +
+         double(op.bytes) * (per_byte + ranks / node_bandwidth);
 }
 
 }  // namespace

@@ -87,7 +87,8 @@ TEST(MpiCalibrate, EveryRankMeasuresAndAgrees) {
     const NvmeRequestCosts& r = c.nvme_requests[i];
     EXPECT_EQ(r.ranks, c.occupancy[i].ranks);
     for (const double figure :
-         {r.read_latency, r.write_latency, r.tensor_read_latency, r.tensor_write_latency}) {
+         {r.read_latency, r.write_latency, r.tensor_read_latency, r.tensor_write_latency,
+          r.tensor_read_per_byte, r.tensor_write_per_byte}) {
       EXPECT_GE(figure, 0);
       EXPECT_DOUBLE_EQ(comm.report_sum(figure), n * figure);
     }

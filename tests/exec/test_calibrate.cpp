@@ -226,6 +226,41 @@ TEST(Calibrate, NonNegativeFitRecoversExactCosts) {
   EXPECT_GT(clipped[2], 0);
 }
 
+// A parameter swap measured on two models: 30 requests each, 0.1 MB and 0.4 MB, at 90 us a request
+// and 1.5 ns a byte (2.7 + 0.15 = 2.85 ms, 2.7 + 0.6 = 3.3 ms): both costs come back. Requests of
+// one size cannot part them (all per request: 2.85 / 30 = 95 us); a plan whose requests took no
+// time beyond their bytes is left out; none left: zero.
+TEST(Calibrate, RequestCostPartsPerRequestFromPerByte) {
+  const RequestCost fit = fit_request_cost({30, 30}, {1e5, 4e5}, {2.85e-3, 3.3e-3});
+  EXPECT_NEAR(fit.per_request, 90e-6, 1e-12);
+  EXPECT_NEAR(fit.per_byte, 1.5e-9, 1e-15);
+  const RequestCost one_size = fit_request_cost({30, 60}, {1e5, 2e5}, {2.85e-3, 5.7e-3});
+  EXPECT_NEAR(one_size.per_request, 95e-6, 1e-12);
+  EXPECT_EQ(one_size.per_byte, 0);
+  const RequestCost one_left = fit_request_cost({30, 30}, {1e5, 4e5}, {2.85e-3, -1e-4});
+  EXPECT_NEAR(one_left.per_request, 95e-6, 1e-12);
+  EXPECT_EQ(one_left.per_byte, 0);
+  // Times growing faster than the bytes would need a negative per-request cost: the one cost that
+  // fits best is kept instead, here per byte.
+  const RequestCost clipped = fit_request_cost({30, 30}, {1e5, 4e5}, {1e-3, 5e-3});
+  EXPECT_EQ(clipped.per_request, 0);
+  EXPECT_GT(clipped.per_byte, 1e-8);
+  EXPECT_LT(clipped.per_byte, 1.25e-8);
+  const RequestCost none = fit_request_cost({30}, {1e5}, {0});
+  EXPECT_EQ(none.per_request, 0);
+  EXPECT_EQ(none.per_byte, 0);
+}
+
+// The parameter swap's second model is the layer grid's smallest.
+TEST(Calibrate, SmallestShapeIsTheGridsNarrowest) {
+  CalibrateOptions options;
+  EXPECT_EQ(smallest_shape(options).hidden, 32);
+  options.layer_shapes = {{96, 6, 384, 32, 8}, {64, 4, 512, 128, 2}};
+  EXPECT_EQ(smallest_shape(options).hidden, 64);
+  options.layer_shapes.clear();
+  EXPECT_EQ(smallest_shape(options).hidden, options.engine_shape.hidden);
+}
+
 // Hand-made collectives of a 4-rank group, 20 us per call and 1 GB/s of ring traffic: an all-reduce
 // of 1 MB sends 2 x 3/4 MB per rank (1.5 ms), a reduce-scatter 3/4 MB (0.75 ms).
 TEST(Calibrate, GroupCollectivesAreLatencyPlusRingTrafficOverBandwidth) {

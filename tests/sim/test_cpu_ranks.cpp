@@ -146,7 +146,7 @@ TEST(CpuRanks, OversubscribedRanksTakeTwiceTheComputeWorkedByHand) {
 // partition at the tensor cost: 5 x 0.02 + 2 ms written, 5 x 0.03 + 2 ms read on 2 ranks.
 TEST(CpuRanks, NvmeRequestsCostWhatTheNodesRanksSwappingAtOnceMeasured) {
   Cluster cluster = calibrated(2);
-  cluster.calibration->nvme_requests = {{1, 0.01 * ms, 0.05 * ms, 0, 0},
+  cluster.calibration->nvme_requests = {{1, 0.01 * ms, 0.05 * ms, 0, 0, 0, 0},
                                         {2, 0.1 * ms, 0.4 * ms, 0.03 * ms, 0.02 * ms},
                                         {4, 9 * ms, 9 * ms, 9 * ms, 9 * ms}};
   Schedule schedule;
@@ -180,7 +180,16 @@ TEST(CpuRanks, NvmeRequestsCostWhatTheNodesRanksSwappingAtOnceMeasured) {
   EXPECT_NEAR(cpu_rank_op_seconds(write, schedule, model, cluster), 3.4 * ms, 1e-12);
   schedule.context.dp_size = 1;
   EXPECT_NEAR(cpu_rank_op_seconds(write, schedule, model, cluster), 1.05 * ms, 1e-12);
-  // Not measured (no --nvme-path): the bytes alone.
+  // Small requests' bytes beyond the node's rate, a parameter swap's only: 1 MB x 0.5 ns more on
+  // the write, 1 MB x 0.25 ns on the read; the sub-group's swap as before.
+  schedule.context.dp_size = 2;
+  cluster.calibration->nvme_requests[1].tensor_write_per_byte = 0.5e-9;
+  cluster.calibration->nvme_requests[1].tensor_read_per_byte = 0.25e-9;
+  EXPECT_NEAR(cpu_rank_op_seconds(param_write, schedule, model, cluster), 2.6 * ms, 1e-12);
+  EXPECT_NEAR(cpu_rank_op_seconds(param_read, schedule, model, cluster), 2.4 * ms, 1e-12);
+  EXPECT_NEAR(cpu_rank_op_seconds(write, schedule, model, cluster), 2.4 * ms, 1e-12);
+  // Not measured (no --nvme-path): the bytes alone (1 rank on the node).
+  schedule.context.dp_size = 1;
   cluster.calibration->nvme_requests.clear();
   EXPECT_NEAR(cpu_rank_op_seconds(read, schedule, model, cluster), 1 * ms, 1e-12);
 }
@@ -242,7 +251,8 @@ TEST(CpuRanks, CalibrationRoundTripsThroughTheClusterJson) {
   cluster.calibration->collectives[0].sixteen_bit_reduce_latency = 2 * ms;
   cluster.calibration->collectives[0].sixteen_bit_reduce_bandwidth = 3e6;
   cluster.calibration->engine.reduce_scatter_fp32_per_byte = 6e-10;
-  cluster.calibration->nvme_requests = {{4, 2e-4, 5e-4, 6e-5, 7e-5}, {1, 1e-4, 4e-4, 0, 0}};
+  cluster.calibration->nvme_requests = {{4, 2e-4, 5e-4, 6e-5, 7e-5, 8e-10, 9e-10},
+                                        {1, 1e-4, 4e-4, 0, 0, 0, 0}};
   cluster.calibration->reference_step_seconds = 0.0348;
   Diagnostics diagnostics;
   const Cluster read =
@@ -270,6 +280,8 @@ TEST(CpuRanks, CalibrationRoundTripsThroughTheClusterJson) {
   EXPECT_DOUBLE_EQ(read.calibration->nvme_requests[1].read_latency, 2e-4);
   EXPECT_DOUBLE_EQ(read.calibration->nvme_requests[1].tensor_read_latency, 6e-5);
   EXPECT_DOUBLE_EQ(read.calibration->nvme_requests[1].tensor_write_latency, 7e-5);
+  EXPECT_DOUBLE_EQ(read.calibration->nvme_requests[1].tensor_read_per_byte, 8e-10);
+  EXPECT_DOUBLE_EQ(read.calibration->nvme_requests[1].tensor_write_per_byte, 9e-10);
   EXPECT_DOUBLE_EQ(read.calibration->reference_step_seconds, 0.0348);
   // A datasheet cluster is not calibrated, and says nothing about it.
   const nlohmann::json preset = cluster_to_json(cluster_from_preset("dgx-a100-80gb"));
