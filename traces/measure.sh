@@ -26,7 +26,8 @@ options (environment variable in brackets):
                        mean of 8 consecutive steps (all but the first when fewer ran)
   --rounds N           run the matrix N times and keep, per config, the round with the lowest
                        step time (default 1): on a shared host whose speed varies, rounds minutes
-                       apart catch each config at the machine's own speed
+                       apart catch each config at the machine's own speed; every round's
+                       measured and predicted step time go to OUT/rounds.tsv and the summary
   --calibrate PASSES   before every round run `zerolens calibrate --passes PASSES` on as many ranks
                        as the matrix's largest config and predict that round's configs on it: the
                        step time is then compared (15 %). A kept run's trace carries the cluster
@@ -188,6 +189,13 @@ measure() {
 
 step_time() { python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["summary"]["step_time_s"])' "$1"; }
 
+# Every round's run of a config: name, round, measured and predicted step time (seconds).
+note_round() {
+  local dir=$1 name=$2 round=$3
+  printf '%s\t%s\t%s\t%s\n' "$name" "$round" "$(step_time "$dir/$name.measured.json")" \
+    "$(step_time "$dir/$name.predicted.json")" >>"$scratch/rounds.tsv"
+}
+
 # With rounds, a round's run replaces the kept one when its step time is lower.
 keep_faster() {
   local from=$1 name=$2
@@ -243,6 +251,7 @@ for ((round = 1; round <= rounds; ++round)); do
     measure "$dir" "$model-$name" "$ranks" $flags || rc=$?
     case $rc in
       0|1) [[ $rc -eq 0 ]] && echo "ok" || echo "outside tolerance ($dir/logs/$model-$name.txt)"
+           note_round "$dir" "$model-$name" "$round"
            if [[ $rounds -gt 1 ]]; then keep_faster "$dir" "$model-$name"
            elif [[ $rc -eq 1 ]]; then failed+=("$name"); fi ;;
       *) echo "FAILED with exit $rc ($dir/logs/$model-$name.txt)"; broken+=("$name")
@@ -251,6 +260,17 @@ for ((round = 1; round <= rounds; ++round)); do
   done < <(matrix)
 done
 echo "matrix took $((SECONDS - started)) s"
+# This recording's rounds replace the earlier rows of the configs it ran (--only keeps the others).
+python3 - "$out/rounds.tsv" "$scratch/rounds.tsv" <<'PY'
+import os, sys
+kept, new = sys.argv[1], sys.argv[2]
+rows = open(new).read().splitlines() if os.path.exists(new) else []
+ran = {row.split("\t")[0] for row in rows}
+old = open(kept).read().splitlines() if os.path.exists(kept) else []
+rows = [row for row in old if row and row.split("\t")[0] not in ran] + rows
+with open(kept, "w") as f:
+    f.write("".join(row + "\n" for row in sorted(rows, key=lambda r: (r.split("\t")[0], int(r.split("\t")[1])))))
+PY
 
 torch_json=""
 if [[ "$TORCH_PYTHON" == auto ]]; then
@@ -278,7 +298,7 @@ check_rc=0
 "$ZEROLENS" check-measured $tolerance_args --json "$out" -o "$scratch/check.json" || check_rc=$?
 [[ $check_rc -le 1 ]] || die "check-measured failed with exit $check_rc"
 summary_args=(--check "$scratch/check.json" --out "$out/SUMMARY.md" --device-name "$DEVICE_NAME"
-              --base "$out" --steps "$steps" --rounds "$rounds"
+              --base "$out" --steps "$steps" --rounds "$rounds" --rounds-file "$out/rounds.tsv"
               --machine "$(uname -srm), $(getconf _NPROCESSORS_ONLN) cores, $(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
               --mpi "$("$MPIRUN" --version 2>/dev/null | head -n 1)"
               --commit "$(describe_commit)")

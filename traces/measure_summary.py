@@ -29,6 +29,7 @@ def parse_args():
     parser.add_argument("--torch", help="torch_reference.py output")
     parser.add_argument("--steps", default="?")
     parser.add_argument("--rounds", default="1")
+    parser.add_argument("--rounds-file", help="measure.sh's rounds.tsv: every round's measured and predicted step time")
     parser.add_argument("--machine", default="")
     parser.add_argument("--mpi", default="")
     parser.add_argument("--commit", default="")
@@ -170,6 +171,52 @@ def torch_table(traces, torch):
     return lines
 
 
+def read_rounds(path):
+    """{config: [(round, measured s, predicted s)]} from measure.sh's rounds.tsv (none: {})."""
+    rounds = {}
+    if not path or not os.path.exists(path):
+        return rounds
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            fields = line.rstrip("\n").split("\t")
+            if len(fields) != 4:
+                raise SystemExit(f"{path}:{number}: expected 4 tab-separated fields, got {len(fields)}")
+            name, round_number, measured, predicted = fields
+            rounds.setdefault(name, []).append((int(round_number), float(measured), float(predicted)))
+    return rounds
+
+
+def round_error(measured, predicted):
+    return (measured - predicted) / predicted
+
+
+def rounds_table(rounds, tolerance):
+    """Every round's step time per config, and how many runs were outside the tolerance per round."""
+    if not rounds:
+        return []
+    count = max(r for runs in rounds.values() for r, _, _ in runs)
+    lines = ["", "## Step time in every round", "",
+             "Each round ran after its own calibration and predicted on it; the table above keeps each "
+             "config's fastest round. Measured / predicted (error):", "",
+             "| config | " + " | ".join(f"round {r}" for r in range(1, count + 1)) + " |",
+             "|---|" + "---:|" * count]
+    runs_in, outside, errors = [0] * count, [0] * count, []
+    for name in sorted(rounds):
+        cells = ["-"] * count
+        for r, measured, predicted in rounds[name]:
+            error = round_error(measured, predicted)
+            cells[r - 1] = f"{measured * 1e3:.2f} / {predicted * 1e3:.2f} ms ({percent(error)})"
+            errors.append(abs(error))
+            runs_in[r - 1] += 1
+            outside[r - 1] += tolerance is not None and abs(error) > tolerance
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    line = f"Every run: mean absolute error {sum(errors) / len(errors) * 100:.2f} % over {len(errors)} runs"
+    if tolerance is not None:
+        line += f"; outside {relative(tolerance)}: " + ", ".join(
+            f"{outside[r]} of {runs_in[r]} in round {r + 1}" for r in range(count))
+    return lines + ["", line + "."]
+
+
 def main():
     args = parse_args()
     with open(args.check) as f:
@@ -195,6 +242,8 @@ def main():
              f"{len(traces)} configs, " + ("all within tolerance." if not failed else f"outside tolerance: {', '.join(failed)}."),
              step_time_line(check), ""]
     lines += matrix_table(traces)
+    if (check.get("step_time") or {}).get("compared"):  # calibrated: each round on its own calibration
+        lines += rounds_table(read_rounds(args.rounds_file), tol.get("step_time"))
     if args.torch:
         with open(args.torch) as f:
             lines += torch_table(traces, json.load(f))
