@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <sstream>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -264,25 +265,17 @@ void read_nvme_requests(const json& block, ClusterCalibration& c, Diagnostics& d
     const json* ranks = member(entry, "ranks");
     if (!ranks) throw InputError(join_key(where, "ranks"), "missing");
     costs.ranks = int(as_int(*ranks, join_key(where, "ranks"), 1, 1 << 20));
-    if (const json* x = member(entry, "read_latency"))
-      costs.read_latency = quantity(*x, join_key(where, "read_latency"), Quantity::Seconds);
-    if (const json* x = member(entry, "write_latency"))
-      costs.write_latency = quantity(*x, join_key(where, "write_latency"), Quantity::Seconds);
-    if (const json* x = member(entry, "tensor_read_latency")) {
-      costs.tensor_read_latency =
-          quantity(*x, join_key(where, "tensor_read_latency"), Quantity::Seconds);
-    }
-    if (const json* x = member(entry, "tensor_write_latency")) {
-      costs.tensor_write_latency =
-          quantity(*x, join_key(where, "tensor_write_latency"), Quantity::Seconds);
-    }
-    if (const json* x = member(entry, "tensor_read_per_byte")) {
-      costs.tensor_read_per_byte =
-          quantity(*x, join_key(where, "tensor_read_per_byte"), Quantity::Seconds);
-    }
-    if (const json* x = member(entry, "tensor_write_per_byte")) {
-      costs.tensor_write_per_byte =
-          quantity(*x, join_key(where, "tensor_write_per_byte"), Quantity::Seconds);
+    // Every cost is optional (0: not measured), in seconds per request or per byte.
+    const std::pair<const char*, double NvmeRequestCosts::*> seconds[] = {
+        {"read_latency", &NvmeRequestCosts::read_latency},
+        {"write_latency", &NvmeRequestCosts::write_latency},
+        {"tensor_read_latency", &NvmeRequestCosts::tensor_read_latency},
+        {"tensor_write_latency", &NvmeRequestCosts::tensor_write_latency},
+        {"tensor_read_per_byte", &NvmeRequestCosts::tensor_read_per_byte},
+        {"tensor_write_per_byte", &NvmeRequestCosts::tensor_write_per_byte}};
+    for (const auto& [key, field] : seconds) {
+      if (const json* x = member(entry, key))
+        costs.*field = quantity(*x, join_key(where, key), Quantity::Seconds);
     }
     for (const NvmeRequestCosts& other : c.nvme_requests) {
       if (other.ranks == costs.ranks)
